@@ -1,0 +1,111 @@
+//! `uqbench anchor`: one repetition of a problem with its exact posterior.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use serde_json::{json, Value};
+use uqbench_anchor::{Anchor, Noise};
+
+use crate::spec::ExperimentSpec;
+
+/// Arguments of `uqbench anchor`.
+#[derive(Debug, Args)]
+pub struct AnchorArgs {
+    /// Experiment spec (TOML), e.g. experiments/e1.toml.
+    pub spec: PathBuf,
+    /// Sweep setting, KEY=VALUE (repeatable), e.g. --setting f_main=2. Unset keys take their
+    /// first sweep value.
+    #[arg(long = "setting", value_name = "KEY=VALUE")]
+    pub settings: Vec<String>,
+    /// Repetition index (selects the noise draw).
+    #[arg(long, default_value_t = 0)]
+    pub rep: u64,
+    /// Print the full result as one JSON object instead of a summary.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs `uqbench anchor`.
+pub fn run(args: &AnchorArgs) -> Result<()> {
+    let spec = ExperimentSpec::load(&args.spec)?;
+    let setting = spec.parse_setting(&args.settings)?;
+    let problem = spec.resolve(&setting)?;
+    let anchor = Anchor::fit(&problem)?;
+    let draw = problem.draw(args.rep);
+    let post = anchor
+        .posterior(&draw.train_y)
+        .with_context(|| format!("anchor of {}", problem.display_name()))?;
+
+    if args.json {
+        let sigma: Value = match &problem.noise {
+            Noise::Constant(s) => json!(s),
+            Noise::Function(_) => json!(problem.test.sigma),
+        };
+        let report: Vec<Value> = problem
+            .test
+            .label
+            .iter()
+            .enumerate()
+            .filter_map(|(i, l)| l.as_ref().map(|l| json!({"index": i, "label": l})))
+            .collect();
+        let out = json!({
+            "experiment": spec.name,
+            "setting": setting.label(),
+            "repetition": args.rep,
+            "train_x": problem.train.inputs.to_rows(),
+            "train_y": draw.train_y,
+            "test_x": problem.test.inputs.to_rows(),
+            "truth": problem.test.truth,
+            "mean": post.mean,
+            "std": post.std,
+            "sigma": sigma,
+            "noise_std": post.noise_std,
+            "predictive_std": post.predictive_std(),
+            "dof": post.dof,
+            "region": problem.test.region.iter().map(|r| r.as_str()).collect::<Vec<_>>(),
+            "report": report,
+            "features": problem.features.terms().iter().map(|t| t.name()).collect::<Vec<_>>(),
+            "gamma": problem.gamma,
+            "gamma_hat": post.gamma_hat,
+            "condition": anchor.condition(),
+        });
+        println!("{out}");
+        return Ok(());
+    }
+
+    let q = post.quantile_factor(0.95);
+    let m = post.mean.len();
+    let covered = (0..m)
+        .filter(|&i| (post.mean[i] - problem.test.truth[i]).abs() <= q * post.std[i])
+        .count();
+    println!("{} — repetition {}", problem.display_name(), args.rep);
+    println!(
+        "  d = {}, p = {} features, N = {} training points, M = {} test points, condition number {:.3e}",
+        problem.d(),
+        anchor.p(),
+        anchor.n(),
+        m,
+        anchor.condition()
+    );
+    println!(
+        "  posterior: {}; 95% intervals cover the truth at {covered} of {m} test points in this repetition",
+        match post.dof {
+            Some(nu) => format!("Student t with {nu} degrees of freedom"),
+            None => "normal (σ known)".to_string(),
+        }
+    );
+    for (i, label) in problem.test.label.iter().enumerate() {
+        if let Some(label) = label {
+            println!(
+                "  {label:>16} ({}): truth {:+.4}, mean {:+.4}, std {:.4}",
+                problem.test.region[i].as_str(),
+                problem.test.truth[i],
+                post.mean[i],
+                post.std[i]
+            );
+        }
+    }
+    println!("  (add --json for every value)");
+    Ok(())
+}

@@ -1,0 +1,26 @@
+//! `uqbench backends`: what this build can run on.
+
+use anyhow::Result;
+use uqbench_models::{wgpu_status, BackendKind};
+
+/// Runs `uqbench backends`.
+pub fn run() -> Result<()> {
+    println!("backends in this build (choose with --backend NAME):");
+    for kind in BackendKind::ALL {
+        let status = match kind {
+            BackendKind::Flex => "available: pure-Rust CPU backend (default)".to_string(),
+            BackendKind::Ndarray => {
+                "available: CPU backend (deprecated by burn, kept selectable)".to_string()
+            }
+            BackendKind::Wgpu => match wgpu_status() {
+                Ok(adapter) => format!("available: Vulkan adapter `{adapter}`"),
+                Err(reason) => format!(
+                    "no Vulkan adapter ({reason}); install a Vulkan driver (no GPU: \
+                     `apt-get install -y mesa-vulkan-drivers`) or use --backend flex"
+                ),
+            },
+        };
+        println!("  {:<8} {status}", kind.name());
+    }
+    Ok(())
+}
