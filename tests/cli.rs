@@ -235,3 +235,350 @@ fn backends_lists_every_backend() {
         assert!(out.contains(name), "{out}");
     }
 }
+
+mod metrics_command {
+    use super::*;
+
+    fn metrics(input: &str, extra: &[&str]) -> Output {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("in.json");
+        std::fs::write(&path, input).unwrap();
+        let mut args = vec!["metrics", "--input", path.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        uqbench(&args)
+    }
+
+    fn value(o: &Output) -> serde_json::Value {
+        assert!(o.status.success(), "{}", stderr(o));
+        serde_json::from_slice(&o.stdout).unwrap()
+    }
+
+    #[test]
+    fn regression_metrics_by_hand() {
+        let v = value(&metrics(
+            r#"{"kind": "regression", "mean": [0, 1], "std": [1, 2], "y": [1, 3],
+                "samples": [[3, 0, 1], [1, 1, 1]]}"#,
+            &[],
+        ));
+        // NLL = mean(½ ln 2π + ½, ½ ln 8π + ½) (see crates/metrics/src/regression.rs).
+        let nll = (1.418_938_533_204_672_7 + 2.112_085_713_764_618) / 2.0;
+        assert!((v["nll"].as_f64().unwrap() - nll).abs() < 1e-12);
+        assert!((v["rmse"].as_f64().unwrap() - 2.5f64.sqrt()).abs() < 1e-12);
+        assert!((v["mae"].as_f64().unwrap() - 1.5).abs() < 1e-12);
+        // Sample CRPS: {0, 1, 3} at y = 1 is 1/3; the point mass {1,1,1} at y = 3 is 2.
+        assert!((v["crps_samples"].as_f64().unwrap() - (1.0 / 3.0 + 2.0) / 2.0).abs() < 1e-12);
+        for key in [
+            "crps",
+            "coverage_0.95",
+            "width_0.95",
+            "interval_score_0.7",
+            "miscalibration_area",
+        ] {
+            assert!(v[key].is_number(), "{key} missing: {v}");
+        }
+        // Both points lie within 1 sd, so every interval of level ≥ 0.7 covers both.
+        assert_eq!(v["coverage_0.7"], 1.0);
+    }
+
+    #[test]
+    fn classification_metrics_by_hand() {
+        let v = value(&metrics(
+            r#"{"kind": "classification", "probs": [[0.9, 0.1], [0.3, 0.7], [0.6, 0.4], [0.05, 0.95]],
+                "labels": [0, 1, 1, 0]}"#,
+            &["--bins", "5"],
+        ));
+        // The ECE worked by hand in crates/metrics/src/classification.rs.
+        assert!((v["ece"].as_f64().unwrap() - 0.2875).abs() < 1e-12);
+        assert_eq!(v["accuracy"], 0.5);
+        // Brier: (0.02 + 0.18 + 0.72 + 1.805) / 4.
+        assert!((v["brier"].as_f64().unwrap() - 2.725 / 4.0).abs() < 1e-12);
+        // AUC of p(class 1) = 0.1, 0.7, 0.4, 0.95 for labels 0,1,1,0: pairs (pos > neg):
+        // 0.7 > 0.1, 0.4 > 0.1 → 2 of 4.
+        assert_eq!(v["auc"], 0.5);
+        for key in [
+            "rmsce",
+            "sce",
+            "ace",
+            "tace",
+            "nll",
+            "brier_reliability",
+            "reliability_diagram",
+        ] {
+            assert!(!v[key].is_null(), "{key} missing: {v}");
+        }
+    }
+
+    #[test]
+    fn bad_inputs_are_clear_errors() {
+        let o = metrics(
+            r#"{"kind": "regression", "mean": [0, 1], "std": [1], "y": [1, 3]}"#,
+            &[],
+        );
+        assert_clean_error(&o, &["lengths differ", "mean and std"]);
+        let o = metrics(
+            r#"{"kind": "regression", "mean": [0], "std": [-1], "y": [1]}"#,
+            &[],
+        );
+        assert_clean_error(&o, &["std[0]", "-1"]);
+        let o = metrics(
+            r#"{"kind": "classification", "probs": [[0.5, 0.6]], "labels": [0]}"#,
+            &[],
+        );
+        assert_clean_error(&o, &["sum of probs[0]"]);
+        let o = metrics(r#"{"kind": "ranking"}"#, &[]);
+        assert_clean_error(&o, &["not a metrics input"]);
+    }
+}
+
+mod export_and_score {
+    use super::*;
+
+    /// Writes the anchor's own predictions for repetitions 0..k as external predictions.
+    fn anchor_predictions(dir: &Path, setting: &str, k: u64) {
+        let sub = dir.join(setting);
+        std::fs::create_dir_all(&sub).unwrap();
+        for r in 0..k {
+            let o = uqbench(&[
+                "anchor",
+                "experiments/e1.toml",
+                "--setting",
+                setting,
+                "--rep",
+                &r.to_string(),
+                "--json",
+            ]);
+            assert!(o.status.success(), "{}", stderr(&o));
+            let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+            let p = serde_json::json!({"mean": v["mean"], "std": v["std"]});
+            std::fs::write(sub.join(format!("rep-{r:03}.json")), p.to_string()).unwrap();
+        }
+    }
+
+    #[test]
+    fn export_writes_csv_and_json_per_repetition() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("data");
+        let o = uqbench(&[
+            "export",
+            "experiments/e2.toml",
+            "--reps",
+            "2",
+            "--out",
+            out.to_str().unwrap(),
+            "--setting",
+            "d=2",
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let train = std::fs::read_to_string(out.join("d=2/rep-001.train.csv")).unwrap();
+        let mut lines = train.lines();
+        assert_eq!(lines.next(), Some("x1,x2,y"));
+        assert_eq!(lines.count(), 900);
+        let test = std::fs::read_to_string(out.join("d=2/rep-000.test.csv")).unwrap();
+        assert_eq!(test.lines().next(), Some("x1,x2"));
+        let j: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("d=2/rep-001.json")).unwrap())
+                .unwrap();
+        // The exported targets are the anchor's repetition 1 targets.
+        let a = uqbench(&[
+            "anchor",
+            "experiments/e2.toml",
+            "--setting",
+            "d=2",
+            "--rep",
+            "1",
+            "--json",
+        ]);
+        let a: serde_json::Value = serde_json::from_slice(&a.stdout).unwrap();
+        assert_eq!(j["train_y"], a["train_y"]);
+        assert_eq!(j["test_x"], a["test_x"]);
+    }
+
+    #[test]
+    fn scoring_the_anchor_reproduces_the_anchor_exactly() {
+        let dir = tempfile::tempdir().unwrap();
+        let preds = dir.path().join("preds");
+        anchor_predictions(&preds, "f_main=2", 12);
+        let out = dir.path().join("score");
+        let o = uqbench(&[
+            "score",
+            "experiments/e1.toml",
+            "--predictions",
+            preds.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let s: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap())
+                .unwrap();
+        let methods = &s["settings"][0]["methods"];
+        let (blr, ext) = (&methods["BLR"], &methods["external"]);
+        assert_eq!(ext["repetitions"], 12);
+        let blr_points = blr["points"].as_object().unwrap();
+        assert!(blr_points.len() >= 10);
+        for (metric, values) in blr_points {
+            assert_eq!(values, &ext["points"][metric], "per-point {metric} differs");
+        }
+        for (region, metrics) in blr["aggregate"].as_object().unwrap() {
+            for (metric, v) in metrics.as_object().unwrap() {
+                assert_eq!(
+                    v, &ext["aggregate"][region][metric],
+                    "aggregate {region}/{metric} differs"
+                );
+            }
+        }
+        // The uncertainty ratio of the anchor's own predictions is exactly 1.
+        assert!(ext["points"]["uncertainty_ratio"]["value"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|v| v == 1.0));
+        for file in ["summary.csv", "aggregate.csv"] {
+            let text = std::fs::read_to_string(out.join(file)).unwrap();
+            assert!(text.lines().count() > 1, "{file}");
+        }
+    }
+
+    #[test]
+    fn csv_and_sample_predictions_are_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let sub = dir.path().join("preds/default");
+        std::fs::create_dir_all(&sub).unwrap();
+        let a = uqbench(&["anchor", "experiments/cubic.toml", "--json"]);
+        let a: serde_json::Value = serde_json::from_slice(&a.stdout).unwrap();
+        let m = a["mean"].as_array().unwrap().len();
+        let mut csv = String::from("mean,std\n");
+        for i in 0..m {
+            csv.push_str(&format!("{},{}\n", a["mean"][i], a["std"][i]));
+        }
+        std::fs::write(sub.join("rep-000.csv"), csv).unwrap();
+        // Samples mean ± 1 give mean m and sample std sqrt(2) (n − 1 denominator).
+        let samples: Vec<Vec<f64>> = (0..m)
+            .map(|i| {
+                let mu = a["mean"][i].as_f64().unwrap();
+                vec![mu - 1.0, mu + 1.0, mu]
+            })
+            .collect();
+        std::fs::write(
+            sub.join("rep-001.json"),
+            serde_json::json!({"samples": samples}).to_string(),
+        )
+        .unwrap();
+        let o = uqbench(&[
+            "score",
+            "experiments/cubic.toml",
+            "--predictions",
+            dir.path().join("preds").to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let s: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(dir.path().join("preds/score/summary.json")).unwrap(),
+        )
+        .unwrap();
+        let unc = s["settings"][0]["methods"]["external"]["points"]["uncertainty"]["value"][0]
+            .as_f64()
+            .unwrap();
+        let want = (a["std"][0].as_f64().unwrap() + 1.0) / 2.0; // rep 0: anchor std; rep 1: 1
+        assert!((unc - want).abs() < 1e-12, "{unc} vs {want}");
+    }
+
+    #[test]
+    fn missing_repetitions_and_bad_files_are_clear_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let preds = dir.path().join("preds");
+        anchor_predictions(&preds, "f_main=2", 3);
+        std::fs::remove_file(preds.join("f_main=2/rep-001.json")).unwrap();
+        let p = preds.to_str().unwrap();
+        let o = uqbench(&["score", "experiments/e1.toml", "--predictions", p]);
+        assert_clean_error(&o, &["repetition 1 is missing"]);
+        std::fs::write(preds.join("f_main=2/rep-001.csv"), "mean,std\n0.5,0.1\n").unwrap();
+        let o = uqbench(&["score", "experiments/e1.toml", "--predictions", p]);
+        assert_clean_error(&o, &["rep-001.csv", "1003 test inputs"]);
+        std::fs::write(preds.join("f_main=2/rep-001.csv"), "mu,sd\n0.5,0.1\n").unwrap();
+        let o = uqbench(&["score", "experiments/e1.toml", "--predictions", p]);
+        assert_clean_error(&o, &["`mean` and `std`"]);
+        let o = uqbench(&[
+            "score",
+            "experiments/e1.toml",
+            "--predictions",
+            dir.path().join("nothing").to_str().unwrap(),
+        ]);
+        assert_clean_error(&o, &["no setting directories"]);
+    }
+}
+
+mod bench {
+    use super::*;
+
+    fn bench_json(backend: &str) -> serde_json::Value {
+        let o = uqbench(&[
+            "bench",
+            "train",
+            "--replicas",
+            "16",
+            "--epochs",
+            "20",
+            "--n",
+            "50",
+            "--backend",
+            backend,
+            "--json",
+        ]);
+        assert!(o.status.success(), "{backend}: {}", stderr(&o));
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert_eq!(text.lines().count(), 1, "one JSON line: {text}");
+        serde_json::from_str(&text).unwrap()
+    }
+
+    #[test]
+    fn bench_prints_one_json_line_and_backends_agree() {
+        let flex = bench_json("flex");
+        for key in [
+            "backend",
+            "replicas",
+            "epochs",
+            "n",
+            "seconds",
+            "replica_epochs_per_s",
+            "gflops",
+            "final_loss",
+        ] {
+            assert!(!flex[key].is_null(), "{key} missing: {flex}");
+        }
+        assert_eq!(flex["replicas"], 16);
+        let reference = flex["final_loss"].as_f64().unwrap();
+        let mut others = vec!["ndarray"];
+        if std::env::var("UQBENCH_SKIP_WGPU").map_or(true, |v| v != "1") {
+            others.push("wgpu");
+        }
+        for backend in others {
+            let v = bench_json(backend);
+            let loss = v["final_loss"].as_f64().unwrap();
+            // The benchmark's promise: same seed, 20 epochs, same final loss within 1e-4 relative.
+            assert!(
+                (loss - reference).abs() <= 1e-4 * reference,
+                "{backend}: {loss} vs flex {reference}"
+            );
+        }
+    }
+
+    #[test]
+    fn wgpu_without_an_adapter_is_a_clear_error() {
+        let o = Command::new(env!("CARGO_BIN_EXE_uqbench"))
+            .args([
+                "bench",
+                "train",
+                "--replicas",
+                "2",
+                "--epochs",
+                "1",
+                "--backend",
+                "wgpu",
+            ])
+            .env("VK_ICD_FILENAMES", "/nonexistent.json")
+            .env("VK_DRIVER_FILES", "/nonexistent.json")
+            .output()
+            .unwrap();
+        assert_clean_error(&o, &["wgpu", "no Vulkan adapter", "--backend flex"]);
+    }
+}

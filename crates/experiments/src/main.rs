@@ -5,10 +5,19 @@
 
 mod commands;
 mod spec;
+mod store;
+mod summary;
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+
+/// mimalloc instead of the system allocator: burn allocates a fresh buffer for every tensor
+/// operation, and glibc returns large freed buffers to the kernel, so every step paid for page
+/// faults and zeroing. mimalloc keeps and reuses them (measured with `uqbench bench train`:
+/// see the README's benchmark section).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Benchmark uncertainty quantification in deep regression against exact answers.
 #[derive(Debug, Parser)]
@@ -26,6 +35,14 @@ enum Command {
     Check(commands::check::CheckArgs),
     /// List the backends of this build and whether a wgpu adapter is present.
     Backends,
+    /// Measure the speed of batched training.
+    Bench(commands::bench::BenchArgs),
+    /// Print every applicable metric of a JSON file of predictions.
+    Metrics(commands::metrics::MetricsArgs),
+    /// Write a problem's training data and test inputs per repetition (CSV and JSON).
+    Export(commands::export::ExportArgs),
+    /// Summarise predictions made by another tool against the truth and the anchor.
+    Score(commands::score::ScoreArgs),
 }
 
 fn main() -> ExitCode {
@@ -34,6 +51,10 @@ fn main() -> ExitCode {
         Command::Anchor(args) => commands::anchor::run(args),
         Command::Check(args) => commands::check::run(args),
         Command::Backends => commands::backends::run(),
+        Command::Bench(args) => commands::bench::run(args),
+        Command::Metrics(args) => commands::metrics::run(args),
+        Command::Export(args) => commands::export::run(args),
+        Command::Score(args) => commands::score::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

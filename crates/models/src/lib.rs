@@ -3,7 +3,16 @@
 //! as host arrays.
 
 pub mod backend;
+pub mod engine;
+pub mod ensemble;
 pub mod error;
+pub mod kernels;
+pub mod mlp;
+pub mod task;
 
 pub use backend::{open_device, wgpu_status, BackendKind};
+pub use engine::{train, Batching, Job, Resources, TrainOutput, TrainSettings};
+pub use ensemble::{BootstrapScheme, Ensemble, EnsembleConfig, EnsembleKind};
 pub use error::ModelError;
+pub use mlp::{xavier_init, HostWeights, MlpShape};
+pub use task::{Method, RepOutput, SeedBase, Task};

@@ -2,4 +2,8 @@
 
 pub mod anchor;
 pub mod backends;
+pub mod bench;
 pub mod check;
+pub mod export;
+pub mod metrics;
+pub mod score;

@@ -1,0 +1,147 @@
+//! `uqbench bench train`: throughput of batched training.
+
+use std::time::Instant;
+
+use anyhow::Result;
+use clap::{Args, Subcommand};
+use serde_json::json;
+use uqbench_anchor::{Rng, SeedPath};
+use uqbench_models::engine::{self, Job, Resources, TrainSettings};
+use uqbench_models::{open_device, BackendKind, MlpShape};
+
+/// `uqbench bench …`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    command: BenchCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum BenchCommand {
+    /// Train R replicas of the 1-128-64-32-1 network full-batch and report throughput.
+    Train(TrainBench),
+}
+
+/// Arguments of `uqbench bench train`.
+#[derive(Debug, Args)]
+pub struct TrainBench {
+    /// Replicas R (default: 120 members × 50 repetitions).
+    #[arg(long, default_value_t = 6000)]
+    replicas: usize,
+    /// Epochs E (full batch: one step each).
+    #[arg(long, default_value_t = 300)]
+    epochs: usize,
+    /// Training points N (one-dimensional, uniform on [−4, 4]).
+    #[arg(long, default_value_t = 50)]
+    n: usize,
+    /// Backend: flex, ndarray or wgpu.
+    #[arg(long, default_value = "flex")]
+    backend: BackendKind,
+    /// Replicas per chunk (default: chosen from the backend and the memory budget).
+    #[arg(long)]
+    chunk: Option<usize>,
+    /// Worker threads (default: all cores on the CPU, 1 on wgpu).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Print one JSON line instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs `uqbench bench`.
+pub fn run(args: &BenchArgs) -> Result<()> {
+    match &args.command {
+        BenchCommand::Train(t) => train(t),
+    }
+}
+
+fn train(args: &TrainBench) -> Result<()> {
+    let device = open_device(args.backend)?;
+    let shape = MlpShape::paper(1);
+    let seed = |member: usize, purpose: &str| {
+        SeedPath {
+            base: 0,
+            experiment: "bench",
+            setting: "",
+            repetition: 0,
+            member: member as u64,
+            purpose,
+        }
+        .seed()
+    };
+    // One data set, y = sin(x) + N(0, 0.1²), shared by all replicas; replicas differ by init.
+    let mut rng = Rng::new(seed(0, "data"));
+    let x: Vec<f32> = (0..args.n)
+        .map(|_| rng.uniform_in(-4.0, 4.0) as f32)
+        .collect();
+    let y: Vec<f32> = x
+        .iter()
+        .map(|&v| (f64::from(v).sin() + 0.1 * rng.normal()) as f32)
+        .collect();
+    let targets = vec![y];
+    let replica_targets = vec![0usize; args.replicas];
+    let init: Vec<u64> = (0..args.replicas).map(|r| seed(r, "init")).collect();
+    let batch: Vec<u64> = (0..args.replicas).map(|r| seed(r, "batch")).collect();
+    let x_test: Vec<f32> = (0..100).map(|i| -6.0 + 12.0 * i as f32 / 99.0).collect();
+    let job = Job {
+        shape: &shape,
+        x_train: &x,
+        targets: &targets,
+        replica_targets: &replica_targets,
+        init_seeds: &init,
+        batch_seeds: &batch,
+        x_test: &x_test,
+    };
+    let settings = TrainSettings::paper(args.epochs, args.n);
+    let mut res = Resources::new(args.backend, device);
+    res.chunk = args.chunk;
+    if let Some(t) = args.threads {
+        res.threads = t.max(1);
+    }
+    let start = Instant::now();
+    let out = engine::train(&job, &settings, &res, &|_| {})?;
+    let seconds = start.elapsed().as_secs_f64();
+    let replica_epochs = (args.replicas * args.epochs) as f64;
+    let flops = 6.0 * args.n as f64 * shape.macs_per_point() as f64 * replica_epochs;
+    let final_loss = out.final_loss.iter().sum::<f64>() / args.replicas as f64;
+    let diverged = out.diverged.iter().filter(|d| **d).count();
+    if args.json {
+        println!(
+            "{}",
+            json!({
+                "backend": args.backend.name(),
+                "replicas": args.replicas,
+                "epochs": args.epochs,
+                "n": args.n,
+                "seconds": seconds,
+                "replica_epochs_per_s": replica_epochs / seconds,
+                "gflops": flops / seconds / 1e9,
+                "final_loss": final_loss,
+                "chunk": out.chunk,
+                "threads": res.threads,
+                "diverged": diverged,
+            })
+        );
+    } else {
+        println!(
+            "{} replicas × {} epochs, N = {}, backend {} ({} threads, chunks of {}): {:.2} s, \
+             {:.0} replica-epochs/s, {:.1} GFLOP/s, mean final loss {:.6}{}",
+            args.replicas,
+            args.epochs,
+            args.n,
+            args.backend,
+            res.threads,
+            out.chunk,
+            seconds,
+            replica_epochs / seconds,
+            flops / seconds / 1e9,
+            final_loss,
+            if diverged > 0 {
+                format!(", {diverged} diverged")
+            } else {
+                String::new()
+            }
+        );
+    }
+    Ok(())
+}

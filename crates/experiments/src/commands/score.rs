@@ -1,0 +1,316 @@
+//! `uqbench score`: summarise predictions made by any other tool against the truth and the
+//! anchor, with the same files as a native run.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use serde::Deserialize;
+use uqbench_anchor::Anchor;
+
+use crate::spec::ExperimentSpec;
+use crate::store::{rep_stem, setting_dir};
+use crate::summary::{self, RepResult, Summary, TestInfo, ANCHOR};
+
+/// Arguments of `uqbench score`.
+#[derive(Debug, Args)]
+pub struct ScoreArgs {
+    /// Experiment spec (TOML) the predictions were made for.
+    pub spec: PathBuf,
+    /// Directory with one sub-directory per setting (`f_main=2`, or `default` without a sweep)
+    /// holding `rep-NNN.csv` (columns mean,std[,noise_std]) or `rep-NNN.json`
+    /// ({"mean", "std"[, "noise_std"]} or {"samples": [[..] per test input]}).
+    #[arg(long)]
+    pub predictions: PathBuf,
+    /// Output directory for summary.json, summary.csv and aggregate.csv (default:
+    /// PREDICTIONS/score).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Name of the scored method in the summaries.
+    #[arg(long, default_value = "external")]
+    pub method: String,
+    /// Only this setting (KEY=VALUE, repeatable); by default every setting with a directory.
+    #[arg(long = "setting", value_name = "KEY=VALUE")]
+    pub settings: Vec<String>,
+    /// Interval levels (comma separated).
+    #[arg(long, value_delimiter = ',', default_value = "0.95,0.9,0.8,0.7")]
+    pub levels: Vec<f64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum JsonPrediction {
+    Gaussian {
+        mean: Vec<f64>,
+        std: Vec<f64>,
+        #[serde(default)]
+        noise_std: Option<Vec<f64>>,
+    },
+    Samples {
+        samples: Vec<Vec<f64>>,
+    },
+}
+
+/// Mean and sample standard deviation (n − 1 denominator) of each row of samples.
+fn from_samples(samples: &[Vec<f64>], path: &Path) -> Result<(Vec<f64>, Vec<f64>)> {
+    let mut mean = Vec::with_capacity(samples.len());
+    let mut std = Vec::with_capacity(samples.len());
+    for (i, s) in samples.iter().enumerate() {
+        if s.len() < 2 {
+            bail!(
+                "{}: samples[{i}] has {} draws; at least 2 are needed for a std",
+                path.display(),
+                s.len()
+            );
+        }
+        let n = s.len() as f64;
+        let m = s.iter().sum::<f64>() / n;
+        mean.push(m);
+        std.push((s.iter().map(|v| (v - m).powi(2)).sum::<f64>() / (n - 1.0)).sqrt());
+    }
+    Ok((mean, std))
+}
+
+/// Means, standard deviations and optional noise sds, one per test input.
+type Columns = (Vec<f64>, Vec<f64>, Option<Vec<f64>>);
+
+fn read_csv(path: &Path) -> Result<Columns> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let mut lines = text.lines().filter(|l| !l.trim().is_empty());
+    let header: Vec<String> = lines
+        .next()
+        .with_context(|| format!("{} is empty", path.display()))?
+        .split(',')
+        .map(|h| h.trim().trim_matches('"').to_string())
+        .collect();
+    let col = |name: &str| header.iter().position(|h| h == name);
+    let (Some(im), Some(is)) = (col("mean"), col("std")) else {
+        bail!(
+            "{}: header {:?} needs columns `mean` and `std` (and optionally `noise_std`)",
+            path.display(),
+            header
+        );
+    };
+    let inoise = col("noise_std");
+    let (mut mean, mut std, mut noise) = (Vec::new(), Vec::new(), Vec::new());
+    for (k, line) in lines.enumerate() {
+        let cells: Vec<&str> = line.split(',').map(str::trim).collect();
+        let get = |i: usize, name: &str| -> Result<f64> {
+            let cell = cells.get(i).with_context(|| {
+                format!("{}: row {} has no `{name}` cell", path.display(), k + 1)
+            })?;
+            cell.parse::<f64>().with_context(|| {
+                format!(
+                    "{}: row {}: `{cell}` in column `{name}` is not a number",
+                    path.display(),
+                    k + 1
+                )
+            })
+        };
+        mean.push(get(im, "mean")?);
+        std.push(get(is, "std")?);
+        if let Some(i) = inoise {
+            noise.push(get(i, "noise_std")?);
+        }
+    }
+    Ok((mean, std, inoise.map(|_| noise)))
+}
+
+/// Reads one repetition's predictions and checks them against the number of test inputs.
+fn read_rep(dir: &Path, rep: u64, m: usize) -> Result<RepResult> {
+    let stem = rep_stem(rep);
+    let csv = dir.join(format!("{stem}.csv"));
+    let json = dir.join(format!("{stem}.json"));
+    let (mean, std, noise_std, path) = match (csv.exists(), json.exists()) {
+        (true, true) => bail!(
+            "both {} and {} exist: keep one",
+            csv.display(),
+            json.display()
+        ),
+        (true, false) => {
+            let (m, s, n) = read_csv(&csv)?;
+            (m, s, n, csv)
+        }
+        (false, true) => {
+            let text = std::fs::read_to_string(&json)
+                .with_context(|| format!("cannot read {}", json.display()))?;
+            let p: JsonPrediction = serde_json::from_str(&text).with_context(|| {
+                format!(
+                    "{}: expected {{\"mean\": [..], \"std\": [..]}} or {{\"samples\": [[..], ..]}}",
+                    json.display()
+                )
+            })?;
+            match p {
+                JsonPrediction::Gaussian {
+                    mean,
+                    std,
+                    noise_std,
+                } => (mean, std, noise_std, json),
+                JsonPrediction::Samples { samples } => {
+                    let (m, s) = from_samples(&samples, &json)?;
+                    (m, s, None, json)
+                }
+            }
+        }
+        (false, false) => bail!(
+            "repetition {rep} is missing: neither {} nor {} exists",
+            csv.display(),
+            json.display()
+        ),
+    };
+    if mean.len() != m || std.len() != m {
+        bail!(
+            "{}: {} means and {} stds, but the problem has {m} test inputs (one row per test input, in test order)",
+            path.display(),
+            mean.len(),
+            std.len()
+        );
+    }
+    if let Some((i, v)) = mean.iter().enumerate().find(|(_, v)| !v.is_finite()) {
+        bail!(
+            "{}: mean[{i}] = {v}: predictions must be finite",
+            path.display()
+        );
+    }
+    if let Some((i, v)) = std
+        .iter()
+        .enumerate()
+        .find(|(_, v)| !(v.is_finite() && **v >= 0.0))
+    {
+        bail!(
+            "{}: std[{i}] = {v}: a standard deviation must be finite and ≥ 0",
+            path.display()
+        );
+    }
+    if let Some(n) = &noise_std {
+        if n.len() != m || n.iter().any(|v| !(v.is_finite() && *v >= 0.0)) {
+            bail!("{}: noise_std needs {m} finite values ≥ 0", path.display());
+        }
+    }
+    Ok(RepResult {
+        repetition: rep,
+        mean,
+        std,
+        noise_std,
+        scalars: BTreeMap::new(),
+        diverged: false,
+    })
+}
+
+/// The repetition indices present in `dir`; they must be 0..K without gaps.
+fn repetitions(dir: &Path) -> Result<Vec<u64>> {
+    let mut reps = BTreeSet::new();
+    for entry in std::fs::read_dir(dir).with_context(|| format!("cannot read {}", dir.display()))? {
+        let name = entry?.file_name().to_string_lossy().into_owned();
+        let Some(rest) = name.strip_prefix("rep-") else {
+            continue;
+        };
+        let Some((num, ext)) = rest.split_once('.') else {
+            continue;
+        };
+        if ext != "csv" && ext != "json" {
+            continue; // rep-NNN.train.csv and rep-NNN.test.csv are exported data, not predictions
+        }
+        if let Ok(r) = num.parse::<u64>() {
+            reps.insert(r);
+        }
+    }
+    if reps.is_empty() {
+        bail!(
+            "{}: no predictions (rep-NNN.csv or rep-NNN.json)",
+            dir.display()
+        );
+    }
+    let k = reps.len() as u64;
+    if let Some(missing) = (0..k).find(|r| !reps.contains(r)) {
+        bail!(
+            "{}: repetition {missing} is missing (found {} files up to repetition {}); repetitions must be 0..K without gaps",
+            dir.display(),
+            reps.len(),
+            reps.iter().max().unwrap()
+        );
+    }
+    Ok(reps.into_iter().collect())
+}
+
+/// Runs `uqbench score`.
+pub fn run(args: &ScoreArgs) -> Result<()> {
+    let spec = ExperimentSpec::load(&args.spec)?;
+    if args.method == ANCHOR {
+        bail!("--method {ANCHOR}: that name is the anchor's; choose another");
+    }
+    let settings = if args.settings.is_empty() {
+        spec.settings()
+    } else {
+        vec![spec.parse_setting(&args.settings)?]
+    };
+    let mut out_settings = Vec::new();
+    for setting in settings {
+        let label = setting.label();
+        let dir = args.predictions.join(setting_dir(&label));
+        if !dir.is_dir() {
+            if args.settings.is_empty() && spec.settings().len() > 1 {
+                continue; // score the settings that have predictions
+            }
+            bail!(
+                "no predictions for setting `{}`: {} is not a directory",
+                setting_dir(&label),
+                dir.display()
+            );
+        }
+        let problem = spec.resolve(&setting)?;
+        let anchor = Anchor::fit(&problem)?;
+        let m = problem.test.truth.len();
+        let reps = repetitions(&dir)?;
+        let external = reps
+            .iter()
+            .map(|&r| read_rep(&dir, r, m))
+            .collect::<Result<Vec<_>>>()?;
+        let anchor_reps = reps
+            .iter()
+            .map(|&r| summary::anchor_rep(&problem, &anchor, r))
+            .collect::<Result<Vec<_>>>()?;
+        let mut methods = BTreeMap::new();
+        methods.insert(ANCHOR.to_string(), anchor_reps);
+        methods.insert(args.method.clone(), external);
+        out_settings.push(summary::summarize_setting(
+            &label,
+            TestInfo::of(&problem),
+            &methods,
+            &args.levels,
+        )?);
+        eprintln!(
+            "scored setting `{}`: {} repetitions",
+            setting_dir(&label),
+            reps.len()
+        );
+    }
+    if out_settings.is_empty() {
+        bail!(
+            "{}: no setting directories found; expected one of: {}",
+            args.predictions.display(),
+            spec.settings()
+                .iter()
+                .map(|s| setting_dir(&s.label()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    let summary = Summary {
+        experiment: spec.name.clone(),
+        levels: args.levels.clone(),
+        settings: out_settings,
+    };
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| args.predictions.join("score"));
+    summary.write(&out)?;
+    eprintln!(
+        "wrote summary.json, summary.csv and aggregate.csv to {}",
+        out.display()
+    );
+    Ok(())
+}

@@ -1,0 +1,21 @@
+//! Uncertainty metrics on plain f64 slices. No burn, no knowledge of which method produced
+//! the numbers: predictions come in as means, standard deviations, intervals, samples or
+//! class probabilities, and numbers come out.
+//!
+//! - [`coverage`]: pointwise deviation/uncertainty/coverage over repetitions (spec §2), binomial
+//!   intervals (Wilson, Clopper–Pearson), CICF/PICF and their Brier scores (spec §4).
+//! - [`regression`]: RMSE, MAE, Gaussian NLL, CRPS (closed form and samples), interval score,
+//!   calibration curves and miscalibration area.
+//! - [`classification`]: accuracy, Brier score and decomposition, NLL, ECE/RMSCE/SCE/ACE/TACE
+//!   (one general calibration error), reliability diagrams, ensemble entropies.
+//! - [`information`]: WAIC (types 1 and 2) and importance-sampling CV with standard errors.
+//! - [`ranking`]: ROC AUC and referral curves.
+
+pub mod classification;
+pub mod coverage;
+pub mod error;
+pub mod information;
+pub mod ranking;
+pub mod regression;
+
+pub use error::MetricError;

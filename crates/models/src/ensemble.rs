@@ -1,0 +1,266 @@
+//! Deep ensembles [Lakshminarayanan et al. 2017] in the three variants of [000]: plain
+//! (Ens), adversarial (EnsAdvA) and bootstrap (EnsBS). All members of all repetitions of a
+//! task are trained as one batched job.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::engine::{self, Batching, Job, Resources, TrainSettings};
+use crate::error::ModelError;
+use crate::mlp::MlpShape;
+use crate::task::{mean_std, Method, RepOutput, Task};
+
+/// Which ensemble.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EnsembleKind {
+    /// Members differ by initialisation (and mini-batch order when mini-batches are used).
+    Plain,
+    /// Every step also trains on x' = x + ε·sign(∇ₓ loss).
+    Adversarial,
+    /// Bootstrap: [000]'s mini-batches drawn with replacement, or the classic resample.
+    Bootstrap,
+}
+
+/// How EnsBS resamples.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum BootstrapScheme {
+    /// [000]: every epoch, `batches_per_epoch` mini-batches of `batch_fraction`·N points
+    /// drawn with replacement ("pull with back").
+    #[default]
+    Paper,
+    /// [002]/[004]: one resample of N points with replacement per member, trained
+    /// full-batch.
+    Classic,
+}
+
+/// Settings of the ensemble methods, with [000]'s values as defaults.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EnsembleConfig {
+    /// Members per ensemble (spec §3: 120).
+    pub members: usize,
+    /// Hidden widths (spec §3: 128, 64, 32).
+    pub hidden: Vec<usize>,
+    /// Leaky-ReLU slope (0.01).
+    pub negative_slope: f64,
+    /// Adam learning rate (1e-2).
+    pub lr: f64,
+    /// Adam β₁ (0.9).
+    pub beta1: f64,
+    /// Adam β₂ (0.999).
+    pub beta2: f64,
+    /// Adam ε (1e-8).
+    pub eps: f64,
+    /// L2 factor on the weights; 1/N when not set (spec §3).
+    pub weight_decay: Option<f64>,
+    /// Mini-batch size for Ens and EnsAdvA; full batch when not set (spec §3).
+    pub batch_size: Option<usize>,
+    /// EnsAdvA: ε as a fraction of each input dimension's training range (0.01).
+    pub adversarial_fraction: f64,
+    /// EnsBS: resampling scheme.
+    pub bootstrap: BootstrapScheme,
+    /// EnsBS (paper scheme): mini-batch size as a fraction of N (0.5).
+    pub batch_fraction: f64,
+    /// EnsBS (paper scheme): mini-batches per epoch (2).
+    pub batches_per_epoch: usize,
+}
+
+impl Default for EnsembleConfig {
+    fn default() -> Self {
+        EnsembleConfig {
+            members: 120,
+            hidden: vec![128, 64, 32],
+            negative_slope: 0.01,
+            lr: 1e-2,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: None,
+            batch_size: None,
+            adversarial_fraction: 0.01,
+            bootstrap: BootstrapScheme::Paper,
+            batch_fraction: 0.5,
+            batches_per_epoch: 2,
+        }
+    }
+}
+
+/// An ensemble method.
+#[derive(Debug, Clone)]
+pub struct Ensemble {
+    name: String,
+    kind: EnsembleKind,
+    config: EnsembleConfig,
+}
+
+impl Ensemble {
+    /// An ensemble of `kind` named `name` (`Ens`, `EnsAdvA`, `EnsBS`), with its settings
+    /// checked up front.
+    pub fn new(
+        name: &str,
+        kind: EnsembleKind,
+        config: EnsembleConfig,
+    ) -> Result<Ensemble, ModelError> {
+        if config.members == 0 {
+            return Err(ModelError::invalid(
+                format!("{name}.members"),
+                0,
+                "at least 1",
+            ));
+        }
+        if !(config.adversarial_fraction.is_finite() && config.adversarial_fraction >= 0.0) {
+            return Err(ModelError::invalid(
+                format!("{name}.adversarial_fraction"),
+                config.adversarial_fraction,
+                "a number ≥ 0",
+            ));
+        }
+        if !(config.batch_fraction > 0.0 && config.batch_fraction <= 1.0) {
+            return Err(ModelError::invalid(
+                format!("{name}.batch_fraction"),
+                config.batch_fraction,
+                "a fraction in (0, 1]",
+            ));
+        }
+        MlpShape {
+            d_in: 1,
+            hidden: config.hidden.clone(),
+            d_out: 1,
+            negative_slope: config.negative_slope,
+        }
+        .validate()?;
+        Ok(Ensemble {
+            name: name.to_string(),
+            kind,
+            config,
+        })
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &EnsembleConfig {
+        &self.config
+    }
+
+    /// The optimiser settings for a task.
+    pub fn train_settings(&self, task: &Task<'_>) -> TrainSettings {
+        let c = &self.config;
+        let n = task.n_train();
+        let batching = match (self.kind, c.bootstrap) {
+            (EnsembleKind::Bootstrap, BootstrapScheme::Paper) => Batching::WithReplacement {
+                size: ((c.batch_fraction * n as f64).round() as usize).max(1),
+                per_epoch: c.batches_per_epoch,
+            },
+            (EnsembleKind::Bootstrap, BootstrapScheme::Classic) => Batching::Resample,
+            _ => match c.batch_size {
+                Some(size) if size < n => Batching::Shuffled { size },
+                _ => Batching::Full,
+            },
+        };
+        let adversarial = (self.kind == EnsembleKind::Adversarial).then(|| {
+            task.input_range()
+                .iter()
+                .map(|r| r * c.adversarial_fraction)
+                .collect()
+        });
+        TrainSettings {
+            epochs: task.epochs,
+            lr: c.lr,
+            beta1: c.beta1,
+            beta2: c.beta2,
+            eps: c.eps,
+            weight_decay: c.weight_decay.unwrap_or(1.0 / n as f64),
+            batching,
+            adversarial,
+        }
+    }
+}
+
+impl Method for Ensemble {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn replicas_per_repetition(&self) -> usize {
+        self.config.members
+    }
+
+    fn run(
+        &self,
+        task: &Task<'_>,
+        resources: &Resources,
+        keep_samples: bool,
+        progress: &(dyn Fn(usize) + Sync),
+    ) -> Result<Vec<RepOutput>, ModelError> {
+        task.validate()?;
+        let members = self.config.members;
+        let shape = MlpShape {
+            d_in: task.d,
+            hidden: self.config.hidden.clone(),
+            d_out: 1,
+            negative_slope: self.config.negative_slope,
+        };
+        let reps = task.repetitions.len();
+        let mut replica_targets = Vec::with_capacity(reps * members);
+        let mut init_seeds = Vec::with_capacity(reps * members);
+        let mut batch_seeds = Vec::with_capacity(reps * members);
+        let init_purpose = format!("{}/init", self.name);
+        let batch_purpose = format!("{}/batch", self.name);
+        for (k, &rep) in task.repetitions.iter().enumerate() {
+            for m in 0..members as u64 {
+                replica_targets.push(k);
+                init_seeds.push(task.seeds.seed(rep, m, &init_purpose));
+                batch_seeds.push(task.seeds.seed(rep, m, &batch_purpose));
+            }
+        }
+        let (x_train, x_test, targets) =
+            (task.x_train_f32(), task.x_test_f32(), task.y_train_f32());
+        let job = Job {
+            shape: &shape,
+            x_train: &x_train,
+            targets: &targets,
+            replica_targets: &replica_targets,
+            init_seeds: &init_seeds,
+            batch_seeds: &batch_seeds,
+            x_test: &x_test,
+        };
+        let out = engine::train(&job, &self.train_settings(task), resources, progress)?;
+        let mt = task.n_test();
+        Ok((0..reps)
+            .map(|k| {
+                let rows: Vec<&[f32]> = (0..members)
+                    .map(|m| {
+                        let r = k * members + m;
+                        &out.test_out[r * mt..(r + 1) * mt]
+                    })
+                    .collect();
+                let bad = (0..members)
+                    .filter(|m| out.diverged[k * members + m])
+                    .count();
+                let (mean, std) = mean_std(&rows);
+                let losses: Vec<f64> = (0..members)
+                    .map(|m| out.final_loss[k * members + m])
+                    .collect();
+                let mut scalars = BTreeMap::new();
+                scalars.insert(
+                    "final_loss".to_string(),
+                    losses.iter().sum::<f64>() / members as f64,
+                );
+                scalars.insert("diverged_members".to_string(), bad as f64);
+                RepOutput {
+                    mean,
+                    std,
+                    noise_std: None,
+                    samples: keep_samples.then(|| {
+                        rows.iter()
+                            .map(|r| r.iter().map(|&v| f64::from(v)).collect())
+                            .collect()
+                    }),
+                    scalars,
+                    diverged: bad > 0,
+                }
+            })
+            .collect())
+    }
+}

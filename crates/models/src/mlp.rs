@@ -1,0 +1,156 @@
+//! The network of spec §3 as R independent replicas: widths, Xavier initialisation per
+//! replica from its own seed, and the host-side layout of the replicas' weights.
+
+use serde::{Deserialize, Serialize};
+use uqbench_anchor::Rng;
+
+use crate::error::ModelError;
+
+/// Shape of the MLP shared by all replicas.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MlpShape {
+    /// Input dimension d.
+    pub d_in: usize,
+    /// Hidden widths (spec §3: 128, 64, 32).
+    pub hidden: Vec<usize>,
+    /// Output dimension (1; 2 for a heteroscedastic mean-and-variance head).
+    pub d_out: usize,
+    /// Negative slope of the leaky ReLU between layers (spec §3: 0.01).
+    pub negative_slope: f64,
+}
+
+impl MlpShape {
+    /// The spec's network for inputs of dimension `d_in`: 128-64-32, one output, slope 0.01.
+    pub fn paper(d_in: usize) -> MlpShape {
+        MlpShape {
+            d_in,
+            hidden: vec![128, 64, 32],
+            d_out: 1,
+            negative_slope: 0.01,
+        }
+    }
+
+    /// Checks the shape once, up front.
+    pub fn validate(&self) -> Result<(), ModelError> {
+        if self.d_in == 0 || self.d_out == 0 || self.hidden.contains(&0) {
+            return Err(ModelError::invalid(
+                "network widths",
+                format!(
+                    "d_in = {}, hidden = {:?}, d_out = {}",
+                    self.d_in, self.hidden, self.d_out
+                ),
+                "every width must be at least 1",
+            ));
+        }
+        if !(self.negative_slope.is_finite() && (0.0..1.0).contains(&self.negative_slope)) {
+            return Err(ModelError::invalid(
+                "negative_slope",
+                self.negative_slope,
+                "a slope in [0, 1)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// (fan_in, fan_out) of every layer, input to output.
+    pub fn layers(&self) -> Vec<(usize, usize)> {
+        let mut widths = vec![self.d_in];
+        widths.extend(&self.hidden);
+        widths.push(self.d_out);
+        widths.windows(2).map(|w| (w[0], w[1])).collect()
+    }
+
+    /// Σ fan_in·fan_out: multiply-adds per point and forward pass.
+    pub fn macs_per_point(&self) -> usize {
+        self.layers().iter().map(|(i, o)| i * o).sum()
+    }
+
+    /// Parameters per replica (weights and biases).
+    pub fn params_per_replica(&self) -> usize {
+        self.layers().iter().map(|(i, o)| i * o + o).sum()
+    }
+}
+
+/// Weights and biases of R replicas on the host, layer by layer: weights `[R, in, out]` and
+/// biases `[R, out]`, row-major.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostWeights {
+    /// Number of replicas.
+    pub replicas: usize,
+    /// Per layer: (weights, biases).
+    pub layers: Vec<(Vec<f32>, Vec<f32>)>,
+}
+
+/// Glorot/Xavier uniform initialisation, independently per replica: every weight of a layer
+/// with fan-in a and fan-out b is U(−√(6/(a+b)), √(6/(a+b))), biases are zero (as MATLAB's
+/// `glorot` initialiser, used by [000]). Replica r draws from `Rng::new(seeds[r])`, layer by
+/// layer in row-major order, so its weights do not depend on which other replicas exist.
+pub fn xavier_init(shape: &MlpShape, seeds: &[u64]) -> HostWeights {
+    let layers = shape.layers();
+    let r = seeds.len();
+    let mut out: Vec<(Vec<f32>, Vec<f32>)> = layers
+        .iter()
+        .map(|&(i, o)| (Vec::with_capacity(r * i * o), vec![0.0; r * o]))
+        .collect();
+    for &seed in seeds {
+        let mut rng = Rng::new(seed);
+        for (l, &(i, o)) in layers.iter().enumerate() {
+            let limit = (6.0 / (i + o) as f64).sqrt();
+            for _ in 0..i * o {
+                out[l].0.push(rng.uniform_in(-limit, limit) as f32);
+            }
+        }
+    }
+    HostWeights {
+        replicas: r,
+        layers: out,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paper_shape_counts() {
+        let s = MlpShape::paper(1);
+        assert_eq!(s.layers(), vec![(1, 128), (128, 64), (64, 32), (32, 1)]);
+        assert_eq!(s.macs_per_point(), 128 + 8192 + 2048 + 32);
+        assert_eq!(s.params_per_replica(), 10_400 + 128 + 64 + 32 + 1);
+        assert!(MlpShape {
+            negative_slope: 1.5,
+            ..s.clone()
+        }
+        .validate()
+        .is_err());
+        assert!(MlpShape {
+            hidden: vec![0],
+            ..s
+        }
+        .validate()
+        .is_err());
+    }
+
+    #[test]
+    fn xavier_is_per_replica_and_in_range() {
+        let s = MlpShape::paper(2);
+        let both = xavier_init(&s, &[11, 22]);
+        let alone = xavier_init(&s, &[22]);
+        let (w, _) = &both.layers[1];
+        let per = 128 * 64;
+        assert_eq!(&w[per..], &alone.layers[1].0[..]);
+        let limit = (6.0f64 / 192.0).sqrt() as f32;
+        assert!(w.iter().all(|v| v.abs() <= limit));
+        // Var of U(−a, a) is a²/3: the sample variance of 8192 draws has relative sd ≈
+        // sqrt(0.8/8192) ≈ 0.0099 (kurtosis of the uniform: 1.8); allow 5 sd.
+        let var = alone.layers[1]
+            .0
+            .iter()
+            .map(|v| f64::from(*v).powi(2))
+            .sum::<f64>()
+            / per as f64;
+        let want = f64::from(limit).powi(2) / 3.0;
+        assert!((var / want - 1.0).abs() < 0.05, "{var} vs {want}");
+        assert!(both.layers[0].1.iter().all(|b| *b == 0.0));
+    }
+}
