@@ -19,6 +19,7 @@ use burn::tensor::{Device, Tensor, TensorData};
 use uqbench_anchor::Rng;
 
 use crate::backend::BackendKind;
+use crate::dropout::{self, Dropout, LastCache};
 use crate::error::ModelError;
 use crate::kernels::{self, AdamStep, KernelPath};
 use crate::mlp::{xavier_init, MlpShape};
@@ -67,6 +68,13 @@ pub struct TrainSettings {
     /// Adversarial training ([000] EnsAdvA): per input dimension the ε of
     /// x' = x + ε·sign(∇ₓ loss); the step's loss is loss(x) + loss(x').
     pub adversarial: Option<Vec<f64>>,
+    /// A stochastic layer in front of the last linear layer (the dropout methods).
+    pub dropout: Option<Dropout>,
+    /// A two-output head (mean, log variance) trained with the Gaussian NLL; the network's
+    /// `d_out` must be 2.
+    pub heteroscedastic: bool,
+    /// Stochastic forward passes at prediction (1 for deterministic networks).
+    pub mc_passes: usize,
 }
 
 impl TrainSettings {
@@ -82,11 +90,43 @@ impl TrainSettings {
             weight_decay: 1.0 / n_train as f64,
             batching: Batching::Full,
             adversarial: None,
+            dropout: None,
+            heteroscedastic: false,
+            mc_passes: 1,
         }
     }
 
-    /// Checks the settings against the number of training points.
-    pub fn validate(&self, n_train: usize, d_in: usize) -> Result<(), ModelError> {
+    /// Checks the settings against the number of training points and the network.
+    pub fn validate(&self, n_train: usize, shape: &MlpShape) -> Result<(), ModelError> {
+        let d_in = shape.d_in;
+        if self.mc_passes == 0 {
+            return Err(ModelError::invalid("prediction passes T", 0, "at least 1"));
+        }
+        if self.dropout.is_none() && self.mc_passes != 1 {
+            return Err(ModelError::invalid(
+                "prediction passes T",
+                self.mc_passes,
+                "1: a network without a stochastic layer gives the same prediction every pass",
+            ));
+        }
+        if let Some(d) = &self.dropout {
+            d.validate()?;
+        }
+        let want = if self.heteroscedastic { 2 } else { 1 };
+        if shape.d_out != want {
+            return Err(ModelError::invalid(
+                "network outputs",
+                shape.d_out,
+                format!(
+                    "{want} for a {} head",
+                    if self.heteroscedastic {
+                        "heteroscedastic (mean, log variance)"
+                    } else {
+                        "mean-only"
+                    }
+                ),
+            ));
+        }
         if self.epochs == 0 {
             return Err(ModelError::invalid("epochs", 0, "at least 1"));
         }
@@ -162,8 +202,9 @@ pub struct Job<'a> {
     pub replica_targets: &'a [usize],
     /// For every replica, the seed of its initial weights.
     pub init_seeds: &'a [u64],
-    /// For every replica, the seed of its mini-batch (or resample) draws.
-    pub batch_seeds: &'a [u64],
+    /// For every replica, the seed of its stream of mini-batch (or resample) and dropout
+    /// draws.
+    pub stream_seeds: &'a [u64],
     /// Test inputs, row-major `[M, d]`.
     pub x_test: &'a [f32],
 }
@@ -210,13 +251,13 @@ impl Job<'_> {
         if r == 0 {
             return Err(ModelError::invalid("replicas", 0, "at least 1"));
         }
-        if self.init_seeds.len() != r || self.batch_seeds.len() != r {
+        if self.init_seeds.len() != r || self.stream_seeds.len() != r {
             return Err(ModelError::invalid(
                 "replica seeds",
                 format!(
-                    "{} init and {} batch seeds",
+                    "{} init and {} stream seeds",
                     self.init_seeds.len(),
-                    self.batch_seeds.len()
+                    self.stream_seeds.len()
                 ),
                 format!("one of each per replica ({r})"),
             ));
@@ -307,8 +348,12 @@ impl Resources {
 /// The result of training every replica of a job.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TrainOutput {
-    /// Test predictions `[R, M, d_out]`, row-major.
+    /// Test predictions `[R, T, M, d_out]`, row-major: T prediction passes per replica.
     pub test_out: Vec<f32>,
+    /// T.
+    pub passes: usize,
+    /// The dropout layer's rate per replica (p, or α for variational dropout).
+    pub rates: Option<Vec<f64>>,
     /// Final training objective per replica (on all N points).
     pub final_loss: Vec<f64>,
     /// Whether the replica's training diverged (non-finite loss or predictions).
@@ -340,7 +385,7 @@ pub fn bytes_per_replica(
     };
     let step = if settings.adversarial.is_some() { 2 } else { 1 };
     let activations = points * (widths * 2 + widest * 2) * step;
-    let test = n_test * widest * 2;
+    let test = n_test * widest * 2 + n_test * shape.d_out * settings.mc_passes;
     4 * (params + activations.max(test) + points * (shape.d_in + 1))
 }
 
@@ -380,11 +425,14 @@ struct State {
     vw: Vec<Tensor<3>>,
     mb: Vec<Tensor<3>>,
     vb: Vec<Tensor<3>>,
+    /// The dropout layer's learnable scalar per replica `[R, 1, 1]` with its Adam moments.
+    param: Option<[Tensor<3>; 3]>,
 }
 
 struct Grads {
     w: Vec<Tensor<3>>,
     b: Vec<Tensor<3>>,
+    param: Option<Tensor<3>>,
 }
 
 fn upload(values: Vec<f32>, shape: [usize; 3], device: &Device) -> Tensor<3> {
@@ -395,28 +443,72 @@ fn download(t: Tensor<3>) -> Vec<f32> {
     t.into_data().try_into_vec_as::<f32>().expect("float data")
 }
 
-/// Forward and backward passes of the batched MLP.
-#[derive(Debug, Clone, Copy)]
+/// Forward and backward passes of the batched MLP, with the optional stochastic layer in
+/// front of the last linear layer.
+#[derive(Debug, Clone)]
 struct Net {
     path: KernelPath,
     slope: f64,
+    dropout: Option<Dropout>,
+    heteroscedastic: bool,
+}
+
+/// What the backward pass needs from the forward pass.
+struct Cache {
+    /// The input of every layer (for the last layer with dropout: its input before noise).
+    inputs: Vec<Tensor<3>>,
+    last: Option<LastCache>,
 }
 
 impl Net {
-    /// Forward pass keeping every layer's input.
-    ///
-    /// # Shapes
-    /// - `x`: `[1 or R, n, d]` → output `[R, n, d_out]`, inputs per layer
-    fn forward(&self, s: &State, x: Tensor<3>) -> (Tensor<3>, Vec<Tensor<3>>) {
+    /// The hidden layers: the last hidden activation and every layer's input up to it.
+    fn hidden(&self, s: &State, x: Tensor<3>) -> (Tensor<3>, Vec<Tensor<3>>) {
         let last = s.w.len() - 1;
         let mut inputs = Vec::with_capacity(s.w.len());
         let mut h = x;
-        for l in 0..=last {
+        for l in 0..last {
             let z = h.clone().matmul(s.w[l].clone());
             inputs.push(h);
-            h = kernels::bias_act(self.path, z, &s.b[l], self.slope, l < last);
+            h = kernels::bias_act(self.path, z, &s.b[l], self.slope, true);
         }
         (h, inputs)
+    }
+
+    /// The last layer: deterministic without noise, stochastic with it.
+    fn last(
+        &self,
+        s: &State,
+        h: Tensor<3>,
+        noise: Option<Tensor<3>>,
+    ) -> (Tensor<3>, Option<LastCache>) {
+        let l = s.w.len() - 1;
+        match (&self.dropout, noise) {
+            (Some(dropout), Some(noise)) => {
+                let param = s.param.as_ref().map(|p| &p[0]);
+                let (out, cache) =
+                    dropout::forward_last(dropout, h, &s.w[l], &s.b[l], param, noise);
+                (out, Some(cache))
+            }
+            _ => {
+                let z = h.matmul(s.w[l].clone());
+                (
+                    kernels::bias_act(self.path, z, &s.b[l], self.slope, false),
+                    None,
+                )
+            }
+        }
+    }
+
+    /// Forward pass keeping what the backward pass needs. Without `noise` the dropout
+    /// layer is replaced by its expectation (the identity for all three kinds).
+    ///
+    /// # Shapes
+    /// - `x`: `[1 or R, n, d]`, `noise`: from [`Dropout::draw`] → output `[R, n, d_out]`
+    fn forward(&self, s: &State, x: Tensor<3>, noise: Option<Tensor<3>>) -> (Tensor<3>, Cache) {
+        let (h, mut inputs) = self.hidden(s, x);
+        inputs.push(h.clone());
+        let (out, last) = self.last(s, h, noise);
+        (out, Cache { inputs, last })
     }
 
     /// Backward pass from δ at the output; returns the gradients and, when asked, δ at the
@@ -424,34 +516,88 @@ impl Net {
     fn backward(
         &self,
         s: &State,
-        inputs: &[Tensor<3>],
+        cache: &Cache,
         mut delta: Tensor<3>,
         want_input: bool,
     ) -> (Grads, Option<Tensor<3>>) {
         let layers = s.w.len();
         let mut gw = vec![None; layers];
         let mut gb = vec![None; layers];
+        let mut gparam = None;
         let mut input_grad = None;
         for l in (0..layers).rev() {
-            let h = &inputs[l];
-            // A shared input [1, n, in] broadcasts against δ [R, n, out] to [R, in, out].
-            gw[l] = Some(h.clone().swap_dims(1, 2).matmul(delta.clone()));
-            gb[l] = Some(delta.clone().sum_dim(1));
-            if l == 0 && !want_input {
-                break;
-            }
-            let back = delta.matmul(s.w[l].clone().swap_dims(1, 2));
+            let back = match (&cache.last, &self.dropout, l == layers - 1) {
+                (Some(last), Some(dropout), true) => {
+                    let mut g = dropout::backward_last(dropout, last, &s.w[l], delta.clone());
+                    let param = s.param.as_ref().map(|p| &p[0]);
+                    dropout::regularize(dropout, &s.w[l], param, &mut g);
+                    gw[l] = Some(g.gw);
+                    gb[l] = Some(g.gb);
+                    gparam = g.gparam;
+                    g.dh
+                }
+                _ => {
+                    // A shared input [1, n, in] broadcasts against δ [R, n, out] to [R, in, out].
+                    gw[l] = Some(
+                        cache.inputs[l]
+                            .clone()
+                            .swap_dims(1, 2)
+                            .matmul(delta.clone()),
+                    );
+                    gb[l] = Some(delta.clone().sum_dim(1));
+                    if l == 0 && !want_input {
+                        break;
+                    }
+                    delta.clone().matmul(s.w[l].clone().swap_dims(1, 2))
+                }
+            };
             if l == 0 {
-                input_grad = Some(back);
+                input_grad = want_input.then_some(back);
                 break;
             }
-            delta = kernels::leaky_backward(self.path, back, &inputs[l], self.slope);
+            delta = kernels::leaky_backward(self.path, back, &cache.inputs[l], self.slope);
         }
         let grads = Grads {
             w: gw.into_iter().map(|g| g.expect("every layer")).collect(),
             b: gb.into_iter().map(|g| g.expect("every layer")).collect(),
+            param: gparam,
         };
         (grads, input_grad)
+    }
+
+    /// The data term per replica `[R, 1, 1]`: ½·MSE, or for a heteroscedastic head (mean,
+    /// log variance) the Gaussian NLL ½·log σ² + (y − μ)²/(2σ²) without its constant, both
+    /// averaged over the n points.
+    fn data_term(&self, out: Tensor<3>, y: &Tensor<3>) -> Tensor<3> {
+        let [r, n, _] = out.dims();
+        if self.heteroscedastic {
+            let mu = out.clone().slice([0..r, 0..n, 0..1]);
+            let log_var = out.slice([0..r, 0..n, 1..2]);
+            let sq = (y.clone() - mu).square() * log_var.clone().neg().exp();
+            (log_var + sq).mul_scalar(0.5).mean_dim(1)
+        } else {
+            (out - y.clone()).square().mean_dim(1).mul_scalar(0.5)
+        }
+    }
+
+    /// The gradient of [`Net::data_term`] at the output `[R, n, d_out]`.
+    fn output_delta(&self, out: Tensor<3>, y: &Tensor<3>) -> Tensor<3> {
+        let [r, n, _] = out.dims();
+        if self.heteroscedastic {
+            let mu = out.clone().slice([0..r, 0..n, 0..1]);
+            let log_var = out.slice([0..r, 0..n, 1..2]);
+            let resid = y.clone() - mu;
+            let inv = log_var.neg().exp();
+            let d_mu = (resid.clone() * inv.clone()).neg().div_scalar(n as f64);
+            let d_lv = (resid.square() * inv)
+                .neg()
+                .add_scalar(1.0)
+                .mul_scalar(0.5)
+                .div_scalar(n as f64);
+            Tensor::cat(vec![d_mu, d_lv], 2)
+        } else {
+            (out - y.clone()).div_scalar(n as f64)
+        }
     }
 }
 
@@ -463,37 +609,33 @@ struct Trainer<'a> {
     net: Net,
 }
 
+/// A chunk's result: predictions `[R, T, M, d_out]`, final objectives, learned rates.
+struct ChunkOut {
+    pred: Vec<f32>,
+    loss: Vec<f64>,
+    rates: Vec<f64>,
+}
+
 impl Trainer<'_> {
-    fn forward(&self, s: &State, x: Tensor<3>) -> (Tensor<3>, Vec<Tensor<3>>) {
-        self.net.forward(s, x)
+    fn k(&self) -> usize {
+        *self.job.shape.hidden.last().unwrap_or(&self.job.shape.d_in)
     }
 
-    fn backward(
-        &self,
-        s: &State,
-        inputs: &[Tensor<3>],
-        delta: Tensor<3>,
-        want_input: bool,
-    ) -> (Grads, Option<Tensor<3>>) {
-        self.net.backward(s, inputs, delta, want_input)
-    }
-
-    /// ½·mean squared error gradient at the output: (f − y)/n.
-    fn output_delta(out: Tensor<3>, y: &Tensor<3>) -> Tensor<3> {
-        let n = out.dims()[1] as f64;
-        (out - y.clone()).div_scalar(n)
+    /// One pass's noise for the replicas' streams, or `None` without dropout.
+    fn noise(&self, rngs: &mut [Rng], n: usize) -> Option<Tensor<3>> {
+        self.settings
+            .dropout
+            .as_ref()
+            .map(|d| d.draw(rngs, n, self.k(), self.job.shape.d_out, &self.device))
     }
 
     /// One optimiser step on a batch.
-    fn step(&self, s: &mut State, x: Tensor<3>, y: &Tensor<3>, t: u64) {
+    fn step(&self, s: &mut State, x: Tensor<3>, y: &Tensor<3>, t: u64, rngs: &mut [Rng]) {
         let adversarial = self.settings.adversarial.as_ref();
-        let (out, inputs) = self.forward(s, x.clone());
-        let (mut grads, input_grad) = self.backward(
-            s,
-            &inputs,
-            Self::output_delta(out, y),
-            adversarial.is_some(),
-        );
+        let n = x.dims()[1];
+        let (out, cache) = self.net.forward(s, x.clone(), self.noise(rngs, n));
+        let delta = self.net.output_delta(out, y);
+        let (mut grads, input_grad) = self.net.backward(s, &cache, delta, adversarial.is_some());
         if let (Some(eps), Some(gx)) = (adversarial, input_grad) {
             // x' = x + ε·sign(∇ₓ loss), ε per input dimension; the loss on x' adds to the step.
             let d = eps.len();
@@ -503,12 +645,16 @@ impl Trainer<'_> {
                 &self.device,
             );
             let x_adv = x + gx.sign() * eps_t;
-            let (out2, inputs2) = self.forward(s, x_adv);
-            let (g2, _) = self.backward(s, &inputs2, Self::output_delta(out2, y), false);
+            let (out2, cache2) = self.net.forward(s, x_adv, self.noise(rngs, n));
+            let delta2 = self.net.output_delta(out2, y);
+            let (g2, _) = self.net.backward(s, &cache2, delta2, false);
             for (a, b) in grads.w.iter_mut().zip(g2.w) {
                 *a = a.clone() + b;
             }
             for (a, b) in grads.b.iter_mut().zip(g2.b) {
+                *a = a.clone() + b;
+            }
+            if let (Some(a), Some(b)) = (grads.param.as_mut(), g2.param) {
                 *a = a.clone() + b;
             }
         }
@@ -540,34 +686,58 @@ impl Trainer<'_> {
             );
             (s.b[l], s.mb[l], s.vb[l]) = (p, m, v);
         }
+        if let (Some([p, m, v]), Some(g)) = (s.param.as_mut(), grads.param) {
+            let (np, nm, nv) = kernels::adam(
+                self.net.path,
+                p.extract(),
+                m.extract(),
+                v.extract(),
+                g,
+                &bstep,
+            );
+            (*p, *m, *v) = (np, nm, nv);
+        }
     }
 
-    /// Trains replicas `range` of the job and returns (test outputs, final losses).
-    fn run_chunk(&self, range: std::ops::Range<usize>) -> (Vec<f32>, Vec<f64>) {
+    /// Trains replicas `range` of the job, then predicts the test inputs.
+    fn run_chunk(&self, range: std::ops::Range<usize>) -> ChunkOut {
         let job = self.job;
         let shape = job.shape;
         let rc = range.len();
         let (d, n, m) = (shape.d_in, job.n_train(), job.n_test());
         let host = xavier_init(shape, &job.init_seeds[range.clone()]);
         let layers = shape.layers();
-        let zeros = |i: usize, o: usize| Tensor::<3>::zeros([rc, i, o], &self.device);
+        let dev = &self.device;
+        let zeros = |i: usize, o: usize| Tensor::<3>::zeros([rc, i, o], dev);
         let mut s = State {
             w: host
                 .layers
                 .iter()
                 .zip(&layers)
-                .map(|((w, _), &(i, o))| upload(w.clone(), [rc, i, o], &self.device))
+                .map(|((w, _), &(i, o))| upload(w.clone(), [rc, i, o], dev))
                 .collect(),
             b: host
                 .layers
                 .iter()
                 .zip(&layers)
-                .map(|((_, b), &(_, o))| upload(b.clone(), [rc, 1, o], &self.device))
+                .map(|((_, b), &(_, o))| upload(b.clone(), [rc, 1, o], dev))
                 .collect(),
             mw: layers.iter().map(|&(i, o)| zeros(i, o)).collect(),
             vw: layers.iter().map(|&(i, o)| zeros(i, o)).collect(),
             mb: layers.iter().map(|&(_, o)| zeros(1, o)).collect(),
             vb: layers.iter().map(|&(_, o)| zeros(1, o)).collect(),
+            param: self
+                .settings
+                .dropout
+                .as_ref()
+                .and_then(Dropout::initial_param)
+                .map(|v| {
+                    [
+                        Tensor::<3>::full([rc, 1, 1], v, dev),
+                        zeros(1, 1),
+                        zeros(1, 1),
+                    ]
+                }),
         };
 
         // Per-replica targets [rc, N, 1] and the shared inputs [1, N, d].
@@ -575,9 +745,9 @@ impl Trainer<'_> {
         for r in range.clone() {
             y_host.extend_from_slice(&job.targets[job.replica_targets[r]]);
         }
-        let x_full = upload(job.x_train.to_vec(), [1, n, d], &self.device);
-        let y_full = upload(y_host.clone(), [rc, n, 1], &self.device);
-        let mut rngs: Vec<Rng> = job.batch_seeds[range.clone()]
+        let x_full = upload(job.x_train.to_vec(), [1, n, d], dev);
+        let y_full = upload(y_host.clone(), [rc, n, 1], dev);
+        let mut rngs: Vec<Rng> = job.stream_seeds[range.clone()]
             .iter()
             .map(|&s| Rng::new(s))
             .collect();
@@ -593,10 +763,7 @@ impl Trainer<'_> {
                     yb.push(y_host[k * n + i]);
                 }
             }
-            (
-                upload(xb, [rc, b, d], &self.device),
-                upload(yb, [rc, b, 1], &self.device),
-            )
+            (upload(xb, [rc, b, d], dev), upload(yb, [rc, b, 1], dev))
         };
 
         let resampled = match self.settings.batching {
@@ -615,12 +782,12 @@ impl Trainer<'_> {
             match &self.settings.batching {
                 Batching::Full => {
                     t += 1;
-                    self.step(&mut s, x_full.clone(), &y_full, t);
+                    self.step(&mut s, x_full.clone(), &y_full, t, &mut rngs);
                 }
                 Batching::Resample => {
                     let (xb, yb) = resampled.as_ref().expect("drawn above");
                     t += 1;
-                    self.step(&mut s, xb.clone(), yb, t);
+                    self.step(&mut s, xb.clone(), yb, t, &mut rngs);
                 }
                 Batching::WithReplacement { size, per_epoch } => {
                     for _ in 0..*per_epoch {
@@ -630,7 +797,7 @@ impl Trainer<'_> {
                             .collect();
                         let (xb, yb) = gather(&idx);
                         t += 1;
-                        self.step(&mut s, xb, &yb, t);
+                        self.step(&mut s, xb, &yb, t, &mut rngs);
                     }
                 }
                 Batching::Shuffled { size } => {
@@ -650,16 +817,17 @@ impl Trainer<'_> {
                             perms.iter().map(|p| p[start..end].to_vec()).collect();
                         let (xb, yb) = gather(&idx);
                         t += 1;
-                        self.step(&mut s, xb, &yb, t);
+                        self.step(&mut s, xb, &yb, t, &mut rngs);
                     }
                 }
             }
         }
 
-        // Final objective on all N points, computed on the device in f32 like the training
-        // loss itself: an overflow or NaN there is what divergence means.
-        let (out, _) = self.forward(&s, x_full);
-        let mut objective = (out - y_full).square().mean_dim(1).mul_scalar(0.5);
+        // Final objective on all N points with the dropout layer at its expectation, on the
+        // device in f32 like the training loss itself: an overflow or NaN there is what
+        // divergence means.
+        let (out, _) = self.net.forward(&s, x_full, None);
+        let mut objective = self.net.data_term(out, &y_full);
         for w in &s.w {
             objective = objective
                 + w.clone()
@@ -669,9 +837,36 @@ impl Trainer<'_> {
                     .mul_scalar(0.5 * self.settings.weight_decay);
         }
         let loss: Vec<f64> = download(objective).into_iter().map(f64::from).collect();
-        let x_test = upload(job.x_test.to_vec(), [1, m, d], &self.device);
-        let (pred, _) = self.forward(&s, x_test);
-        (download(pred), loss)
+        let rates: Vec<f64> = match (&self.settings.dropout, &s.param) {
+            (Some(dropout), Some([p, _, _])) => download(p.clone())
+                .into_iter()
+                .map(|v| dropout.rate_of(f64::from(v)))
+                .collect(),
+            (Some(dropout), None) => vec![dropout.rate_of(0.0); rc],
+            _ => Vec::new(),
+        };
+
+        // Predictions: the hidden layers once, then T passes of the (stochastic) last layer.
+        let x_test = upload(job.x_test.to_vec(), [1, m, d], dev);
+        let (h, _) = self.net.hidden(&s, x_test);
+        let passes = self.settings.mc_passes;
+        let dout = shape.d_out;
+        let mut pred = vec![0.0f32; rc * passes * m * dout];
+        let mut predict_rngs: Vec<Rng> = job.stream_seeds[range.clone()]
+            .iter()
+            .map(|&s| Rng::new(uqbench_anchor::seed::splitmix64(s)))
+            .collect();
+        for pass in 0..passes {
+            let noise = self.noise(&mut predict_rngs, m);
+            let (out, _) = self.net.last(&s, h.clone(), noise);
+            let values = download(out);
+            for k in 0..rc {
+                let dst = ((k * passes + pass) * m) * dout;
+                pred[dst..dst + m * dout]
+                    .copy_from_slice(&values[k * m * dout..(k + 1) * m * dout]);
+            }
+        }
+        ChunkOut { pred, loss, rates }
     }
 }
 
@@ -684,7 +879,7 @@ pub fn train(
     progress: &(dyn Fn(usize) + Sync),
 ) -> Result<TrainOutput, ModelError> {
     job.validate()?;
-    settings.validate(job.n_train(), job.shape.d_in)?;
+    settings.validate(job.n_train(), job.shape)?;
     let r = job.replicas();
     let (n, m) = (job.n_train(), job.n_test());
     let per = bytes_per_replica(job.shape, settings, n, m);
@@ -694,7 +889,13 @@ pub fn train(
         .map(|s| s..(s + chunk).min(r))
         .collect();
     let dout = job.shape.d_out;
-    let out = Mutex::new((vec![0.0f32; r * m * dout], vec![0.0f64; r]));
+    let passes = settings.mc_passes;
+    let per_replica_out = passes * m * dout;
+    let out = Mutex::new((
+        vec![0.0f32; r * per_replica_out],
+        vec![0.0f64; r],
+        vec![f64::NAN; r],
+    ));
     let next = AtomicUsize::new(0);
     let done = AtomicUsize::new(0);
     let threads = res.threads.clamp(1, chunks.len());
@@ -705,6 +906,8 @@ pub fn train(
         net: Net {
             path: res.kernel_path(),
             slope: job.shape.negative_slope,
+            dropout: settings.dropout.clone(),
+            heteroscedastic: settings.heteroscedastic,
         },
     };
     let work = || loop {
@@ -712,11 +915,15 @@ pub fn train(
         let Some(range) = chunks.get(c).cloned() else {
             break;
         };
-        let (pred, loss) = trainer.run_chunk(range.clone());
+        let chunk_out = trainer.run_chunk(range.clone());
         {
             let mut guard = out.lock().expect("no panics while holding the lock");
-            guard.0[range.start * m * dout..range.end * m * dout].copy_from_slice(&pred);
-            guard.1[range.clone()].copy_from_slice(&loss);
+            guard.0[range.start * per_replica_out..range.end * per_replica_out]
+                .copy_from_slice(&chunk_out.pred);
+            guard.1[range.clone()].copy_from_slice(&chunk_out.loss);
+            if !chunk_out.rates.is_empty() {
+                guard.2[range.clone()].copy_from_slice(&chunk_out.rates);
+            }
         }
         progress(done.fetch_add(range.len(), Ordering::SeqCst) + range.len());
     };
@@ -729,40 +936,62 @@ pub fn train(
             }
         });
     }
-    let (test_out, final_loss) = out.into_inner().expect("workers finished");
+    let (test_out, final_loss, rates) = out.into_inner().expect("workers finished");
+    let has_rates = settings.dropout.is_some();
     let diverged = (0..r)
         .map(|k| {
             !final_loss[k].is_finite()
-                || test_out[k * m * dout..(k + 1) * m * dout]
+                || (has_rates && !rates[k].is_finite())
+                || test_out[k * per_replica_out..(k + 1) * per_replica_out]
                     .iter()
                     .any(|v| !v.is_finite())
         })
         .collect();
     Ok(TrainOutput {
         test_out,
+        passes,
         final_loss,
+        rates: has_rates.then_some(rates),
         diverged,
         chunk,
     })
 }
 
-/// The training objective of every replica and its gradient with respect to the weights and
-/// biases, for host weights `weights`, inputs `x` (`[N, d]`) and per-replica targets `y`
-/// (`[R, N]`). This is exactly what a training step differentiates; it exists so that tests
-/// can check the hand-written backward pass against finite differences.
+/// What [`objective_and_gradient`] evaluates: the training objective of a step with fixed
+/// noise.
+#[derive(Debug, Clone, Default)]
+pub struct Probe<'a> {
+    /// The dropout layer, if any.
+    pub dropout: Option<&'a Dropout>,
+    /// Mean-and-log-variance head with the Gaussian NLL.
+    pub heteroscedastic: bool,
+    /// λ.
+    pub weight_decay: f64,
+    /// The dropout layer's learnable scalar per replica (θ or log α).
+    pub param: Option<&'a [f32]>,
+    /// The noise of the pass, as [`Dropout::draw`] lays it out.
+    pub noise: Option<&'a [f32]>,
+}
+
+/// The training objective of every replica and its gradients with respect to the weights,
+/// biases and the dropout layer's scalar, for host weights, inputs `x` (`[N, d]`),
+/// per-replica targets `y` (`[R, N]`) and fixed noise. This is exactly what a training step
+/// differentiates; it exists so that tests can check the hand-written backward passes
+/// against finite differences.
 pub fn objective_and_gradient(
     res: &Resources,
     shape: &MlpShape,
     weights: &crate::mlp::HostWeights,
     x: &[f32],
     y: &[f32],
-    weight_decay: f64,
-) -> (Vec<f64>, crate::mlp::HostWeights) {
+    probe: &Probe<'_>,
+) -> (Vec<f64>, crate::mlp::HostWeights, Option<Vec<f32>>) {
     let r = weights.replicas;
     let d = shape.d_in;
     let n = x.len() / d;
     let layers = shape.layers();
     let dev = &res.device;
+    let k = *shape.hidden.last().unwrap_or(&d);
     let s = State {
         w: weights
             .layers
@@ -780,33 +1009,62 @@ pub fn objective_and_gradient(
         vw: vec![],
         mb: vec![],
         vb: vec![],
+        param: probe.param.map(|p| {
+            let t = upload(p.to_vec(), [r, 1, 1], dev);
+            [t.clone(), t.clone(), t]
+        }),
     };
     let net = Net {
         path: res.kernel_path(),
         slope: shape.negative_slope,
+        dropout: probe.dropout.cloned(),
+        heteroscedastic: probe.heteroscedastic,
     };
+    let noise = probe.noise.map(|v| {
+        let width = if matches!(probe.dropout, Some(Dropout::Variational { .. })) {
+            shape.d_out
+        } else {
+            k
+        };
+        upload(v.to_vec(), [r, n, width], dev)
+    });
     let yt = upload(y.to_vec(), [r, n, 1], dev);
-    let (out, inputs) = net.forward(&s, upload(x.to_vec(), [1, n, d], dev));
-    let mut objective = (out.clone() - yt.clone())
-        .square()
-        .mean_dim(1)
-        .mul_scalar(0.5);
+    let (out, cache) = net.forward(&s, upload(x.to_vec(), [1, n, d], dev), noise);
+    let delta = net.output_delta(out.clone(), &yt);
+    let mut objective = net.data_term(out, &yt);
     for w in &s.w {
         objective = objective
             + w.clone()
                 .square()
                 .sum_dim(2)
                 .sum_dim(1)
-                .mul_scalar(0.5 * weight_decay);
+                .mul_scalar(0.5 * probe.weight_decay);
     }
-    let (g, _) = net.backward(&s, &inputs, Trainer::output_delta(out, &yt), false);
+    if let Some(dropout) = probe.dropout {
+        let l = s.w.len() - 1;
+        let mut dummy = dropout::LastGrads {
+            gw: s.w[l].clone().mul_scalar(0.0),
+            gb: s.b[l].clone().mul_scalar(0.0),
+            dh: s.w[l].clone().mul_scalar(0.0),
+            gparam: s.param.as_ref().map(|p| p[0].clone().mul_scalar(0.0)),
+        };
+        if let Some(reg) = dropout::regularize(
+            dropout,
+            &s.w[l],
+            s.param.as_ref().map(|p| &p[0]),
+            &mut dummy,
+        ) {
+            objective = objective + reg;
+        }
+    }
+    let (g, _) = net.backward(&s, &cache, delta, false);
     let grads =
         g.w.into_iter()
             .zip(g.b)
             .zip(&s.w)
             .map(|((gw, gb), w)| {
                 (
-                    download(gw + w.clone().mul_scalar(weight_decay)),
+                    download(gw + w.clone().mul_scalar(probe.weight_decay)),
                     download(gb),
                 )
             })
@@ -817,5 +1075,6 @@ pub fn objective_and_gradient(
             replicas: r,
             layers: grads,
         },
+        g.param.map(download),
     )
 }

@@ -173,6 +173,9 @@ impl Ensemble {
             weight_decay: c.weight_decay.unwrap_or(1.0 / n as f64),
             batching,
             adversarial,
+            dropout: None,
+            heteroscedastic: false,
+            mc_passes: 1,
         }
     }
 }
@@ -204,14 +207,14 @@ impl Method for Ensemble {
         let reps = task.repetitions.len();
         let mut replica_targets = Vec::with_capacity(reps * members);
         let mut init_seeds = Vec::with_capacity(reps * members);
-        let mut batch_seeds = Vec::with_capacity(reps * members);
+        let mut stream_seeds = Vec::with_capacity(reps * members);
         let init_purpose = format!("{}/init", self.name);
-        let batch_purpose = format!("{}/batch", self.name);
+        let batch_purpose = format!("{}/stream", self.name);
         for (k, &rep) in task.repetitions.iter().enumerate() {
             for m in 0..members as u64 {
                 replica_targets.push(k);
                 init_seeds.push(task.seeds.seed(rep, m, &init_purpose));
-                batch_seeds.push(task.seeds.seed(rep, m, &batch_purpose));
+                stream_seeds.push(task.seeds.seed(rep, m, &batch_purpose));
             }
         }
         let (x_train, x_test, targets) =
@@ -222,7 +225,7 @@ impl Method for Ensemble {
             targets: &targets,
             replica_targets: &replica_targets,
             init_seeds: &init_seeds,
-            batch_seeds: &batch_seeds,
+            stream_seeds: &stream_seeds,
             x_test: &x_test,
         };
         let out = engine::train(&job, &self.train_settings(task), resources, progress)?;

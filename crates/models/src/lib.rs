@@ -3,6 +3,8 @@
 //! as host arrays.
 
 pub mod backend;
+pub mod dropout;
+pub mod dropout_method;
 pub mod engine;
 pub mod ensemble;
 pub mod error;
@@ -11,6 +13,8 @@ pub mod mlp;
 pub mod task;
 
 pub use backend::{open_device, wgpu_status, BackendKind};
+pub use dropout::Dropout;
+pub use dropout_method::{DropoutConfig, DropoutKind, DropoutMethod};
 pub use engine::{train, Batching, Job, Resources, TrainOutput, TrainSettings};
 pub use ensemble::{BootstrapScheme, Ensemble, EnsembleConfig, EnsembleKind};
 pub use error::ModelError;

@@ -58,7 +58,7 @@ fn run(
         targets: &d.targets,
         replica_targets: &replica_targets,
         init_seeds: &init,
-        batch_seeds: &batch,
+        stream_seeds: &batch,
         x_test: &d.x_test,
     };
     let mut res = Resources::new(backend, open_device(backend).unwrap());
@@ -218,7 +218,7 @@ fn divergence_is_reported_per_replica_and_does_not_leak() {
         targets: &targets,
         replica_targets: &replica_targets,
         init_seeds: &seeds,
-        batch_seeds: &seeds,
+        stream_seeds: &seeds,
         x_test: &d.x_test,
     };
     let res = Resources::new(BackendKind::Flex, open_device(BackendKind::Flex).unwrap());
@@ -230,7 +230,7 @@ fn divergence_is_reported_per_replica_and_does_not_leak() {
         targets: &targets[..1],
         replica_targets: &replica_targets[..2],
         init_seeds: &seeds[..2],
-        batch_seeds: &seeds[..2],
+        stream_seeds: &seeds[..2],
         ..job.clone()
     };
     let alone = engine::train(&healthy, &settings, &res, &|_| {}).unwrap();
@@ -249,7 +249,7 @@ fn bad_settings_are_clear_errors() {
         targets: &d.targets,
         replica_targets: &rt,
         init_seeds: &seeds,
-        batch_seeds: &seeds,
+        stream_seeds: &seeds,
         x_test: &d.x_test,
     };
     let mut res = Resources::new(BackendKind::Flex, open_device(BackendKind::Flex).unwrap());
@@ -292,62 +292,179 @@ fn bad_settings_are_clear_errors() {
 }
 
 #[test]
-fn backward_pass_matches_finite_differences() {
+fn backward_passes_match_finite_differences() {
     // Central differences of the f32 objective with step h = 1e-3: rounding contributes about
     // 1e-7/h = 1e-4 absolute, truncation O(h²); kinks of the leaky ReLU are avoided by the
-    // tiny random network (no pre-activation lies within h of 0 here).
-    use uqbench_models::engine::objective_and_gradient;
-    let shape = MlpShape {
+    // tiny random network (no pre-activation lies within h of 0 here). Checked for the plain
+    // network, each dropout layer (with fixed noise, including the learnable rate and the
+    // regulariser) and the heteroscedastic head.
+    use uqbench_models::engine::{objective_and_gradient, Probe};
+    use uqbench_models::Dropout;
+    let base = MlpShape {
         d_in: 2,
         hidden: vec![4, 3],
         d_out: 1,
         negative_slope: 0.1,
     };
-    let mut weights = uqbench_models::xavier_init(&shape, &[7, 8]);
     let mut rng = Rng::new(3);
-    for (_, b) in &mut weights.layers {
-        for v in b.iter_mut() {
-            *v = rng.uniform_in(-0.5, 0.5) as f32;
-        }
-    }
     let x: Vec<f32> = (0..10).map(|_| rng.uniform_in(-2.0, 2.0) as f32).collect();
     let y: Vec<f32> = (0..10).map(|_| rng.normal() as f32).collect(); // 2 replicas × 5 points
-    for backend in [BackendKind::Flex, BackendKind::Ndarray] {
-        let res = Resources::new(backend, open_device(backend).unwrap());
-        let lambda = 0.3;
-        let (_, grad) = objective_and_gradient(&res, &shape, &weights, &x, &y, lambda);
-        let h = 1e-3f32;
-        for l in 0..weights.layers.len() {
-            for which in 0..2 {
-                let len = if which == 0 {
-                    weights.layers[l].0.len()
-                } else {
-                    weights.layers[l].1.len()
-                };
-                for k in 0..len {
-                    let mut plus = weights.clone();
-                    let mut minus = weights.clone();
-                    let (p, m) = if which == 0 {
-                        (&mut plus.layers[l].0[k], &mut minus.layers[l].0[k])
+    let concrete = Dropout::Concrete {
+        init_p: 0.2,
+        temperature: 0.1,
+        weight_reg: 0.05,
+        dropout_reg: 0.4,
+    };
+    let variational = Dropout::Variational {
+        init_alpha: 0.3,
+        kl_weight: 0.2,
+    };
+    let bernoulli = Dropout::Bernoulli { p: 0.3 };
+    let cases: Vec<(&str, Option<&Dropout>, bool)> = vec![
+        ("plain", None, false),
+        ("bernoulli", Some(&bernoulli), false),
+        ("concrete", Some(&concrete), false),
+        ("variational", Some(&variational), false),
+        ("heteroscedastic concrete", Some(&concrete), true),
+    ];
+    for (name, dropout, hetero) in cases {
+        let shape = MlpShape {
+            d_out: if hetero { 2 } else { 1 },
+            ..base.clone()
+        };
+        let mut weights = uqbench_models::xavier_init(&shape, &[7, 8]);
+        for (_, b) in &mut weights.layers {
+            for v in b.iter_mut() {
+                *v = rng.uniform_in(-0.5, 0.5) as f32;
+            }
+        }
+        let mut streams = [Rng::new(11), Rng::new(12)];
+        let device = open_device(BackendKind::Flex).unwrap();
+        let noise: Option<Vec<f32>> = dropout.map(|d| {
+            d.draw(&mut streams, 5, 3, shape.d_out, &device)
+                .into_data()
+                .try_into_vec_as::<f32>()
+                .unwrap()
+        });
+        let param: Option<Vec<f32>> = match dropout {
+            Some(Dropout::Concrete { .. }) => Some(vec![-1.2, -0.7]),
+            Some(Dropout::Variational { .. }) => Some(vec![-1.0, -0.3]),
+            _ => None,
+        };
+        for backend in [BackendKind::Flex, BackendKind::Ndarray] {
+            let res = Resources::new(backend, open_device(backend).unwrap());
+            let noise = noise.as_deref();
+            fn make<'a>(
+                dropout: Option<&'a Dropout>,
+                hetero: bool,
+                param: Option<&'a [f32]>,
+                noise: Option<&'a [f32]>,
+            ) -> Probe<'a> {
+                Probe {
+                    dropout,
+                    heteroscedastic: hetero,
+                    weight_decay: 0.3,
+                    param,
+                    noise,
+                }
+            }
+            let (_, grad, gparam) = objective_and_gradient(
+                &res,
+                &shape,
+                &weights,
+                &x,
+                &y,
+                &make(dropout, hetero, param.as_deref(), noise),
+            );
+            let h = 1e-3f32;
+            let check = |fd: f64, g: f64, what: String| {
+                assert!(
+                    (fd - g).abs() < 2e-3 + 1e-2 * g.abs(),
+                    "{name} on {backend}, {what}: analytic {g}, numeric {fd}"
+                );
+            };
+            for l in 0..weights.layers.len() {
+                for which in 0..2 {
+                    let len = if which == 0 {
+                        weights.layers[l].0.len()
                     } else {
-                        (&mut plus.layers[l].1[k], &mut minus.layers[l].1[k])
+                        weights.layers[l].1.len()
                     };
-                    *p += h;
-                    *m -= h;
-                    let (fp, _) = objective_and_gradient(&res, &shape, &plus, &x, &y, lambda);
-                    let (fm, _) = objective_and_gradient(&res, &shape, &minus, &x, &y, lambda);
-                    // Parameter k belongs to replica k / (len / 2).
-                    let r = k / (len / 2);
-                    let fd = (fp[r] - fm[r]) / (2.0 * f64::from(h));
-                    let g = f64::from(if which == 0 {
-                        grad.layers[l].0[k]
-                    } else {
-                        grad.layers[l].1[k]
-                    });
-                    assert!(
-                        (fd - g).abs() < 2e-3 + 1e-2 * g.abs(),
-                        "{backend} layer {l} {} {k}: analytic {g}, numeric {fd}",
-                        if which == 0 { "weight" } else { "bias" }
+                    for k in 0..len {
+                        let mut plus = weights.clone();
+                        let mut minus = weights.clone();
+                        let (p, m) = if which == 0 {
+                            (&mut plus.layers[l].0[k], &mut minus.layers[l].0[k])
+                        } else {
+                            (&mut plus.layers[l].1[k], &mut minus.layers[l].1[k])
+                        };
+                        *p += h;
+                        *m -= h;
+                        let (fp, _, _) = objective_and_gradient(
+                            &res,
+                            &shape,
+                            &plus,
+                            &x,
+                            &y,
+                            &make(dropout, hetero, param.as_deref(), noise),
+                        );
+                        let (fm, _, _) = objective_and_gradient(
+                            &res,
+                            &shape,
+                            &minus,
+                            &x,
+                            &y,
+                            &make(dropout, hetero, param.as_deref(), noise),
+                        );
+                        let r = k / (len / 2); // parameter k belongs to replica k / (len / 2)
+                        let fd = (fp[r] - fm[r]) / (2.0 * f64::from(h));
+                        let g = f64::from(if which == 0 {
+                            grad.layers[l].0[k]
+                        } else {
+                            grad.layers[l].1[k]
+                        });
+                        check(
+                            fd,
+                            g,
+                            format!(
+                                "layer {l} {} {k}",
+                                if which == 0 { "weight" } else { "bias" }
+                            ),
+                        );
+                    }
+                }
+            }
+            assert_eq!(
+                param.is_some(),
+                gparam.is_some(),
+                "{name}: a learnable rate has a gradient"
+            );
+            if let (Some(param), Some(gparam)) = (&param, &gparam) {
+                for r in 0..2 {
+                    let mut plus = param.clone();
+                    let mut minus = param.clone();
+                    plus[r] += h;
+                    minus[r] -= h;
+                    let (fp, _, _) = objective_and_gradient(
+                        &res,
+                        &shape,
+                        &weights,
+                        &x,
+                        &y,
+                        &make(dropout, hetero, Some(&plus), noise),
+                    );
+                    let (fm, _, _) = objective_and_gradient(
+                        &res,
+                        &shape,
+                        &weights,
+                        &x,
+                        &y,
+                        &make(dropout, hetero, Some(&minus), noise),
+                    );
+                    check(
+                        (fp[r] - fm[r]) / (2.0 * f64::from(h)),
+                        f64::from(gparam[r]),
+                        format!("rate parameter of replica {r}"),
                     );
                 }
             }

@@ -89,7 +89,7 @@ fn train(args: &TrainBench) -> Result<()> {
         targets: &targets,
         replica_targets: &replica_targets,
         init_seeds: &init,
-        batch_seeds: &batch,
+        stream_seeds: &batch,
         x_test: &x_test,
     };
     let settings = TrainSettings::paper(args.epochs, args.n);
