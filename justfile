@@ -2,7 +2,7 @@
 # Arguments after a recipe name go through to `uqbench run`, e.g.
 #   just e2 --backend wgpu --profile paper
 
-export CARGO_TARGET_DIR := env_var_or_default("CARGO_TARGET_DIR", env_var("HOME") + "/.cache/uqbench-target")
+export CARGO_TARGET_DIR := if env_var_or_default("CARGO_TARGET_DIR", "") == "" { env_var("HOME") + "/.cache/uqbench-target" } else { env_var("CARGO_TARGET_DIR") }
 
 uqbench := "cargo run --release -q -p uqbench --"
 

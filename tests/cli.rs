@@ -582,3 +582,310 @@ mod bench {
         assert_clean_error(&o, &["wgpu", "no Vulkan adapter", "--backend flex"]);
     }
 }
+
+mod run {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    fn run_quick(out: &Path, extra: &[&str]) -> Output {
+        let mut args = vec![
+            "run",
+            "experiments/e1.toml",
+            "--profile",
+            "quick",
+            "--quiet",
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        uqbench(&args)
+    }
+
+    fn count_files(dir: &Path) -> usize {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return 0;
+        };
+        entries
+            .map(|e| {
+                let p = e.unwrap().path();
+                if p.is_dir() {
+                    count_files(&p)
+                } else {
+                    1
+                }
+            })
+            .sum()
+    }
+
+    #[test]
+    fn e1_quick_produces_every_output_and_the_anchor_covers() {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("run");
+        let o = run_quick(&out, &[]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        for file in [
+            "spec.resolved.toml",
+            "run.json",
+            "summary.json",
+            "summary.csv",
+            "aggregate.csv",
+            "report.md",
+        ] {
+            assert!(out.join(file).is_file(), "{file} missing");
+        }
+        for stem in [
+            "bands_f_main=1",
+            "bands_f_main=2",
+            "coverage_hist_f_main=1",
+            "complexity",
+        ] {
+            for ext in ["svg", "png"] {
+                let f = out.join("figures").join(format!("{stem}.{ext}"));
+                assert!(
+                    std::fs::metadata(&f)
+                        .map(|m| m.len() > 1000)
+                        .unwrap_or(false),
+                    "{} missing or empty",
+                    f.display()
+                );
+            }
+        }
+        // 2 settings × 7 methods × 20 repetitions.
+        assert_eq!(count_files(&out.join("reps")), 2 * 7 * 20);
+        let csv = std::fs::read_to_string(out.join("summary.csv")).unwrap();
+        let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+        for col in [
+            "setting", "method", "point", "x1", "metric", "value", "stderr",
+        ] {
+            assert!(header.contains(&col), "summary.csv lacks column {col}");
+        }
+        for method in ["BLR", "BD", "CD", "VD", "Ens", "EnsAdvA", "EnsBS"] {
+            assert!(
+                csv.contains(&format!(",{method},")),
+                "{method} missing from summary.csv"
+            );
+        }
+        for metric in [
+            "deviation",
+            "uncertainty",
+            "coverage",
+            "cicf_0.9",
+            "uncertainty_ratio",
+        ] {
+            assert!(
+                csv.contains(&format!(",{metric},")),
+                "{metric} missing from summary.csv"
+            );
+        }
+        // The anchor's coverage, averaged over the test inputs, lies in its binomial band:
+        // each input's coverage over k = 20 repetitions has sd sqrt(0.95·0.05/20) = 0.0487, so
+        // the average (whatever the correlation between inputs) has sd ≤ 0.0487; 4 sd = 0.195.
+        let s: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap())
+                .unwrap();
+        for setting in s["settings"].as_array().unwrap() {
+            let cov = setting["methods"]["BLR"]["aggregate"]["all"]["coverage"]["value"]
+                .as_f64()
+                .unwrap();
+            assert!(
+                (cov - 0.95).abs() < 0.195,
+                "{}: anchor coverage {cov}",
+                setting["setting"]
+            );
+            assert!(setting["methods"]["CD"]["aggregate"]["all"]["learned_p"]["value"].is_number());
+        }
+        let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+        assert!(report.contains("figures/complexity.png") && report.contains("| BLR |"));
+
+        // `uqbench report` redraws from the stored results without retraining.
+        std::fs::remove_dir_all(out.join("figures")).unwrap();
+        std::fs::remove_file(out.join("report.md")).unwrap();
+        let before = std::fs::read(out.join("summary.json")).unwrap();
+        let o = uqbench(&["report", out.to_str().unwrap()]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert!(out.join("figures/complexity.svg").is_file() && out.join("report.md").is_file());
+        assert_eq!(before, std::fs::read(out.join("summary.json")).unwrap());
+
+        // An existing run is not overwritten without --resume.
+        let o = run_quick(&out, &[]);
+        assert_clean_error(&o, &["already holds a run", "--resume"]);
+    }
+
+    #[test]
+    fn a_killed_run_resumes_and_shards_merge_to_the_same_results() {
+        let tmp = tempfile::tempdir().unwrap();
+        let full = tmp.path().join("full");
+        let o = run_quick(&full, &[]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let reference = std::fs::read(full.join("summary.json")).unwrap();
+
+        // Kill a run as soon as its first results are on disk, then resume it.
+        let part = tmp.path().join("part");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_uqbench"))
+            .args([
+                "run",
+                "experiments/e1.toml",
+                "--profile",
+                "quick",
+                "--quiet",
+                "--out",
+                part.to_str().unwrap(),
+            ])
+            .current_dir(root())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let start = Instant::now();
+        while count_files(&part.join("reps")) == 0 && start.elapsed() < Duration::from_secs(60) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let partial = count_files(&part.join("reps"));
+        assert!(
+            partial > 0 && partial < 2 * 7 * 20,
+            "killed after {partial} result files"
+        );
+        assert!(!part.join("summary.json").exists());
+        let o = run_quick(&part, &["--resume"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert_eq!(
+            std::fs::read(part.join("summary.json")).unwrap(),
+            reference,
+            "resumed run differs"
+        );
+
+        // Two shards, merged.
+        let (s0, s1, merged) = (
+            tmp.path().join("s0"),
+            tmp.path().join("s1"),
+            tmp.path().join("merged"),
+        );
+        for (dir, shard) in [(&s0, "0/2"), (&s1, "1/2")] {
+            let o = run_quick(dir, &["--shard", shard]);
+            assert!(o.status.success(), "{}", stderr(&o));
+            assert!(!dir.join("summary.json").exists());
+        }
+        let files = (count_files(&s0.join("reps")), count_files(&s1.join("reps")));
+        assert!(
+            files.0 > 0 && files.1 > 0 && files.0 + files.1 == 2 * 7 * 20,
+            "{files:?}"
+        );
+        // A lone shard cannot be summarised.
+        let o = uqbench(&["report", s0.to_str().unwrap()]);
+        assert_clean_error(&o, &["missing", "merge"]);
+        let o = uqbench(&[
+            "merge",
+            s0.to_str().unwrap(),
+            s1.to_str().unwrap(),
+            "--out",
+            merged.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert_eq!(
+            std::fs::read(merged.join("summary.json")).unwrap(),
+            reference,
+            "merged run differs"
+        );
+    }
+
+    #[test]
+    fn the_readme_example_method_runs_on_a_quick_spec() {
+        // The "Add your own method" example: an ensemble of MC-dropout networks.
+        let tmp = tempfile::tempdir().unwrap();
+        let spec = tmp.path().join("ensmcd.toml");
+        let text = std::fs::read_to_string(root().join("experiments/cubic.toml")).unwrap();
+        let base = &text[..text.find("\n[run]").unwrap()];
+        std::fs::write(
+            &spec,
+            format!(
+                "{base}\n[run]\nrepetitions = 4\nepochs = 40\nmethods = [\"EnsMCD\", \"Ens\"]\n\n\
+                 [methods.EnsMCD]\nmembers = 3\npasses = 5\n\n[methods.Ens]\nmembers = 3\n"
+            ),
+        )
+        .unwrap();
+        let out = tmp.path().join("run");
+        let o = uqbench(&[
+            "run",
+            spec.to_str().unwrap(),
+            "--quiet",
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let s: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap())
+                .unwrap();
+        let m = &s["settings"][0]["methods"]["EnsMCD"];
+        assert_eq!(m["repetitions"], 4);
+        assert!(
+            m["aggregate"]["all"]["uncertainty"]["value"]
+                .as_f64()
+                .unwrap()
+                > 0.0
+        );
+    }
+
+    #[test]
+    fn bad_runs_are_clear_errors() {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("x");
+        let o = uqbench(&[
+            "run",
+            "experiments/e1.toml",
+            "--profile",
+            "quick",
+            "--methods",
+            "MCMC",
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert_clean_error(&o, &["--methods MCMC", "BD"]);
+        let o = uqbench(&[
+            "run",
+            "experiments/e1.toml",
+            "--profile",
+            "fast",
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert_clean_error(&o, &["--profile fast", "quick"]);
+        // A spec naming an unknown method, and one with a misspelt run key.
+        let text = std::fs::read_to_string(root().join("experiments/cubic.toml")).unwrap();
+        let base = &text[..text.find("\n[run]").unwrap()];
+        for (extra, needles) in [
+            ("[run]\nrepetitions = 2\nepochs = 5\nmethods = [\"GP\"]\n", vec!["unknown method `GP`", "EnsBS"]),
+            ("[run]\nrepetitions = 2\nepochs = 5\nmethods = [\"Ens\"]\nrepetitons = 3\n", vec!["repetitons"]),
+            ("[run]\nrepetitions = 2\nepochs = 5\nmethods = [\"Ens\"]\n[methods.Ens]\nmemebrs = 3\n", vec!["memebrs", "methods.Ens"]),
+            ("[run]\nrepetitions = 2\nepochs = \"10 * f\"\nmethods = [\"Ens\"]\n", vec!["run.epochs", "`f`"]),
+        ] {
+            let spec = tmp.path().join("bad.toml");
+            std::fs::write(&spec, format!("{base}\n{extra}")).unwrap();
+            let o = uqbench(&["run", spec.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+            assert_clean_error(&o, &needles);
+        }
+        // An output directory that cannot be created (its parent is a file).
+        let file = tmp.path().join("file");
+        std::fs::write(&file, "").unwrap();
+        let o = uqbench(&[
+            "run",
+            "experiments/e1.toml",
+            "--profile",
+            "quick",
+            "--out",
+            file.join("run").to_str().unwrap(),
+        ]);
+        assert_clean_error(&o, &["cannot create the output directory"]);
+        let o = uqbench(&[
+            "run",
+            "experiments/e1.toml",
+            "--profile",
+            "quick",
+            "--shard",
+            "2/2",
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert_clean_error(&o, &["--shard 2/2"]);
+    }
+}

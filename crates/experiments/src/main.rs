@@ -4,6 +4,10 @@
 //! crates (`uqbench-anchor`, `uqbench-models`).
 
 mod commands;
+mod figures;
+mod registry;
+mod report;
+mod runner;
 mod spec;
 mod store;
 mod summary;
@@ -29,6 +33,12 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run an experiment: train every method on every repetition, summarise, draw figures.
+    Run(commands::run::RunArgs),
+    /// Redraw a run's summaries, figures and report from its stored results.
+    Report(commands::report::ReportArgs),
+    /// Combine the directories of a sharded run into one run.
+    Merge(commands::merge::MergeArgs),
     /// Print one repetition of a problem with its exact posterior (the anchor).
     Anchor(commands::anchor::AnchorArgs),
     /// Validate a spec and describe the problem and anchor of every setting.
@@ -48,6 +58,9 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match &cli.command {
+        Command::Run(args) => commands::run::run(args),
+        Command::Report(args) => commands::report::run(args),
+        Command::Merge(args) => commands::merge::run(args),
         Command::Anchor(args) => commands::anchor::run(args),
         Command::Check(args) => commands::check::run(args),
         Command::Backends => commands::backends::run(),

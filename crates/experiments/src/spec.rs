@@ -5,9 +5,10 @@ use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
-use uqbench_anchor::{problem::reserved_name, Problem, ProblemSpec, Setting};
+use uqbench_anchor::{problem::reserved_name, Num, Problem, ProblemSpec, Setting};
 
-/// One experiment: a problem, the sweep over its settings, and (later) methods and profiles.
+/// One experiment: a problem, the sweep over its settings, the methods and how to run them,
+/// and named profiles that override any of it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ExperimentSpec {
@@ -23,22 +24,111 @@ pub struct ExperimentSpec {
     pub sweep: BTreeMap<String, Vec<f64>>,
     /// The regression problem.
     pub problem: ProblemSpec,
+    /// How to run it (`uqbench run`); a spec used only for `anchor`, `check`, `export` or
+    /// `score` may leave it out.
+    #[serde(default)]
+    pub run: Option<RunSpec>,
+    /// Settings per method: `[methods.Ens] members = 120`. A table may name a registered
+    /// kind (`kind = "EnsBS"`) to configure a second variant under another name.
+    #[serde(default)]
+    pub methods: BTreeMap<String, toml::Table>,
+    /// Named profiles: tables merged over the spec (`[profiles.quick] run.repetitions = 5`).
+    #[serde(default)]
+    pub profiles: BTreeMap<String, toml::Table>,
+}
+
+/// How an experiment is run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunSpec {
+    /// Repetitions k per setting (fresh noise, fresh training).
+    pub repetitions: u64,
+    /// Training epochs, a number or an expression in the sweep variables (spec §3: 300·c).
+    pub epochs: Num,
+    /// Methods to run, by name; the anchor (BLR) is always included.
+    pub methods: Vec<String>,
+    /// Interval levels of the CICF/PICF/width metrics.
+    #[serde(default = "default_levels")]
+    pub levels: Vec<f64>,
+    /// Repetitions per work unit: the granularity of `--resume` and `--shard`.
+    #[serde(default = "default_block")]
+    pub block: u64,
+    /// The repetition drawn in the band figures.
+    #[serde(default)]
+    pub band_repetition: u64,
+}
+
+fn default_levels() -> Vec<f64> {
+    vec![0.95, 0.9, 0.8, 0.7]
+}
+
+fn default_block() -> u64 {
+    10
+}
+
+/// Merges `over` into `base`: tables merge key by key, everything else is replaced.
+fn merge(base: &mut toml::Table, over: &toml::Table) {
+    for (k, v) in over {
+        match (base.get_mut(k), v) {
+            (Some(toml::Value::Table(b)), toml::Value::Table(o)) => merge(b, o),
+            _ => {
+                base.insert(k.clone(), v.clone());
+            }
+        }
+    }
 }
 
 impl ExperimentSpec {
     /// Reads and validates a spec file.
     pub fn load(path: &Path) -> Result<ExperimentSpec> {
+        Self::load_profile(path, None)
+    }
+
+    /// Reads a spec file, applies the named profile, and validates the result.
+    pub fn load_profile(path: &Path, profile: Option<&str>) -> Result<ExperimentSpec> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read spec file {}", path.display()))?;
-        let spec: ExperimentSpec = toml::from_str(&text).with_context(|| {
-            format!(
-                "spec file {} is not a valid experiment spec",
-                path.display()
-            )
-        })?;
-        spec.validate()
-            .with_context(|| format!("spec file {}", path.display()))?;
+        Self::from_toml_str(&text, profile).with_context(|| format!("spec file {}", path.display()))
+    }
+
+    /// Parses a spec from TOML text, applying the named profile.
+    pub fn from_toml_str(text: &str, profile: Option<&str>) -> Result<ExperimentSpec> {
+        let mut table: toml::Table = toml::from_str(text).context("not valid TOML")?;
+        if let Some(name) = profile {
+            let profiles = table
+                .get("profiles")
+                .and_then(|p| p.as_table())
+                .cloned()
+                .unwrap_or_default();
+            let Some(over) = profiles.get(name).and_then(|p| p.as_table()) else {
+                let known: Vec<&String> = profiles.keys().collect();
+                bail!(
+                    "--profile {name}: no such profile; this spec has {}",
+                    if known.is_empty() {
+                        "none".to_string()
+                    } else {
+                        known
+                            .iter()
+                            .map(|s| s.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    }
+                );
+            };
+            merge(&mut table, over);
+        }
+        let spec: ExperimentSpec = toml::Value::Table(table)
+            .try_into()
+            .context("not a valid experiment spec")?;
+        spec.validate()?;
         Ok(spec)
+    }
+
+    /// The spec as TOML, without its profiles (what a run directory records).
+    pub fn resolved_toml(&self) -> Result<String> {
+        let mut copy = self.clone();
+        copy.profiles.clear();
+        Ok(toml::to_string(&copy)?)
     }
 
     /// Checks what serde cannot: names, sweep keys and values.
@@ -53,6 +143,28 @@ impl ExperimentSpec {
                 "name = {:?}: use letters, digits, `_` and `-` only (it names files and seeds)",
                 self.name
             );
+        }
+        if let Some(run) = &self.run {
+            if run.repetitions == 0 {
+                bail!("run.repetitions = 0: at least one repetition is needed");
+            }
+            if run.block == 0 {
+                bail!("run.block = 0: a work unit holds at least one repetition");
+            }
+            for level in &run.levels {
+                if !(*level > 0.0 && *level < 1.0) {
+                    bail!(
+                        "run.levels contains {level}: interval levels lie strictly between 0 and 1"
+                    );
+                }
+            }
+            if run.band_repetition >= run.repetitions {
+                bail!(
+                    "run.band_repetition = {}: must be one of the repetitions 0..{}",
+                    run.band_repetition,
+                    run.repetitions
+                );
+            }
         }
         for (key, values) in &self.sweep {
             let ident = key
@@ -84,6 +196,26 @@ impl ExperimentSpec {
     /// All settings of the sweep, in order.
     pub fn settings(&self) -> Vec<Setting> {
         Setting::all(&self.sweep)
+    }
+
+    /// The run section, or an error saying the spec cannot be run.
+    pub fn run_spec(&self) -> Result<&RunSpec> {
+        self.run.as_ref().with_context(|| {
+            format!("experiment `{}` has no [run] section (repetitions, epochs, methods): it cannot be run", self.name)
+        })
+    }
+
+    /// Training epochs at `setting`: `run.epochs` evaluated with the setting's variables.
+    pub fn epochs(&self, setting: &Setting) -> Result<usize> {
+        let run = self.run_spec()?;
+        let e = run.epochs.eval(&setting.values).context("run.epochs")?;
+        if !(e.fract() == 0.0 && (1.0..=1e7).contains(&e)) {
+            bail!(
+                "run.epochs = {e} at setting {}: a whole number of epochs ≥ 1",
+                setting.label()
+            );
+        }
+        Ok(e as usize)
     }
 
     /// The problem resolved at `setting`.

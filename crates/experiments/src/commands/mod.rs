@@ -5,5 +5,8 @@ pub mod backends;
 pub mod bench;
 pub mod check;
 pub mod export;
+pub mod merge;
 pub mod metrics;
+pub mod report;
+pub mod run;
 pub mod score;

@@ -1,0 +1,261 @@
+//! `uqbench run`: retrain every method on every repetition of every setting, store the
+//! results, summarise them, and draw the figures.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde_json::json;
+use uqbench_models::{open_device, BackendKind, Resources};
+
+use crate::runner::{self, Plan, Resolved, SPEC_FILE};
+use crate::spec::ExperimentSpec;
+use crate::store::write_atomic;
+
+/// Arguments of `uqbench run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Experiment spec (TOML), e.g. experiments/e1.toml.
+    pub spec: PathBuf,
+    /// Named profile of the spec: quick (tests, about a minute), cpu (about an hour on two
+    /// cores), paper (the paper's settings, for a GPU).
+    #[arg(long)]
+    pub profile: Option<String>,
+    /// Backend: flex (default), ndarray or wgpu.
+    #[arg(long, default_value = "flex")]
+    pub backend: BackendKind,
+    /// Only these methods (comma separated, from the spec's run.methods); BLR always runs.
+    #[arg(long, value_delimiter = ',')]
+    pub methods: Option<Vec<String>>,
+    /// Run directory (default: runs/NAME-PROFILE).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Continue an interrupted run in --out: finished units are kept, the rest is run.
+    #[arg(long)]
+    pub resume: bool,
+    /// Run only shard I of N (I in 0..N) of the work units, for job arrays; combine the
+    /// shards' directories with `uqbench merge`.
+    #[arg(long, value_name = "I/N")]
+    pub shard: Option<String>,
+    /// No progress bars: one line per finished work unit.
+    #[arg(long)]
+    pub quiet: bool,
+    /// Worker threads for training (default: all cores on the CPU).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Memory budget per training chunk, in MiB (default 2048).
+    #[arg(long)]
+    pub memory_mb: Option<usize>,
+}
+
+fn parse_shard(s: &str) -> Result<(usize, usize)> {
+    let parsed = s.split_once('/').and_then(|(i, n)| {
+        Some((
+            i.trim().parse::<usize>().ok()?,
+            n.trim().parse::<usize>().ok()?,
+        ))
+    });
+    match parsed {
+        Some((i, n)) if n >= 1 && i < n => Ok((i, n)),
+        _ => bail!("--shard {s}: expected I/N with 0 ≤ I < N, e.g. --shard 0/4"),
+    }
+}
+
+/// Prepares the run directory: creates it, checks it can be written, and records the spec.
+/// A directory that already holds a run is only reused with --resume, and only for the same
+/// spec.
+pub fn prepare_dir(dir: &Path, spec_text: &str, resume: bool) -> Result<()> {
+    let spec_path = dir.join(SPEC_FILE);
+    if spec_path.is_file() {
+        if !resume {
+            bail!(
+                "{} already holds a run: pass --resume to continue it, or choose another --out",
+                dir.display()
+            );
+        }
+        let old = std::fs::read_to_string(&spec_path)?;
+        if old != spec_text {
+            bail!(
+                "{} holds a run of a different spec (or profile, or --methods): resume it with the same \
+                 arguments, or choose another --out",
+                dir.display()
+            );
+        }
+        return Ok(());
+    }
+    if dir.is_dir() && std::fs::read_dir(dir)?.next().is_some() && !resume {
+        bail!(
+            "{} exists and is not empty: choose another --out",
+            dir.display()
+        );
+    }
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("cannot create the output directory {}", dir.display()))?;
+    let probe = dir.join(".write-test");
+    std::fs::write(&probe, b"")
+        .with_context(|| format!("the output directory {} is not writable", dir.display()))?;
+    std::fs::remove_file(&probe)?;
+    write_atomic(&spec_path, spec_text.as_bytes())
+}
+
+/// Runs `uqbench run`.
+pub fn run(args: &RunArgs) -> Result<()> {
+    let spec = ExperimentSpec::load_profile(&args.spec, args.profile.as_deref())?;
+    let shard = args.shard.as_deref().map(parse_shard).transpose()?;
+    let mut plan = Plan::new(spec, args.methods.as_deref())?;
+    // The recorded spec lists the methods actually run.
+    if let Some(run) = plan.spec.run.as_mut() {
+        run.methods = plan.methods.iter().skip(1).cloned().collect();
+    }
+    plan.spec.methods.retain(|k, _| plan.methods.contains(k));
+    let dir = args.out.clone().unwrap_or_else(|| {
+        PathBuf::from("runs").join(match &args.profile {
+            Some(p) => format!("{}-{p}", plan.spec.name),
+            None => plan.spec.name.clone(),
+        })
+    });
+    prepare_dir(&dir, &plan.spec.resolved_toml()?, args.resume)?;
+    let meta =
+        json!({"profile": args.profile, "backend": args.backend.name(), "shard": args.shard});
+    write_atomic(
+        &dir.join("run.json"),
+        serde_json::to_string_pretty(&meta)?.as_bytes(),
+    )?;
+
+    let device = open_device(args.backend)?;
+    let mut resources = Resources::new(args.backend, device);
+    if let Some(t) = args.threads {
+        resources.threads = t.max(1);
+    }
+    if let Some(mb) = args.memory_mb {
+        resources.memory_budget = mb << 20;
+    }
+
+    let todo: Vec<&runner::Unit> = plan
+        .units
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| shard.is_none_or(|(s, n)| i % n == s))
+        .map(|(_, u)| u)
+        .filter(|u| !runner::unit_done(&dir, &plan, u))
+        .collect();
+    let k = plan.repetitions();
+    let multi = MultiProgress::with_draw_target(if args.quiet {
+        ProgressDrawTarget::hidden()
+    } else {
+        ProgressDrawTarget::stderr()
+    });
+    let style = ProgressStyle::with_template(
+        "{prefix:>28} [{bar:30}] {pos:>4}/{len} reps {elapsed:>4} ETA {eta:>4} {rate}",
+    )
+    .expect("a valid template")
+    .with_key(
+        "rate",
+        |state: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+            let _ = write!(w, "{:.2} reps/s", state.per_sec());
+        },
+    )
+    .progress_chars("=> ");
+    let show_lines = args.quiet || multi.is_hidden();
+    eprintln!(
+        "{}: {} settings × {} methods × {k} repetitions, {} of {} work units to run{} → {}",
+        plan.spec.name,
+        plan.settings.len(),
+        plan.methods.len(),
+        todo.len(),
+        plan.units.len(),
+        shard
+            .map(|(i, n)| format!(" (shard {i}/{n})"))
+            .unwrap_or_default(),
+        dir.display()
+    );
+
+    let mut resolved: Vec<Option<Resolved>> = (0..plan.settings.len()).map(|_| None).collect();
+    let mut bars: std::collections::BTreeMap<(usize, String), ProgressBar> = Default::default();
+    for unit in &todo {
+        if resolved[unit.setting].is_none() {
+            resolved[unit.setting] = Some(Resolved::new(&plan.spec, &plan.settings[unit.setting])?);
+        }
+        let label = plan.settings[unit.setting].label();
+        let bar = bars
+            .entry((unit.setting, unit.method.clone()))
+            .or_insert_with(|| {
+                let bar = multi.add(ProgressBar::new(k));
+                bar.set_style(style.clone());
+                bar.set_prefix(format!(
+                    "{} {}",
+                    if label.is_empty() { "-" } else { &label },
+                    unit.method
+                ));
+                // Count the repetitions finished before (a resumed run).
+                let done = (0..k)
+                    .filter(|&r| {
+                        runner::rep_path(&dir, &plan.settings[unit.setting], &unit.method, r)
+                            .is_file()
+                    })
+                    .count();
+                bar.set_position(done as u64);
+                bar.reset_eta();
+                bar
+            })
+            .clone();
+        let start_pos = bar.position();
+        let len = unit.reps.end - unit.reps.start;
+        let started = Instant::now();
+        let last = Mutex::new(0u64);
+        runner::run_unit(
+            &dir,
+            &plan,
+            unit,
+            resolved[unit.setting].as_ref().expect("resolved above"),
+            &resources,
+            &|f| {
+                let step = (f * len as f64).floor() as u64;
+                let mut last = last.lock().expect("progress lock");
+                if step > *last {
+                    *last = step;
+                    bar.set_position(start_pos + step);
+                }
+            },
+        )?;
+        bar.set_position(start_pos + len);
+        if bar.position() >= k {
+            bar.finish();
+        }
+        if show_lines {
+            eprintln!(
+                "done {} {} repetitions {}..{} in {:.1} s",
+                if label.is_empty() { "-" } else { &label },
+                unit.method,
+                unit.reps.start,
+                unit.reps.end,
+                started.elapsed().as_secs_f64()
+            );
+        }
+    }
+    if let Some((i, n)) = shard {
+        eprintln!(
+            "shard {i}/{n} finished in {}; combine the shards with `uqbench merge DIR… --out DIR`",
+            dir.display()
+        );
+        return Ok(());
+    }
+    finish(&dir, &plan, args.profile.as_deref(), args.backend.name())
+}
+
+/// Summaries, figures and report of a complete run directory.
+pub fn finish(dir: &Path, plan: &Plan, profile: Option<&str>, backend: &str) -> Result<()> {
+    let (summary, resolved) = runner::summarize_dir(dir, plan)?;
+    summary.write(dir)?;
+    let figures = crate::figures::draw_all(dir, plan, &summary, &resolved)?;
+    crate::report::write(dir, plan, profile, backend, &summary, &figures)?;
+    eprintln!(
+        "wrote summary.json, summary.csv, aggregate.csv, {} figures and report.md to {}",
+        figures.len(),
+        dir.display()
+    );
+    Ok(())
+}

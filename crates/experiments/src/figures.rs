@@ -1,0 +1,642 @@
+//! The figures of a run, as SVG and PNG: bands per method ([000] figures 1, 2, 4, 5),
+//! metrics against complexity at the reported inputs (figures 3, 6), heat maps over a 2-D
+//! test grid (figure 7), and a histogram of pointwise coverage per method.
+
+use std::path::{Path, PathBuf};
+use std::sync::Once;
+
+use anyhow::{anyhow, Result};
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use plotters::style::colors::colormaps::ViridisRGB;
+
+use crate::runner::{read_rep, rep_path, Plan, Resolved};
+use crate::store::setting_dir;
+use crate::summary::{SettingSummary, Summary};
+
+/// One figure written to disk.
+#[derive(Debug, Clone)]
+pub struct Written {
+    /// What it shows.
+    pub title: String,
+    /// Path of the SVG, relative to the run directory (the PNG sits beside it).
+    pub svg: PathBuf,
+}
+
+fn pe<E: std::fmt::Debug>(e: E) -> anyhow::Error {
+    anyhow!("drawing failed: {e:?}")
+}
+
+const FONT: &str = "sans-serif";
+
+/// Registers the bundled DejaVu Sans for PNG text (SVG text names the family only), so no
+/// system font library is needed.
+fn fonts() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let bytes: &'static [u8] = include_bytes!("../../../assets/fonts/DejaVuSans.ttf");
+        plotters::style::register_font(FONT, FontStyle::Normal, bytes)
+            .unwrap_or_else(|_| panic!("the bundled font parses"));
+    });
+}
+
+const PALETTE: [RGBColor; 10] = [
+    RGBColor(214, 39, 40),
+    RGBColor(31, 119, 180),
+    RGBColor(44, 160, 44),
+    RGBColor(255, 127, 14),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+    RGBColor(188, 189, 34),
+    RGBColor(23, 190, 207),
+];
+
+fn colour(i: usize) -> RGBColor {
+    PALETTE[i % PALETTE.len()]
+}
+
+/// A figure that can draw itself on any plotters backend.
+trait Figure {
+    fn size(&self) -> (u32, u32);
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()>;
+}
+
+/// Draws `fig` to `<stem>.svg` and `<stem>.png`, each written under a temporary name and
+/// renamed, so a killed run never leaves a half-drawn figure.
+fn render(fig: &impl Figure, dir: &Path, stem: &str) -> Result<PathBuf> {
+    fonts();
+    std::fs::create_dir_all(dir)?;
+    let tmp = |ext: &str| dir.join(format!(".tmp-{}-{stem}.{ext}", std::process::id()));
+    let (svg, png) = (tmp("svg"), tmp("png"));
+    {
+        let root = SVGBackend::new(&svg, fig.size()).into_drawing_area();
+        root.fill(&WHITE).map_err(pe)?;
+        fig.draw(&root)?;
+        root.present().map_err(pe)?;
+    }
+    std::fs::rename(&svg, dir.join(format!("{stem}.svg")))?;
+    {
+        let root = BitMapBackend::new(&png, fig.size()).into_drawing_area();
+        root.fill(&WHITE).map_err(pe)?;
+        fig.draw(&root)?;
+        root.present().map_err(pe)?;
+    }
+    std::fs::rename(&png, dir.join(format!("{stem}.png")))?;
+    Ok(dir.join(format!("{stem}.svg")))
+}
+
+fn grid_shape(n: usize) -> (usize, usize) {
+    let cols = n.clamp(1, 4);
+    (n.div_ceil(cols), cols)
+}
+
+/// (abscissa, value, error) triples of one curve.
+type Curve = Vec<(f64, f64, f64)>;
+
+/// Prediction ± 1.96·uncertainty of one repetition per method, with the truth and (in 1-D)
+/// the training points.
+struct Bands {
+    title: String,
+    coord_name: String,
+    /// (coord, truth) sorted by coord.
+    truth: Vec<(f64, f64)>,
+    /// Training points (x, y), when the test design runs along x.
+    train: Vec<(f64, f64)>,
+    /// Method → (coord, mean, std) sorted by coord.
+    methods: Vec<(String, Curve)>,
+}
+
+impl Figure for Bands {
+    fn size(&self) -> (u32, u32) {
+        let (rows, cols) = grid_shape(self.methods.len());
+        (380 * cols as u32, 300 * rows as u32 + 40)
+    }
+
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()> {
+        let root = root.titled(&self.title, (FONT, 20)).map_err(pe)?;
+        let (rows, cols) = grid_shape(self.methods.len());
+        let xmin = self.truth.first().map_or(0.0, |p| p.0);
+        let xmax = self.truth.last().map_or(1.0, |p| p.0);
+        let ys = self
+            .truth
+            .iter()
+            .map(|p| p.1)
+            .chain(self.train.iter().map(|p| p.1));
+        let (lo, hi) = ys.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), y| {
+            (a.min(y), b.max(y))
+        });
+        let pad = 0.5 * (hi - lo).max(1e-6);
+        let (ymin, ymax) = (lo - pad, hi + pad);
+        let clamp = |y: f64| y.clamp(ymin, ymax);
+        for (area, (name, points)) in root.split_evenly((rows, cols)).iter().zip(&self.methods) {
+            let mut chart = ChartBuilder::on(area)
+                .caption(name, (FONT, 16))
+                .margin(8)
+                .x_label_area_size(30)
+                .y_label_area_size(45)
+                .build_cartesian_2d(xmin..xmax, ymin..ymax)
+                .map_err(pe)?;
+            chart
+                .configure_mesh()
+                .disable_mesh()
+                .x_desc(&self.coord_name)
+                .label_style((FONT, 11))
+                .draw()
+                .map_err(pe)?;
+            let mut band: Vec<(f64, f64)> = points
+                .iter()
+                .map(|&(x, m, s)| (x, clamp(m + 1.96 * s)))
+                .collect();
+            band.extend(
+                points
+                    .iter()
+                    .rev()
+                    .map(|&(x, m, s)| (x, clamp(m - 1.96 * s))),
+            );
+            chart
+                .draw_series(std::iter::once(Polygon::new(band, BLUE.mix(0.25).filled())))
+                .map_err(pe)?;
+            chart
+                .draw_series(LineSeries::new(
+                    points.iter().map(|&(x, m, _)| (x, clamp(m))),
+                    BLUE.stroke_width(2),
+                ))
+                .map_err(pe)?;
+            chart
+                .draw_series(DashedLineSeries::new(
+                    self.truth.iter().map(|&(x, t)| (x, t)),
+                    6,
+                    4,
+                    RED.stroke_width(2),
+                ))
+                .map_err(pe)?;
+            chart
+                .draw_series(
+                    self.train
+                        .iter()
+                        .map(|&(x, y)| Circle::new((x, clamp(y)), 2, BLACK.filled())),
+                )
+                .map_err(pe)?;
+        }
+        Ok(())
+    }
+}
+
+/// Deviation, uncertainty and coverage against the sweep variable at every report point.
+struct Complexity {
+    variable: String,
+    /// Report labels (rows).
+    labels: Vec<String>,
+    /// Method → per label → per metric (deviation, uncertainty, coverage) → (x, value, stderr).
+    series: Vec<(String, Vec<[Curve; 3]>)>,
+}
+
+impl Figure for Complexity {
+    fn size(&self) -> (u32, u32) {
+        (1200, 320 * self.labels.len() as u32 + 70)
+    }
+
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()> {
+        let root = root
+            .titled(
+                &format!(
+                    "Deviation, uncertainty and coverage against {}",
+                    self.variable
+                ),
+                (FONT, 20),
+            )
+            .map_err(pe)?;
+        let (body, legend) = root.split_vertically(root.dim_in_pixel().1 as i32 - 30);
+        let names = ["deviation", "uncertainty", "coverage"];
+        let areas = body.split_evenly((self.labels.len(), 3));
+        for (row, label) in self.labels.iter().enumerate() {
+            for (col, metric) in names.iter().enumerate() {
+                let all = self.series.iter().flat_map(|(_, per)| per[row][col].iter());
+                let (xmin, xmax, ymin, ymax) = all.fold(
+                    (
+                        f64::INFINITY,
+                        f64::NEG_INFINITY,
+                        f64::INFINITY,
+                        f64::NEG_INFINITY,
+                    ),
+                    |(a, b, c, d), &(x, v, s)| (a.min(x), b.max(x), c.min(v - s), d.max(v + s)),
+                );
+                let (ymin, ymax) = if col == 2 {
+                    (0.0, 1.02)
+                } else {
+                    (ymin.min(0.0), ymax * 1.05 + 1e-12)
+                };
+                let xpad = ((xmax - xmin) * 0.05).max(0.1);
+                let mut chart = ChartBuilder::on(&areas[row * 3 + col])
+                    .caption(format!("{metric} at {label}"), (FONT, 14))
+                    .margin(8)
+                    .x_label_area_size(30)
+                    .y_label_area_size(50)
+                    .build_cartesian_2d((xmin - xpad)..(xmax + xpad), ymin..ymax)
+                    .map_err(pe)?;
+                chart
+                    .configure_mesh()
+                    .x_desc(&self.variable)
+                    .label_style((FONT, 11))
+                    .draw()
+                    .map_err(pe)?;
+                if col == 2 {
+                    chart
+                        .draw_series(DashedLineSeries::new(
+                            [(xmin - xpad, 0.95), (xmax + xpad, 0.95)],
+                            4,
+                            4,
+                            BLACK.stroke_width(1),
+                        ))
+                        .map_err(pe)?;
+                }
+                for (i, (_, per)) in self.series.iter().enumerate() {
+                    let c = colour(i);
+                    let pts = &per[row][col];
+                    chart
+                        .draw_series(LineSeries::new(
+                            pts.iter().map(|&(x, v, _)| (x, v)),
+                            c.stroke_width(2),
+                        ))
+                        .map_err(pe)?;
+                    chart
+                        .draw_series(pts.iter().map(|&(x, v, s)| {
+                            ErrorBar::new_vertical(x, v - s, v, v + s, c.filled(), 6)
+                        }))
+                        .map_err(pe)?;
+                }
+            }
+        }
+        legend_row(
+            &legend,
+            &self
+                .series
+                .iter()
+                .map(|(n, _)| n.as_str())
+                .collect::<Vec<_>>(),
+        )
+    }
+}
+
+fn legend_row<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, names: &[&str]) -> Result<()> {
+    let step = (area.dim_in_pixel().0 as i32 / names.len().max(1) as i32).max(60);
+    for (i, name) in names.iter().enumerate() {
+        let x = 20 + step * i as i32;
+        area.draw(&Rectangle::new([(x, 10), (x + 20, 20)], colour(i).filled()))
+            .map_err(pe)?;
+        area.draw(&Text::new(name.to_string(), (x + 26, 8), (FONT, 14)))
+            .map_err(pe)?;
+    }
+    Ok(())
+}
+
+/// Heat maps over a 2-D grid: rows are methods, columns log10 deviation, log10 uncertainty,
+/// coverage.
+struct HeatMaps {
+    title: String,
+    /// Grid coordinates (x1 values, x2 values).
+    axes: (Vec<f64>, Vec<f64>),
+    /// Method → three fields, each indexed [i1 * n2 + i2].
+    rows: Vec<(String, [Vec<f64>; 3])>,
+}
+
+impl Figure for HeatMaps {
+    fn size(&self) -> (u32, u32) {
+        (1050, 300 * self.rows.len() as u32 + 40)
+    }
+
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()> {
+        let root = root.titled(&self.title, (FONT, 20)).map_err(pe)?;
+        let (x1, x2) = &self.axes;
+        let step = |v: &[f64]| if v.len() > 1 { v[1] - v[0] } else { 1.0 };
+        let (h1, h2) = (step(x1) / 2.0, step(x2) / 2.0);
+        let names = ["log10 deviation", "log10 uncertainty", "coverage"];
+        let mut ranges = [(f64::INFINITY, f64::NEG_INFINITY); 3];
+        for (_, fields) in &self.rows {
+            for c in 0..2 {
+                for v in fields[c].iter().filter(|v| v.is_finite()) {
+                    ranges[c] = (ranges[c].0.min(*v), ranges[c].1.max(*v));
+                }
+            }
+        }
+        ranges[2] = (0.0, 1.0);
+        let areas = root.split_evenly((self.rows.len(), 3));
+        for (r, (method, fields)) in self.rows.iter().enumerate() {
+            for c in 0..3 {
+                let (lo, hi) = ranges[c];
+                let hi = if hi > lo { hi } else { lo + 1.0 };
+                let mut chart = ChartBuilder::on(&areas[r * 3 + c])
+                    .caption(
+                        format!("{method}: {} [{lo:.2}, {hi:.2}]", names[c]),
+                        (FONT, 13),
+                    )
+                    .margin(6)
+                    .x_label_area_size(25)
+                    .y_label_area_size(35)
+                    .build_cartesian_2d(
+                        (x1[0] - h1)..(x1[x1.len() - 1] + h1),
+                        (x2[0] - h2)..(x2[x2.len() - 1] + h2),
+                    )
+                    .map_err(pe)?;
+                chart
+                    .configure_mesh()
+                    .disable_mesh()
+                    .label_style((FONT, 10))
+                    .draw()
+                    .map_err(pe)?;
+                chart
+                    .draw_series(x1.iter().enumerate().flat_map(|(i, &a)| {
+                        x2.iter().enumerate().map(move |(j, &b)| {
+                            let v = fields[c][i * x2.len() + j];
+                            let colour = if v.is_finite() {
+                                ViridisRGB.get_color_normalized(v.clamp(lo, hi), lo, hi)
+                            } else {
+                                RGBColor(200, 200, 200)
+                            };
+                            Rectangle::new([(a - h1, b - h2), (a + h1, b + h2)], colour.filled())
+                        })
+                    }))
+                    .map_err(pe)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Histograms of pointwise coverage per method, with the nominal 0.95 marked.
+struct CoverageHistogram {
+    title: String,
+    methods: Vec<(String, Vec<f64>)>,
+}
+
+impl Figure for CoverageHistogram {
+    fn size(&self) -> (u32, u32) {
+        let (rows, cols) = grid_shape(self.methods.len());
+        (340 * cols as u32, 260 * rows as u32 + 40)
+    }
+
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()> {
+        let root = root.titled(&self.title, (FONT, 20)).map_err(pe)?;
+        let (rows, cols) = grid_shape(self.methods.len());
+        const BINS: usize = 20;
+        for (area, (name, values)) in root.split_evenly((rows, cols)).iter().zip(&self.methods) {
+            let mut counts = [0usize; BINS];
+            for v in values {
+                counts[((v * BINS as f64).floor() as usize).min(BINS - 1)] += 1;
+            }
+            let total = values.len().max(1) as f64;
+            let top = counts
+                .iter()
+                .map(|&c| c as f64 / total)
+                .fold(0.0, f64::max)
+                .max(0.05)
+                * 1.1;
+            let mut chart = ChartBuilder::on(area)
+                .caption(name, (FONT, 15))
+                .margin(8)
+                .x_label_area_size(30)
+                .y_label_area_size(45)
+                .build_cartesian_2d(0.0..1.0, 0.0..top)
+                .map_err(pe)?;
+            chart
+                .configure_mesh()
+                .disable_mesh()
+                .x_desc("coverage")
+                .y_desc("fraction of test inputs")
+                .label_style((FONT, 10))
+                .draw()
+                .map_err(pe)?;
+            chart
+                .draw_series(counts.iter().enumerate().map(|(b, &c)| {
+                    let x0 = b as f64 / BINS as f64;
+                    Rectangle::new(
+                        [(x0, 0.0), (x0 + 1.0 / BINS as f64, c as f64 / total)],
+                        BLUE.mix(0.6).filled(),
+                    )
+                }))
+                .map_err(pe)?;
+            chart
+                .draw_series(DashedLineSeries::new(
+                    [(0.95, 0.0), (0.95, top)],
+                    4,
+                    4,
+                    RED.stroke_width(2),
+                ))
+                .map_err(pe)?;
+        }
+        Ok(())
+    }
+}
+
+/// `e1 f_main=2`, or just `e3` without a sweep.
+fn heading(name: &str, label: &str) -> String {
+    if label.is_empty() {
+        name.to_string()
+    } else {
+        format!("{name} {label}")
+    }
+}
+
+fn point_values(s: &SettingSummary, method: &str, metric: &str) -> Option<(Vec<f64>, Vec<f64>)> {
+    let p = s.methods.get(method)?.points.get(metric)?;
+    Some((p.value.clone(), p.stderr.clone()))
+}
+
+/// Draws every figure that applies to the run and returns them in report order.
+pub fn draw_all(
+    dir: &Path,
+    plan: &Plan,
+    summary: &Summary,
+    resolved: &[Resolved],
+) -> Result<Vec<Written>> {
+    let out = dir.join("figures");
+    let mut written = Vec::new();
+    let run = plan.spec.run_spec()?;
+    let band_rep = run.band_repetition;
+    for ((setting, s), res) in plan.settings.iter().zip(&summary.settings).zip(resolved) {
+        let label = setting_dir(&setting.label());
+        let problem = &res.problem;
+        let test = &problem.test;
+        let design: Vec<usize> = (0..test.label.len())
+            .filter(|&i| test.label[i].is_none())
+            .collect();
+        // Bands along a 1-D or diagonal test design.
+        if let Some((coord_name, coord)) = &test.coord {
+            let mut order = design.clone();
+            order.sort_by(|&a, &b| coord[a].total_cmp(&coord[b]));
+            let mut methods = Vec::new();
+            for m in &plan.methods {
+                let rep = read_rep(&rep_path(dir, setting, m, band_rep))?;
+                methods.push((
+                    m.clone(),
+                    order
+                        .iter()
+                        .map(|&i| (coord[i], rep.mean[i], rep.std[i]))
+                        .collect(),
+                ));
+            }
+            let train = if problem.d() == 1 && coord_name == "x" {
+                let y = problem.draw(band_rep).train_y;
+                problem
+                    .train
+                    .inputs
+                    .rows()
+                    .zip(y)
+                    .map(|(x, y)| (x[0], y))
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            let fig = Bands {
+                title: format!(
+                    "{}: prediction ± 1.96·uncertainty, repetition {band_rep}",
+                    heading(&plan.spec.name, &setting.label())
+                ),
+                coord_name: coord_name.clone(),
+                truth: order.iter().map(|&i| (coord[i], test.truth[i])).collect(),
+                train,
+                methods,
+            };
+            let svg = render(&fig, &out, &format!("bands_{label}"))?;
+            written.push(Written {
+                title: fig.title.clone(),
+                svg,
+            });
+        }
+        // Heat maps over a full 2-D grid.
+        if problem.d() == 2 && test.coord.is_none() {
+            let mut a: Vec<f64> = design.iter().map(|&i| test.inputs.row(i)[0]).collect();
+            let mut b: Vec<f64> = design.iter().map(|&i| test.inputs.row(i)[1]).collect();
+            a.sort_by(f64::total_cmp);
+            a.dedup();
+            b.sort_by(f64::total_cmp);
+            b.dedup();
+            if a.len() * b.len() == design.len() && a.len() > 1 && b.len() > 1 {
+                let index = |x: &[f64]| -> usize {
+                    let i = a.partition_point(|v| *v < x[0]);
+                    let j = b.partition_point(|v| *v < x[1]);
+                    i * b.len() + j
+                };
+                let mut rows = Vec::new();
+                for m in &plan.methods {
+                    let mut fields = [
+                        vec![f64::NAN; design.len()],
+                        vec![f64::NAN; design.len()],
+                        vec![f64::NAN; design.len()],
+                    ];
+                    for (c, metric) in ["deviation", "uncertainty", "coverage"].iter().enumerate() {
+                        let (v, _) = point_values(s, m, metric).unwrap_or_default();
+                        for &i in &design {
+                            let val = v.get(i).copied().unwrap_or(f64::NAN);
+                            fields[c][index(test.inputs.row(i))] =
+                                if c < 2 { val.log10() } else { val };
+                        }
+                    }
+                    rows.push((m.clone(), fields));
+                }
+                let fig = HeatMaps {
+                    title: format!(
+                        "{}: heat maps over the test grid ({} repetitions)",
+                        heading(&plan.spec.name, &setting.label()),
+                        run.repetitions
+                    ),
+                    axes: (a, b),
+                    rows,
+                };
+                let svg = render(&fig, &out, &format!("heatmaps_{label}"))?;
+                written.push(Written {
+                    title: fig.title.clone(),
+                    svg,
+                });
+            }
+        }
+        // Coverage histogram.
+        let methods: Vec<(String, Vec<f64>)> = plan
+            .methods
+            .iter()
+            .filter_map(|m| {
+                point_values(s, m, "coverage")
+                    .map(|(v, _)| (m.clone(), design.iter().map(|&i| v[i]).collect()))
+            })
+            .collect();
+        let fig = CoverageHistogram {
+            title: format!(
+                "{}: pointwise coverage of mean ± 1.96·uncertainty",
+                heading(&plan.spec.name, &setting.label())
+            ),
+            methods,
+        };
+        let svg = render(&fig, &out, &format!("coverage_hist_{label}"))?;
+        written.push(Written {
+            title: fig.title.clone(),
+            svg,
+        });
+    }
+    // Metrics against complexity at the report points, for a one-variable sweep.
+    let labels: Vec<String> = resolved
+        .first()
+        .map(|r| r.problem.test.label.iter().flatten().cloned().collect())
+        .unwrap_or_default();
+    if plan.spec.sweep.len() == 1 && plan.settings.len() > 1 && !labels.is_empty() {
+        let variable = plan
+            .spec
+            .sweep
+            .keys()
+            .next()
+            .expect("one sweep variable")
+            .clone();
+        let mut series = Vec::new();
+        for m in &plan.methods {
+            let mut per_label = Vec::new();
+            for label in &labels {
+                let mut cols: [Curve; 3] = [Vec::new(), Vec::new(), Vec::new()];
+                for ((setting, s), res) in plan.settings.iter().zip(&summary.settings).zip(resolved)
+                {
+                    let Some(i) = res
+                        .problem
+                        .test
+                        .label
+                        .iter()
+                        .position(|l| l.as_deref() == Some(label))
+                    else {
+                        continue;
+                    };
+                    let x = setting.get(&variable).expect("the sweep variable");
+                    for (c, metric) in ["deviation", "uncertainty", "coverage"].iter().enumerate() {
+                        if let Some((v, e)) = point_values(s, m, metric) {
+                            cols[c].push((x, v[i], if e[i].is_finite() { e[i] } else { 0.0 }));
+                        }
+                    }
+                }
+                per_label.push(cols);
+            }
+            series.push((m.clone(), per_label));
+        }
+        let fig = Complexity {
+            variable,
+            labels,
+            series,
+        };
+        let svg = render(&fig, &out, "complexity")?;
+        written.push(Written {
+            title: format!(
+                "{}: deviation, uncertainty and coverage against {}",
+                plan.spec.name, fig.variable
+            ),
+            svg,
+        });
+    }
+    Ok(written
+        .into_iter()
+        .map(|w| Written {
+            svg: w
+                .svg
+                .strip_prefix(dir)
+                .map(Path::to_path_buf)
+                .unwrap_or(w.svg),
+            ..w
+        })
+        .collect())
+}

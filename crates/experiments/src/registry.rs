@@ -1,0 +1,109 @@
+//! The method registry: every name a spec may use, mapped to its constructor. Adding a
+//! method is one file in `crates/models/src/` plus one line in [`KINDS`].
+
+use anyhow::{bail, Context, Result};
+use uqbench_models::{
+    BootstrapScheme, DropoutKind, DropoutMethod, EnsMcd, Ensemble, EnsembleConfig, EnsembleKind,
+    Method,
+};
+
+type Builder = fn(name: &str, settings: toml::Value) -> Result<Box<dyn Method>>;
+
+fn config<T: serde::de::DeserializeOwned>(name: &str, settings: toml::Value) -> Result<T> {
+    settings
+        .try_into()
+        .with_context(|| format!("[methods.{name}]"))
+}
+
+/// (kind, constructor). A spec's `[methods.NAME]` table selects a kind with `kind = "…"`,
+/// or by its NAME.
+pub const KINDS: &[(&str, Builder)] = &[
+    ("Ens", |n, s| {
+        Ok(Box::new(Ensemble::new(
+            n,
+            EnsembleKind::Plain,
+            config(n, s)?,
+        )?))
+    }),
+    ("EnsAdvA", |n, s| {
+        Ok(Box::new(Ensemble::new(
+            n,
+            EnsembleKind::Adversarial,
+            config(n, s)?,
+        )?))
+    }),
+    ("EnsBS", |n, s| {
+        Ok(Box::new(Ensemble::new(
+            n,
+            EnsembleKind::Bootstrap,
+            config(n, s)?,
+        )?))
+    }),
+    ("EnsBSClassic", |n, s| {
+        let c: EnsembleConfig = config(n, s)?;
+        Ok(Box::new(Ensemble::new(
+            n,
+            EnsembleKind::Bootstrap,
+            EnsembleConfig {
+                bootstrap: BootstrapScheme::Classic,
+                ..c
+            },
+        )?))
+    }),
+    ("BD", |n, s| {
+        Ok(Box::new(DropoutMethod::new(
+            n,
+            DropoutKind::Bernoulli,
+            config(n, s)?,
+        )?))
+    }),
+    ("CD", |n, s| {
+        Ok(Box::new(DropoutMethod::new(
+            n,
+            DropoutKind::Concrete,
+            config(n, s)?,
+        )?))
+    }),
+    ("VD", |n, s| {
+        Ok(Box::new(DropoutMethod::new(
+            n,
+            DropoutKind::Variational,
+            config(n, s)?,
+        )?))
+    }),
+    ("EnsMCD", |n, s| {
+        Ok(Box::new(EnsMcd::new(n, config(n, s)?)?))
+    }),
+];
+
+/// Builds method `name` from its settings table (possibly empty).
+pub fn build(name: &str, table: Option<&toml::Table>) -> Result<Box<dyn Method>> {
+    if name == crate::summary::ANCHOR {
+        bail!("method {name}: the anchor is always included and takes no settings");
+    }
+    let mut table = table.cloned().unwrap_or_default();
+    let kind = match table.remove("kind") {
+        Some(toml::Value::String(k)) => k,
+        Some(other) => bail!(
+            "[methods.{name}] kind = {other}: a method kind is a string, one of {}",
+            kinds()
+        ),
+        None => name.to_string(),
+    };
+    let Some((_, builder)) = KINDS.iter().find(|(k, _)| *k == kind) else {
+        bail!(
+            "unknown method `{kind}`{}; valid methods: BLR (always run), {}",
+            if kind == name {
+                String::new()
+            } else {
+                format!(" (kind of `{name}`)")
+            },
+            kinds()
+        );
+    };
+    builder(name, toml::Value::Table(table))
+}
+
+fn kinds() -> String {
+    KINDS.iter().map(|(k, _)| *k).collect::<Vec<_>>().join(", ")
+}

@@ -1,0 +1,120 @@
+//! The run's `report.md`: what was run, the figures, and a table of the aggregates.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::Result;
+
+use crate::figures::Written;
+use crate::runner::Plan;
+use crate::store::write_atomic;
+use crate::summary::{Scalar, Summary};
+
+fn cell(s: Option<&Scalar>) -> String {
+    match s {
+        Some(v) if v.value.is_finite() && v.stderr.is_finite() => {
+            format!("{:.3} ± {:.3}", v.value, v.stderr)
+        }
+        Some(v) if v.value.is_finite() => format!("{:.3}", v.value),
+        _ => "–".to_string(),
+    }
+}
+
+/// Writes `report.md` into `dir`.
+pub fn write(
+    dir: &Path,
+    plan: &Plan,
+    profile: Option<&str>,
+    backend: &str,
+    summary: &Summary,
+    figures: &[Written],
+) -> Result<()> {
+    let run = plan.spec.run_spec()?;
+    let mut md = String::new();
+    let _ = writeln!(md, "# uqbench run: {}\n", plan.spec.name);
+    if !plan.spec.description.is_empty() {
+        let _ = writeln!(md, "{}\n", plan.spec.description);
+    }
+    let _ = writeln!(
+        md,
+        "Profile `{}`, backend `{backend}`, {} repetitions per setting, settings: {}, methods: {}. \
+         The full spec is in `spec.resolved.toml`; per-point metrics in `summary.csv`, \
+         per-region aggregates in `aggregate.csv`, everything in `summary.json`.\n",
+        profile.unwrap_or("none"),
+        run.repetitions,
+        plan.settings.iter().map(|s| if s.label().is_empty() { "(no sweep)".to_string() } else { s.label() }).collect::<Vec<_>>().join(", "),
+        plan.methods.join(", ")
+    );
+    let _ = writeln!(md, "## Figures\n");
+    for f in figures {
+        let png = f.svg.with_extension("png");
+        let _ = writeln!(
+            md,
+            "### {}\n\n![{}]({}) ([SVG]({}))\n",
+            f.title,
+            f.title,
+            png.display(),
+            f.svg.display()
+        );
+    }
+    let _ = writeln!(md, "## Aggregates\n");
+    let _ = writeln!(
+        md,
+        "Means over test inputs (± their standard error, which treats the inputs as a sample) of \
+         each input's coverage of mean ± 1.96·uncertainty over the repetitions, its mean \
+         deviation |prediction − truth| and mean uncertainty, and the uncertainty relative to \
+         the anchor (BLR). `in`/`out`/`gap`: test inputs inside, outside or in a hole of the \
+         training region.\n"
+    );
+    for s in &summary.settings {
+        let title = if s.setting.is_empty() {
+            "(no sweep)".to_string()
+        } else {
+            s.setting.clone()
+        };
+        let _ = writeln!(md, "### {title}\n");
+        let regions: Vec<&str> = ["all", "in", "gap", "out"]
+            .into_iter()
+            .filter(|r| s.methods.values().any(|m| m.aggregate.contains_key(*r)))
+            .collect();
+        let _ = write!(md, "| method | reps | diverged |");
+        for r in &regions {
+            let _ = write!(md, " coverage ({r}) |");
+        }
+        let _ = writeln!(
+            md,
+            " deviation | uncertainty | uncertainty / BLR | CICF Brier 0.95 | learned rate |"
+        );
+        let _ = writeln!(md, "|{}", "---|".repeat(8 + regions.len()));
+        for (name, m) in plan
+            .methods
+            .iter()
+            .filter_map(|n| s.methods.get(n).map(|m| (n, m)))
+        {
+            let all = m.aggregate.get("all");
+            let get = |k: &str| all.and_then(|a| a.get(k));
+            let rate = get("learned_p")
+                .map(|v| format!("p = {}", cell(Some(v))))
+                .or_else(|| get("learned_alpha").map(|v| format!("α = {}", cell(Some(v)))));
+            let _ = write!(md, "| {name} | {} | {} |", m.repetitions, m.diverged.len());
+            for r in &regions {
+                let _ = write!(
+                    md,
+                    " {} |",
+                    cell(m.aggregate.get(*r).and_then(|a| a.get("coverage")))
+                );
+            }
+            let _ = writeln!(
+                md,
+                " {} | {} | {} | {} | {} |",
+                cell(get("deviation")),
+                cell(get("uncertainty")),
+                cell(get("uncertainty_ratio")),
+                cell(get("cicf_brier_0.95")),
+                rate.unwrap_or_else(|| "–".to_string())
+            );
+        }
+        let _ = writeln!(md);
+    }
+    write_atomic(&dir.join("report.md"), md.as_bytes())
+}

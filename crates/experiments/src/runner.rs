@@ -1,0 +1,259 @@
+//! Running an experiment: the plan of work units, executing them into the run directory,
+//! and summarising a run directory.
+//!
+//! A run directory holds `spec.resolved.toml` (the spec with the profile applied), one file
+//! per (setting, method, repetition) under `reps/`, and the summaries, figures and report.
+//! A work unit is a block of repetitions of one method at one setting; its files are written
+//! atomically when it finishes, so an interrupted run loses at most the units in progress, and
+//! `--resume` skips every unit whose files exist. Results depend only on seeds, never on which
+//! units ran together, so resumed, sharded-and-merged and uninterrupted runs are identical.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use uqbench_anchor::{Anchor, Problem, Setting};
+use uqbench_models::{Method, RepOutput, Resources, SeedBase, Task};
+
+use crate::registry;
+use crate::spec::ExperimentSpec;
+use crate::store::{rep_stem, setting_dir, write_atomic};
+use crate::summary::{self, RepResult, Summary, TestInfo, ANCHOR};
+
+/// The resolved spec's file name in a run directory.
+pub const SPEC_FILE: &str = "spec.resolved.toml";
+
+/// One block of repetitions of one method at one setting.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unit {
+    /// Index into the plan's settings.
+    pub setting: usize,
+    /// Method name.
+    pub method: String,
+    /// Repetitions.
+    pub reps: Range<u64>,
+}
+
+/// Everything a run does, in a fixed order.
+pub struct Plan {
+    /// The spec (profile applied).
+    pub spec: ExperimentSpec,
+    /// Settings of the sweep.
+    pub settings: Vec<Setting>,
+    /// Method names, the anchor first.
+    pub methods: Vec<String>,
+    /// The work units, in order.
+    pub units: Vec<Unit>,
+}
+
+impl Plan {
+    /// The plan of `spec`, optionally restricted to `only` (names from `run.methods`).
+    pub fn new(spec: ExperimentSpec, only: Option<&[String]>) -> Result<Plan> {
+        let run = spec.run_spec()?.clone();
+        let mut methods = vec![ANCHOR.to_string()];
+        for m in &run.methods {
+            if m != ANCHOR && !methods.contains(m) {
+                methods.push(m.clone());
+            }
+        }
+        if let Some(only) = only {
+            for m in only {
+                if !methods.contains(m) {
+                    bail!(
+                        "--methods {m}: not a method of this spec; its methods are {}",
+                        methods.join(", ")
+                    );
+                }
+            }
+            methods.retain(|m| m == ANCHOR || only.contains(m));
+        }
+        for m in methods.iter().skip(1) {
+            registry::build(m, spec.methods.get(m))
+                .with_context(|| format!("run.methods: `{m}`"))?;
+        }
+        for name in spec.methods.keys() {
+            if !run.methods.contains(name) {
+                bail!(
+                    "[methods.{name}] configures a method that run.methods does not list ({})",
+                    run.methods.join(", ")
+                );
+            }
+        }
+        let settings = spec.settings();
+        for s in &settings {
+            spec.epochs(s)?;
+        }
+        let mut units = Vec::new();
+        for (si, _) in settings.iter().enumerate() {
+            for m in &methods {
+                let mut start = 0;
+                while start < run.repetitions {
+                    let end = (start + run.block).min(run.repetitions);
+                    units.push(Unit {
+                        setting: si,
+                        method: m.clone(),
+                        reps: start..end,
+                    });
+                    start = end;
+                }
+            }
+        }
+        Ok(Plan {
+            spec,
+            settings,
+            methods,
+            units,
+        })
+    }
+
+    /// Repetitions per setting.
+    pub fn repetitions(&self) -> u64 {
+        self.spec.run.as_ref().map_or(0, |r| r.repetitions)
+    }
+}
+
+/// Path of one repetition's result.
+pub fn rep_path(dir: &Path, setting: &Setting, method: &str, rep: u64) -> PathBuf {
+    dir.join("reps")
+        .join(setting_dir(&setting.label()))
+        .join(method)
+        .join(format!("{}.json", rep_stem(rep)))
+}
+
+/// Reads one repetition's result.
+pub fn read_rep(path: &Path) -> Result<RepResult> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    serde_json::from_str(&text)
+        .with_context(|| format!("{} is not a repetition result", path.display()))
+}
+
+/// Whether every file of `unit` exists.
+pub fn unit_done(dir: &Path, plan: &Plan, unit: &Unit) -> bool {
+    unit.reps
+        .clone()
+        .all(|r| rep_path(dir, &plan.settings[unit.setting], &unit.method, r).is_file())
+}
+
+/// A setting's resolved problem and its anchor.
+pub struct Resolved {
+    /// The problem.
+    pub problem: Problem,
+    /// Its anchor.
+    pub anchor: Anchor,
+}
+
+impl Resolved {
+    /// Resolves `setting` of `spec`.
+    pub fn new(spec: &ExperimentSpec, setting: &Setting) -> Result<Resolved> {
+        let problem = spec.resolve(setting)?;
+        let anchor = Anchor::fit(&problem)
+            .with_context(|| format!("anchor of {}", problem.display_name()))?;
+        Ok(Resolved { problem, anchor })
+    }
+}
+
+fn to_result(rep: u64, out: RepOutput) -> RepResult {
+    RepResult {
+        repetition: rep,
+        mean: out.mean,
+        std: out.std,
+        noise_std: out.noise_std,
+        scalars: out.scalars,
+        diverged: out.diverged,
+    }
+}
+
+/// Runs one unit and writes its files. `progress` receives the fraction of the unit done.
+pub fn run_unit(
+    dir: &Path,
+    plan: &Plan,
+    unit: &Unit,
+    resolved: &Resolved,
+    resources: &Resources,
+    progress: &(dyn Fn(f64) + Sync),
+) -> Result<()> {
+    let setting = &plan.settings[unit.setting];
+    let problem = &resolved.problem;
+    let reps: Vec<u64> = unit.reps.clone().collect();
+    let results: Vec<RepResult> = if unit.method == ANCHOR {
+        reps.iter()
+            .map(|&r| summary::anchor_rep(problem, &resolved.anchor, r))
+            .collect::<Result<_>>()?
+    } else {
+        let method: Box<dyn Method> =
+            registry::build(&unit.method, plan.spec.methods.get(&unit.method))?;
+        let y: Vec<Vec<f64>> = reps.iter().map(|&r| problem.draw(r).train_y).collect();
+        let task = Task {
+            d: problem.d(),
+            x_train: problem.train.inputs.as_slice(),
+            y_train: &y,
+            repetitions: &reps,
+            x_test: problem.test.inputs.as_slice(),
+            epochs: plan.spec.epochs(setting)?,
+            seeds: SeedBase {
+                base: plan.spec.seed,
+                experiment: plan.spec.name.clone(),
+                setting: setting.label(),
+            },
+        };
+        let total = (reps.len() * method.replicas_per_repetition()) as f64;
+        let outputs = method
+            .run(&task, resources, false, &|done| {
+                progress(done as f64 / total)
+            })
+            .with_context(|| format!("method {} at {}", unit.method, problem.display_name()))?;
+        reps.iter()
+            .zip(outputs)
+            .map(|(&r, o)| to_result(r, o))
+            .collect()
+    };
+    for r in &results {
+        let path = rep_path(dir, setting, &unit.method, r.repetition);
+        write_atomic(&path, serde_json::to_string(r)?.as_bytes())?;
+    }
+    progress(1.0);
+    Ok(())
+}
+
+/// Reads every repetition of a complete run directory and summarises it. Missing files are an
+/// error naming the first one (a sharded run must be merged first).
+pub fn summarize_dir(dir: &Path, plan: &Plan) -> Result<(Summary, Vec<Resolved>)> {
+    let run = plan.spec.run_spec()?;
+    let mut settings = Vec::new();
+    let mut resolved_all = Vec::new();
+    for setting in &plan.settings {
+        let resolved = Resolved::new(&plan.spec, setting)?;
+        let mut methods = BTreeMap::new();
+        for m in &plan.methods {
+            let mut reps = Vec::new();
+            for r in 0..run.repetitions {
+                let path = rep_path(dir, setting, m, r);
+                if !path.is_file() {
+                    bail!(
+                        "{} is missing: the run is incomplete (finish it with --resume, or merge its shards)",
+                        path.display()
+                    );
+                }
+                reps.push(read_rep(&path)?);
+            }
+            methods.insert(m.clone(), reps);
+        }
+        settings.push(summary::summarize_setting(
+            &setting.label(),
+            TestInfo::of(&resolved.problem),
+            &methods,
+            &run.levels,
+        )?);
+        resolved_all.push(resolved);
+    }
+    Ok((
+        Summary {
+            experiment: plan.spec.name.clone(),
+            levels: run.levels.clone(),
+            settings,
+        },
+        resolved_all,
+    ))
+}

@@ -1,0 +1,254 @@
+//! An ensemble of MC-dropout networks ([003]'s "ensemble of MC dropout"): M members, each
+//! with Bernoulli dropout on its last hidden layer, T passes per member at prediction; the
+//! prediction and uncertainty are the mean and std over all M·T passes.
+//!
+//! This file is the README's "add your own method" example, and deliberately uses the plain
+//! burn route rather than the hand-written engine: a `#[derive(Module)]` network whose
+//! parameters are batched over replicas (`[R, in, out]`), burn's autodiff for the gradients
+//! and burn's Adam for the updates. Its parts: the config ([`EnsMcdConfig`]), the module
+//! ([`McdNet`]), the training and prediction ([`EnsMcd::run`]); plus one line in the
+//! registry (`crates/experiments/src/registry.rs`).
+
+use std::collections::BTreeMap;
+
+use burn::module::{Module, Param};
+use burn::optim::decay::WeightDecayConfig;
+use burn::optim::{AdamConfig, GradientsParams};
+use burn::tensor::{Device, Tensor, TensorData};
+use serde::{Deserialize, Serialize};
+use uqbench_anchor::Rng;
+
+use crate::dropout::Dropout;
+use crate::engine::Resources;
+use crate::error::ModelError;
+use crate::mlp::{xavier_init, MlpShape};
+use crate::task::{mean_std, Method, RepOutput, Task};
+
+/// Settings of the ensemble of MC-dropout networks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EnsMcdConfig {
+    /// Members M (10).
+    pub members: usize,
+    /// Drop rate p of every member (0.1).
+    pub p: f64,
+    /// Prediction passes T per member (20).
+    pub passes: usize,
+    /// Hidden widths (128, 64, 32); dropout acts on the last hidden layer's output.
+    pub hidden: Vec<usize>,
+    /// Adam learning rate (1e-2).
+    pub lr: f64,
+    /// L2 factor (burn's Adam weight decay, on every parameter); 1/N when not set.
+    pub weight_decay: Option<f64>,
+}
+
+impl Default for EnsMcdConfig {
+    fn default() -> Self {
+        EnsMcdConfig {
+            members: 10,
+            p: 0.1,
+            passes: 20,
+            hidden: vec![128, 64, 32],
+            lr: 1e-2,
+            weight_decay: None,
+        }
+    }
+}
+
+/// R replicas of one linear layer.
+#[derive(Module, Debug)]
+pub struct BatchedLinear {
+    /// Weights `[R, in, out]`.
+    pub weight: Param<Tensor<3>>,
+    /// Biases `[R, 1, out]`.
+    pub bias: Param<Tensor<3>>,
+}
+
+impl BatchedLinear {
+    /// # Shapes
+    /// - `x`: `[1 or R, n, in]` → `[R, n, out]`
+    pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
+        x.matmul(self.weight.val()) + self.bias.val()
+    }
+}
+
+/// R replicas of the MLP, with MC dropout on the last hidden layer.
+#[derive(Module, Debug)]
+pub struct McdNet {
+    /// The layers, input to output.
+    pub layers: Vec<BatchedLinear>,
+}
+
+impl McdNet {
+    /// The network for `seeds.len()` replicas, Xavier-initialised per replica.
+    pub fn init(shape: &MlpShape, seeds: &[u64], device: &Device) -> McdNet {
+        let r = seeds.len();
+        let host = xavier_init(shape, seeds);
+        let layers = host
+            .layers
+            .into_iter()
+            .zip(shape.layers())
+            .map(|((w, b), (i, o))| BatchedLinear {
+                weight: Param::from_data(TensorData::new(w, [r, i, o]), device),
+                bias: Param::from_data(TensorData::new(b, [r, 1, o]), device),
+            })
+            .collect();
+        McdNet { layers }
+    }
+
+    /// The forward pass. The dropout mask is an explicit argument: with a mask the network
+    /// is stochastic (training and MC prediction alike), without one it is deterministic.
+    ///
+    /// # Shapes
+    /// - `x`: `[1 or R, n, d]`, `mask`: `[R, n, K]` (K the last hidden width) → `[R, n, 1]`
+    pub fn forward(&self, x: Tensor<3>, mask: Option<Tensor<3>>) -> Tensor<3> {
+        let last = self.layers.len() - 1;
+        let mut h = x;
+        for layer in &self.layers[..last] {
+            h = burn::tensor::activation::leaky_relu(layer.forward(h), 0.01);
+        }
+        if let Some(mask) = mask {
+            h = h * mask;
+        }
+        self.layers[last].forward(h)
+    }
+}
+
+/// The method.
+#[derive(Debug, Clone)]
+pub struct EnsMcd {
+    name: String,
+    config: EnsMcdConfig,
+}
+
+impl EnsMcd {
+    /// Checks the settings up front.
+    pub fn new(name: &str, config: EnsMcdConfig) -> Result<EnsMcd, ModelError> {
+        if config.members == 0 || config.passes == 0 {
+            return Err(ModelError::invalid(
+                format!("{name}.members × passes"),
+                format!("{} × {}", config.members, config.passes),
+                "at least one member and one pass",
+            ));
+        }
+        Dropout::Bernoulli { p: config.p }.validate()?;
+        MlpShape {
+            d_in: 1,
+            hidden: config.hidden.clone(),
+            d_out: 1,
+            negative_slope: 0.01,
+        }
+        .validate()?;
+        Ok(EnsMcd {
+            name: name.to_string(),
+            config,
+        })
+    }
+}
+
+impl Method for EnsMcd {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn replicas_per_repetition(&self) -> usize {
+        self.config.members
+    }
+
+    fn run(
+        &self,
+        task: &Task<'_>,
+        resources: &Resources,
+        keep_samples: bool,
+        progress: &(dyn Fn(usize) + Sync),
+    ) -> Result<Vec<RepOutput>, ModelError> {
+        task.validate()?;
+        let c = &self.config;
+        let shape = MlpShape {
+            d_in: task.d,
+            hidden: c.hidden.clone(),
+            d_out: 1,
+            negative_slope: 0.01,
+        };
+        let (d, n, m) = (task.d, task.n_train(), task.n_test());
+        let k = *c
+            .hidden
+            .last()
+            .expect("validated: at least one hidden layer");
+        // One replica per (repetition, member), each with its own seeds.
+        let (mut init, mut streams, mut y) = (Vec::new(), Vec::new(), Vec::new());
+        for (rep_index, &rep) in task.repetitions.iter().enumerate() {
+            for member in 0..c.members as u64 {
+                init.push(task.seeds.seed(rep, member, &format!("{}/init", self.name)));
+                streams.push(Rng::new(task.seeds.seed(
+                    rep,
+                    member,
+                    &format!("{}/stream", self.name),
+                )));
+                y.extend(task.y_train[rep_index].iter().map(|&v| v as f32));
+            }
+        }
+        let r = init.len();
+        let device = resources.device.clone().autodiff();
+        let dropout = Dropout::Bernoulli { p: c.p };
+
+        // Training: burn's autodiff and Adam (per element, so replicas stay independent).
+        let mut model = McdNet::init(&shape, &init, &device);
+        let mut optim = AdamConfig::new()
+            .with_epsilon(1e-8)
+            .with_weight_decay(Some(WeightDecayConfig::new(
+                c.weight_decay.unwrap_or(1.0 / n as f64) as f32,
+            )))
+            .init();
+        let x = Tensor::<3>::from_data(TensorData::new(task.x_train_f32(), [1, n, d]), &device);
+        let y = Tensor::<3>::from_data(TensorData::new(y, [r, n, 1]), &device);
+        for _ in 0..task.epochs {
+            let mask = dropout.draw(&mut streams, n, k, 1, &device);
+            let out = model.forward(x.clone(), Some(mask));
+            // The sum over replicas of each replica's ½·mean squared error.
+            let loss = (out - y.clone()).square().mean_dim(1).sum().mul_scalar(0.5);
+            let grads = GradientsParams::from_grads(loss.backward(), &model);
+            model = optim.step(c.lr, model, grads);
+        }
+        progress(r);
+
+        // Prediction: T masked passes per member.
+        let x_test = Tensor::<3>::from_data(TensorData::new(task.x_test_f32(), [1, m, d]), &device);
+        let mut passes: Vec<Vec<f32>> = Vec::with_capacity(c.passes);
+        for _ in 0..c.passes {
+            let mask = dropout.draw(&mut streams, m, k, 1, &device);
+            let out = model.forward(x_test.clone(), Some(mask)).detach();
+            passes.push(
+                out.into_data()
+                    .try_into_vec_as::<f32>()
+                    .map_err(|e| ModelError::invalid("prediction", format!("{e:?}"), "f32 data"))?,
+            );
+        }
+        Ok((0..task.repetitions.len())
+            .map(|rep_index| {
+                let first = rep_index * c.members;
+                let rows: Vec<&[f32]> = (first..first + c.members)
+                    .flat_map(|replica| {
+                        passes
+                            .iter()
+                            .map(move |p| &p[replica * m..(replica + 1) * m])
+                    })
+                    .collect();
+                let (mean, std) = mean_std(&rows);
+                let diverged = rows.iter().any(|row| row.iter().any(|v| !v.is_finite()));
+                RepOutput {
+                    mean,
+                    std,
+                    noise_std: None,
+                    samples: keep_samples.then(|| {
+                        rows.iter()
+                            .map(|row| row.iter().map(|&v| f64::from(v)).collect())
+                            .collect()
+                    }),
+                    scalars: BTreeMap::new(),
+                    diverged,
+                }
+            })
+            .collect())
+    }
+}
