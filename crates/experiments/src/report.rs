@@ -62,8 +62,8 @@ pub fn write(
         md,
         "Means over test inputs (± their standard error, which treats the inputs as a sample) of \
          each input's coverage of mean ± 1.96·uncertainty over the repetitions, its mean \
-         deviation |prediction − truth| and mean uncertainty, and the uncertainty relative to \
-         the anchor (BLR). `in`/`out`/`gap`: test inputs inside, outside or in a hole of the \
+         deviation |prediction − truth| and mean uncertainty; the median over test inputs of \
+         the uncertainty relative to the anchor's (BLR). `in`/`out`/`gap`: test inputs inside, outside or in a hole of the \
          training region.\n"
     );
     for s in &summary.settings {

@@ -345,7 +345,15 @@ pub fn summarize_method(
             },
         );
         if let Some(ratio) = points.get("uncertainty_ratio") {
-            entry.insert("uncertainty_ratio".into(), mean_of(&pick(&ratio.value)));
+            // The median, not the mean: where every feature vanishes (E1 at x = 2 for integer
+            // f_main) the anchor is certain and the ratio unbounded.
+            entry.insert(
+                "uncertainty_ratio".into(),
+                Scalar {
+                    value: median(&pick(&ratio.value)),
+                    stderr: f64::NAN,
+                },
+            );
         }
     }
     // Per-repetition scalars (learned rates, losses): mean and standard error over repetitions.
@@ -392,6 +400,21 @@ fn mean_of(v: &[f64]) -> Scalar {
             value: f64::NAN,
             stderr: f64::NAN,
         },
+    }
+}
+
+/// The median (NaN for no values).
+fn median(v: &[f64]) -> f64 {
+    let mut v: Vec<f64> = v.iter().copied().filter(|x| !x.is_nan()).collect();
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
     }
 }
 

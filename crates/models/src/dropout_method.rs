@@ -215,28 +215,16 @@ impl Method for DropoutMethod {
             negative_slope: c.negative_slope,
         };
         let reps = task.repetitions.len();
-        let init_purpose = format!("{}/init", self.name);
-        let stream_purpose = format!("{}/stream", self.name);
-        let init: Vec<u64> = task
-            .repetitions
-            .iter()
-            .map(|&r| task.seeds.seed(r, 0, &init_purpose))
-            .collect();
-        let stream: Vec<u64> = task
-            .repetitions
-            .iter()
-            .map(|&r| task.seeds.seed(r, 0, &stream_purpose))
-            .collect();
-        let replica_targets: Vec<usize> = (0..reps).collect();
+        let replicas = task.replicas(&self.name, 1);
         let (x_train, x_test, targets) =
             (task.x_train_f32(), task.x_test_f32(), task.y_train_f32());
         let job = Job {
             shape: &shape,
             x_train: &x_train,
             targets: &targets,
-            replica_targets: &replica_targets,
-            init_seeds: &init,
-            stream_seeds: &stream,
+            replica_targets: &replicas.targets,
+            init_seeds: &replicas.init,
+            stream_seeds: &replicas.stream,
             x_test: &x_test,
         };
         let settings = self.train_settings(task);

@@ -569,10 +569,8 @@ impl Net {
     /// log variance) the Gaussian NLL ½·log σ² + (y − μ)²/(2σ²) without its constant, both
     /// averaged over the n points.
     fn data_term(&self, out: Tensor<3>, y: &Tensor<3>) -> Tensor<3> {
-        let [r, n, _] = out.dims();
         if self.heteroscedastic {
-            let mu = out.clone().slice([0..r, 0..n, 0..1]);
-            let log_var = out.slice([0..r, 0..n, 1..2]);
+            let (mu, log_var) = split_head(out);
             let sq = (y.clone() - mu).square() * log_var.clone().neg().exp();
             (log_var + sq).mul_scalar(0.5).mean_dim(1)
         } else {
@@ -582,10 +580,9 @@ impl Net {
 
     /// The gradient of [`Net::data_term`] at the output `[R, n, d_out]`.
     fn output_delta(&self, out: Tensor<3>, y: &Tensor<3>) -> Tensor<3> {
-        let [r, n, _] = out.dims();
+        let n = out.dims()[1];
         if self.heteroscedastic {
-            let mu = out.clone().slice([0..r, 0..n, 0..1]);
-            let log_var = out.slice([0..r, 0..n, 1..2]);
+            let (mu, log_var) = split_head(out);
             let resid = y.clone() - mu;
             let inv = log_var.neg().exp();
             let d_mu = (resid.clone() * inv.clone()).neg().div_scalar(n as f64);
@@ -599,6 +596,16 @@ impl Net {
             (out - y.clone()).div_scalar(n as f64)
         }
     }
+}
+
+/// The two columns of a heteroscedastic head `[R, n, 2]`: mean and log variance, `[R, n, 1]`
+/// each.
+fn split_head(out: Tensor<3>) -> (Tensor<3>, Tensor<3>) {
+    let [r, n, _] = out.dims();
+    (
+        out.clone().slice([0..r, 0..n, 0..1]),
+        out.slice([0..r, 0..n, 1..2]),
+    )
 }
 
 /// The per-chunk trainer.

@@ -176,24 +176,19 @@ impl Method for EnsMcd {
             .last()
             .expect("validated: at least one hidden layer");
         // One replica per (repetition, member), each with its own seeds.
-        let (mut init, mut streams, mut y) = (Vec::new(), Vec::new(), Vec::new());
-        for (rep_index, &rep) in task.repetitions.iter().enumerate() {
-            for member in 0..c.members as u64 {
-                init.push(task.seeds.seed(rep, member, &format!("{}/init", self.name)));
-                streams.push(Rng::new(task.seeds.seed(
-                    rep,
-                    member,
-                    &format!("{}/stream", self.name),
-                )));
-                y.extend(task.y_train[rep_index].iter().map(|&v| v as f32));
-            }
-        }
-        let r = init.len();
+        let replicas = task.replicas(&self.name, c.members);
+        let mut streams: Vec<Rng> = replicas.stream.iter().map(|&s| Rng::new(s)).collect();
+        let y: Vec<f32> = replicas
+            .targets
+            .iter()
+            .flat_map(|&k| task.y_train[k].iter().map(|&v| v as f32))
+            .collect();
+        let r = replicas.init.len();
         let device = resources.device.clone().autodiff();
         let dropout = Dropout::Bernoulli { p: c.p };
 
         // Training: burn's autodiff and Adam (per element, so replicas stay independent).
-        let mut model = McdNet::init(&shape, &init, &device);
+        let mut model = McdNet::init(&shape, &replicas.init, &device);
         let mut optim = AdamConfig::new()
             .with_epsilon(1e-8)
             .with_weight_decay(Some(WeightDecayConfig::new(

@@ -205,27 +205,16 @@ impl Method for Ensemble {
             negative_slope: self.config.negative_slope,
         };
         let reps = task.repetitions.len();
-        let mut replica_targets = Vec::with_capacity(reps * members);
-        let mut init_seeds = Vec::with_capacity(reps * members);
-        let mut stream_seeds = Vec::with_capacity(reps * members);
-        let init_purpose = format!("{}/init", self.name);
-        let batch_purpose = format!("{}/stream", self.name);
-        for (k, &rep) in task.repetitions.iter().enumerate() {
-            for m in 0..members as u64 {
-                replica_targets.push(k);
-                init_seeds.push(task.seeds.seed(rep, m, &init_purpose));
-                stream_seeds.push(task.seeds.seed(rep, m, &batch_purpose));
-            }
-        }
+        let replicas = task.replicas(&self.name, members);
         let (x_train, x_test, targets) =
             (task.x_train_f32(), task.x_test_f32(), task.y_train_f32());
         let job = Job {
             shape: &shape,
             x_train: &x_train,
             targets: &targets,
-            replica_targets: &replica_targets,
-            init_seeds: &init_seeds,
-            stream_seeds: &stream_seeds,
+            replica_targets: &replicas.targets,
+            init_seeds: &replicas.init,
+            stream_seeds: &replicas.stream,
             x_test: &x_test,
         };
         let out = engine::train(&job, &self.train_settings(task), resources, progress)?;

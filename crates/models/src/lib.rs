@@ -21,4 +21,4 @@ pub use ens_mcd::{EnsMcd, EnsMcdConfig};
 pub use ensemble::{BootstrapScheme, Ensemble, EnsembleConfig, EnsembleKind};
 pub use error::ModelError;
 pub use mlp::{xavier_init, HostWeights, MlpShape};
-pub use task::{Method, RepOutput, SeedBase, Task};
+pub use task::{Method, RepOutput, Replicas, SeedBase, Task};

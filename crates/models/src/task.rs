@@ -82,6 +82,27 @@ impl Task<'_> {
             .collect()
     }
 
+    /// The replicas of `members` networks per repetition, repetition-major: which
+    /// repetition's targets each trains on, and its seeds for initialisation
+    /// (`METHOD/init`) and for its stream of mini-batch and noise draws (`METHOD/stream`),
+    /// derived from (repetition, member).
+    pub fn replicas(&self, method: &str, members: usize) -> Replicas {
+        let (init_purpose, stream_purpose) = (format!("{method}/init"), format!("{method}/stream"));
+        let mut r = Replicas {
+            targets: Vec::new(),
+            init: Vec::new(),
+            stream: Vec::new(),
+        };
+        for (k, &rep) in self.repetitions.iter().enumerate() {
+            for m in 0..members as u64 {
+                r.targets.push(k);
+                r.init.push(self.seeds.seed(rep, m, &init_purpose));
+                r.stream.push(self.seeds.seed(rep, m, &stream_purpose));
+            }
+        }
+        r
+    }
+
     /// Per input dimension, max − min of the training inputs.
     pub fn input_range(&self) -> Vec<f64> {
         (0..self.d)
@@ -127,6 +148,17 @@ impl Task<'_> {
         }
         Ok(())
     }
+}
+
+/// The replicas of a task (see [`Task::replicas`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Replicas {
+    /// Per replica, the index of its repetition in the task.
+    pub targets: Vec<usize>,
+    /// Per replica, the seed of its initial weights.
+    pub init: Vec<u64>,
+    /// Per replica, the seed of its stream of draws.
+    pub stream: Vec<u64>,
 }
 
 /// A method's result for one repetition.
