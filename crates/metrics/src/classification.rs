@@ -331,15 +331,19 @@ pub fn reliability_diagram(
 ) -> Result<Vec<ReliabilityBin>, MetricError> {
     check_probs(probs, labels)?;
     check_bins(bins)?;
-    let mut pairs: Vec<(f64, f64)> = probs
-        .iter()
-        .zip(labels)
-        .map(|(row, &l)| {
-            let k = argmax(row);
-            (row[k], if k == l { 1.0 } else { 0.0 })
-        })
-        .collect();
+    let mut pairs: Vec<(f64, f64)> = top_label_pairs(probs, labels).collect();
     Ok(bin_pairs(&mut pairs, bins, binning))
+}
+
+/// Per example, the top-label confidence and whether the top label is correct (1 or 0).
+fn top_label_pairs<'a>(
+    probs: &'a [Vec<f64>],
+    labels: &'a [usize],
+) -> impl Iterator<Item = (f64, f64)> + 'a {
+    probs.iter().zip(labels).map(|(row, &l)| {
+        let k = argmax(row);
+        (row[k], if k == l { 1.0 } else { 0.0 })
+    })
 }
 
 fn check_bins(bins: usize) -> Result<(), MetricError> {
@@ -371,13 +375,7 @@ pub fn calibration_error(
     }
     match config.classes {
         Classes::TopLabel => {
-            let mut pairs: Vec<(f64, f64)> = probs
-                .iter()
-                .zip(labels)
-                .map(|(row, &l)| {
-                    let k = argmax(row);
-                    (row[k], if k == l { 1.0 } else { 0.0 })
-                })
+            let mut pairs: Vec<(f64, f64)> = top_label_pairs(probs, labels)
                 .filter(|(p, _)| *p > config.threshold || config.threshold == 0.0)
                 .collect();
             let total = pairs.len();
