@@ -421,6 +421,11 @@ mod export_and_score {
         }
         for (region, metrics) in blr["aggregate"].as_object().unwrap() {
             for (metric, v) in metrics.as_object().unwrap() {
+                // The training fit is the anchor's own; external predictions carry none.
+                if ["train_mse", "fit_ratio"].contains(&metric.as_str()) {
+                    assert!(ext["aggregate"][region][metric].is_null());
+                    continue;
+                }
                 assert_eq!(
                     v, &ext["aggregate"][region][metric],
                     "aggregate {region}/{metric} differs"
@@ -541,19 +546,19 @@ mod bench {
             "seconds",
             "replica_epochs_per_s",
             "gflops",
-            "final_loss",
+            "final_objective",
         ] {
             assert!(!flex[key].is_null(), "{key} missing: {flex}");
         }
         assert_eq!(flex["replicas"], 16);
-        let reference = flex["final_loss"].as_f64().unwrap();
+        let reference = flex["final_objective"].as_f64().unwrap();
         let mut others = vec!["ndarray"];
         if std::env::var("UQBENCH_SKIP_WGPU").map_or(true, |v| v != "1") {
             others.push("wgpu");
         }
         for backend in others {
             let v = bench_json(backend);
-            let loss = v["final_loss"].as_f64().unwrap();
+            let loss = v["final_objective"].as_f64().unwrap();
             // The benchmark's promise: same seed, 20 epochs, same final loss within 1e-4 relative.
             assert!(
                 (loss - reference).abs() <= 1e-4 * reference,
@@ -650,8 +655,8 @@ mod run {
                 );
             }
         }
-        // 2 settings × 7 methods × 20 repetitions.
-        assert_eq!(count_files(&out.join("reps")), 2 * 7 * 20);
+        // 2 settings × 8 methods (seven and the anchor) × 20 repetitions.
+        assert_eq!(count_files(&out.join("reps")), 2 * 8 * 20);
         let csv = std::fs::read_to_string(out.join("summary.csv")).unwrap();
         let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
         for col in [
@@ -693,6 +698,18 @@ mod run {
                 setting["setting"]
             );
             assert!(setting["methods"]["CD"]["aggregate"]["all"]["learned_p"]["value"].is_number());
+            // The anchor's training fit: E[RSS/σ²]/N = 1 − p/N = 1 − 4/50 = 0.92; per
+            // repetition RSS/σ² ~ χ²₄₆, so the mean over 20 has sd sqrt(2·46)/50/sqrt(20) = 0.043:
+            // 4 sd = 0.17.
+            let fit = setting["methods"]["BLR"]["aggregate"]["all"]["fit_ratio"]["value"]
+                .as_f64()
+                .unwrap();
+            assert!((fit - 0.92).abs() < 0.17, "anchor fit ratio {fit}");
+            for method in ["BD", "CD", "VD", "Ens", "EnsAdvA", "EnsBS"] {
+                let a = &setting["methods"][method]["aggregate"]["all"];
+                assert!(a["train_mse"]["value"].as_f64().unwrap() > 0.0, "{method}");
+                assert!(a["final_objective"]["value"].is_number(), "{method}");
+            }
         }
         let report = std::fs::read_to_string(out.join("report.md")).unwrap();
         assert!(report.contains("figures/complexity.png") && report.contains("| BLR |"));
@@ -743,7 +760,7 @@ mod run {
         child.wait().unwrap();
         let partial = count_files(&part.join("reps"));
         assert!(
-            partial > 0 && partial < 2 * 7 * 20,
+            partial > 0 && partial < 2 * 8 * 20,
             "killed after {partial} result files"
         );
         assert!(!part.join("summary.json").exists());
@@ -768,7 +785,7 @@ mod run {
         }
         let files = (count_files(&s0.join("reps")), count_files(&s1.join("reps")));
         assert!(
-            files.0 > 0 && files.1 > 0 && files.0 + files.1 == 2 * 7 * 20,
+            files.0 > 0 && files.1 > 0 && files.0 + files.1 == 2 * 8 * 20,
             "{files:?}"
         );
         // A lone shard cannot be summarised.
@@ -823,6 +840,122 @@ mod run {
                 .as_f64()
                 .unwrap()
                 > 0.0
+        );
+    }
+
+    /// A spec with cubic.toml's problem and the given `[run]` and method tables.
+    fn cubic_spec(dir: &Path, rest: &str) -> PathBuf {
+        let text = std::fs::read_to_string(root().join("experiments/cubic.toml")).unwrap();
+        let base = &text[..text.find("\n[run]").unwrap()];
+        let spec = dir.join("spec.toml");
+        std::fs::write(&spec, format!("{base}\n{rest}")).unwrap();
+        spec
+    }
+
+    fn summary(out: &Path) -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn a_diverging_method_is_counted_and_the_run_completes() {
+        // lr = 1e30 sends the weights to 1e30 after one Adam step: the outputs overflow f32.
+        let tmp = tempfile::tempdir().unwrap();
+        let spec = cubic_spec(
+            tmp.path(),
+            "[run]\nrepetitions = 3\nepochs = 5\nmethods = [\"Ens\", \"Wild\", \"BD\"]\n\n\
+             [methods.Ens]\nmembers = 3\n\n[methods.Wild]\nkind = \"Ens\"\nmembers = 3\nlr = 1e30\n\n\
+             [methods.BD]\nlr = 1e30\npasses = 4\n",
+        );
+        let out = tmp.path().join("run");
+        let o = uqbench(&[
+            "run",
+            spec.to_str().unwrap(),
+            "--quiet",
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let s = summary(&out);
+        let methods = &s["settings"][0]["methods"];
+        assert_eq!(methods["Ens"]["repetitions"], 3);
+        assert_eq!(methods["Ens"]["diverged"].as_array().unwrap().len(), 0);
+        for wild in ["Wild", "BD"] {
+            assert_eq!(methods[wild]["repetitions"], 0, "{wild}");
+            assert_eq!(
+                methods[wild]["diverged"],
+                serde_json::json!([0, 1, 2]),
+                "{wild}"
+            );
+        }
+        // The stored repetition reads back (its non-finite numbers are null), and the counts
+        // reach both CSV files and the report.
+        let rep = std::fs::read_to_string(out.join("reps/default/Wild/rep-001.json")).unwrap();
+        assert!(
+            rep.contains("\"diverged\":true") && rep.contains("null"),
+            "{rep}"
+        );
+        let agg = std::fs::read_to_string(out.join("aggregate.csv")).unwrap();
+        assert!(agg.contains(",Wild,all,diverged,3,") && agg.contains(",Ens,all,diverged,0,"));
+        let csv = std::fs::read_to_string(out.join("summary.csv")).unwrap();
+        assert!(csv
+            .lines()
+            .any(|l| l.starts_with(",Wild,") && l.contains(",diverged,3,")));
+        let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+        assert!(report.contains("3 of 3 repetitions diverged"), "{report}");
+        // `uqbench report` reads the diverged files back.
+        let o = uqbench(&["report", out.to_str().unwrap()]);
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+
+    #[test]
+    fn method_settings_sweep_like_problem_numbers() {
+        let tmp = tempfile::tempdir().unwrap();
+        let spec = cubic_spec(
+            tmp.path(),
+            "[sweep]\nwidth = [2, 5]\n\n[run]\nrepetitions = 3\nepochs = 10\nmethods = [\"Ens\"]\n\n\
+             [methods.Ens]\nmembers = 2\nhidden = [\"width\", \"2 * width\"]\nweight_decay = \"1e-3 / width\"\n",
+        );
+        let out = tmp.path().join("run");
+        let o = uqbench(&[
+            "run",
+            spec.to_str().unwrap(),
+            "--quiet",
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let s = summary(&out);
+        let settings = s["settings"].as_array().unwrap();
+        let labels: Vec<&str> = settings
+            .iter()
+            .map(|s| s["setting"].as_str().unwrap())
+            .collect();
+        assert_eq!(labels, ["width=2", "width=5"]);
+        // The problem does not read `width`: both settings share their data, so the anchor's
+        // results agree exactly, while the ensembles differ.
+        assert_eq!(settings[0]["methods"]["BLR"], settings[1]["methods"]["BLR"]);
+        assert_ne!(
+            settings[0]["methods"]["Ens"]["points"]["deviation"],
+            settings[1]["methods"]["Ens"]["points"]["deviation"]
+        );
+        let csv = std::fs::read_to_string(out.join("summary.csv")).unwrap();
+        assert!(csv.contains("\nwidth=2,Ens,") && csv.contains("\nwidth=5,Ens,"));
+        assert!(out.join("figures/aggregates.svg").is_file());
+        // A width of 0 is an error naming the method, the setting and the widths.
+        let spec = cubic_spec(
+            tmp.path(),
+            "[sweep]\nwidth = [0, 5]\n\n[run]\nrepetitions = 2\nepochs = 5\nmethods = [\"Ens\"]\n\n\
+             [methods.Ens]\nhidden = [\"width\"]\n",
+        );
+        let o = uqbench(&[
+            "run",
+            spec.to_str().unwrap(),
+            "--out",
+            tmp.path().join("bad").to_str().unwrap(),
+        ]);
+        assert_clean_error(
+            &o,
+            &["`Ens` at setting width=0", "every width must be at least 1"],
         );
     }
 

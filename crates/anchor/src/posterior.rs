@@ -72,6 +72,8 @@ pub struct Posterior {
     pub dof: Option<f64>,
     /// γ̂.
     pub gamma_hat: Vec<f64>,
+    /// The fitted values G(x_i)ᵀγ̂ at the training inputs.
+    pub fitted: Vec<f64>,
 }
 
 impl Posterior {
@@ -330,11 +332,18 @@ impl Anchor {
         let gamma_hat = zeta.component_mul(&self.col_scale);
         let mean = (&self.test_g * &gamma_hat).iter().copied().collect();
 
+        // Fitted values: W Φ γ̂ = Q c, unweighted by 1/W.
+        let qc = &self.q * &c;
+        let fitted = qc
+            .iter()
+            .zip(self.weights.iter())
+            .map(|(v, w)| v / w)
+            .collect();
         let (scale, dof) = if self.sigma_known {
             (1.0, None)
         } else {
             // Residual of the weighted fit: W y − W Φ γ̂ = W y − Q c.
-            let resid = &yw - &self.q * &c;
+            let resid = &yw - &qc;
             let dof = (self.n - self.p) as f64;
             ((resid.norm_squared() / dof).sqrt(), Some(dof))
         };
@@ -344,6 +353,7 @@ impl Anchor {
             noise_std: self.test_sigma.iter().map(|s| scale * s).collect(),
             dof,
             gamma_hat: gamma_hat.iter().copied().collect(),
+            fitted,
         })
     }
 }

@@ -320,6 +320,15 @@ impl Problem {
         Ok(problem)
     }
 
+    /// σ when the problem declares it known (`sigma_known`) and constant: what a method may
+    /// use as its noise precision τ = 1/σ².
+    pub fn known_sigma(&self) -> Option<f64> {
+        match (&self.noise, self.sigma_known) {
+            (Noise::Constant(s), true) => Some(*s),
+            _ => None,
+        }
+    }
+
     /// Input dimension.
     pub fn d(&self) -> usize {
         self.features.d()

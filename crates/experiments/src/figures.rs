@@ -1,7 +1,10 @@
 //! The figures of a run, as SVG and PNG: bands per method ([000] figures 1, 2, 4, 5),
-//! metrics against complexity at the reported inputs (figures 3, 6), heat maps over a 2-D
-//! test grid (figure 7), and a histogram of pointwise coverage per method.
+//! metrics against each swept variable at the reported inputs (figures 3, 6) and per region,
+//! heat maps over a 2-D test grid (figure 7), and a histogram of pointwise coverage per
+//! method. This module only renders the data it is given ([`FigureInput`]); the runner
+//! gathers them.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Once;
 
@@ -10,7 +13,8 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::colors::colormaps::ViridisRGB;
 
-use crate::runner::{read_rep, rep_path, Plan, Resolved};
+use uqbench_anchor::Setting;
+
 use crate::store::setting_dir;
 use crate::summary::{SettingSummary, Summary};
 
@@ -95,8 +99,12 @@ fn grid_shape(n: usize) -> (usize, usize) {
 /// (abscissa, value, error) triples of one curve.
 type Curve = Vec<(f64, f64, f64)>;
 
-/// Prediction ± 1.96·uncertainty of one repetition per method, with the truth and (in 1-D)
-/// the training points.
+/// One method's band along the test design: (coordinate, prediction, lower, upper), sorted by
+/// the coordinate.
+pub type Band = Vec<(f64, f64, f64, f64)>;
+
+/// Prediction with its 95% interval for one repetition per method, with the truth and (in
+/// 1-D) the training points.
 struct Bands {
     title: String,
     coord_name: String,
@@ -104,8 +112,8 @@ struct Bands {
     truth: Vec<(f64, f64)>,
     /// Training points (x, y), when the test design runs along x.
     train: Vec<(f64, f64)>,
-    /// Method → (coord, mean, std) sorted by coord.
-    methods: Vec<(String, Curve)>,
+    /// Method → its band.
+    methods: Vec<(String, Band)>,
 }
 
 impl Figure for Bands {
@@ -129,7 +137,13 @@ impl Figure for Bands {
         });
         let pad = 0.5 * (hi - lo).max(1e-6);
         let (ymin, ymax) = (lo - pad, hi + pad);
-        let clamp = |y: f64| y.clamp(ymin, ymax);
+        let clamp = |y: f64| {
+            if y.is_finite() {
+                y.clamp(ymin, ymax)
+            } else {
+                ymin
+            }
+        };
         for (area, (name, points)) in root.split_evenly((rows, cols)).iter().zip(&self.methods) {
             let mut chart = ChartBuilder::on(area)
                 .caption(name, (FONT, 16))
@@ -145,22 +159,15 @@ impl Figure for Bands {
                 .label_style((FONT, 11))
                 .draw()
                 .map_err(pe)?;
-            let mut band: Vec<(f64, f64)> = points
-                .iter()
-                .map(|&(x, m, s)| (x, clamp(m + 1.96 * s)))
-                .collect();
-            band.extend(
-                points
-                    .iter()
-                    .rev()
-                    .map(|&(x, m, s)| (x, clamp(m - 1.96 * s))),
-            );
+            let mut band: Vec<(f64, f64)> =
+                points.iter().map(|&(x, _, _, u)| (x, clamp(u))).collect();
+            band.extend(points.iter().rev().map(|&(x, _, l, _)| (x, clamp(l))));
             chart
                 .draw_series(std::iter::once(Polygon::new(band, BLUE.mix(0.25).filled())))
                 .map_err(pe)?;
             chart
                 .draw_series(LineSeries::new(
-                    points.iter().map(|&(x, m, _)| (x, clamp(m))),
+                    points.iter().map(|&(x, m, _, _)| (x, clamp(m))),
                     BLUE.stroke_width(2),
                 ))
                 .map_err(pe)?;
@@ -184,36 +191,39 @@ impl Figure for Bands {
     }
 }
 
-/// Deviation, uncertainty and coverage against the sweep variable at every report point.
-struct Complexity {
+/// Metrics against a swept variable: a grid of panels (rows × metric columns), one line per
+/// method with error bars.
+struct AgainstVariable {
+    title: String,
     variable: String,
-    /// Report labels (rows).
-    labels: Vec<String>,
-    /// Method → per label → per metric (deviation, uncertainty, coverage) → (x, value, stderr).
-    series: Vec<(String, Vec<[Curve; 3]>)>,
+    /// Row names (report points or regions).
+    rows: Vec<String>,
+    /// Column metrics, and whether each is a coverage (drawn on [0, 1] with the nominal level).
+    columns: Vec<(String, Option<f64>)>,
+    /// Method → per row → per column curve.
+    series: Vec<(String, Vec<Vec<Curve>>)>,
 }
 
-impl Figure for Complexity {
+impl Figure for AgainstVariable {
     fn size(&self) -> (u32, u32) {
-        (1200, 320 * self.labels.len() as u32 + 70)
+        (
+            400 * self.columns.len() as u32,
+            320 * self.rows.len() as u32 + 70,
+        )
     }
 
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()> {
-        let root = root
-            .titled(
-                &format!(
-                    "Deviation, uncertainty and coverage against {}",
-                    self.variable
-                ),
-                (FONT, 20),
-            )
-            .map_err(pe)?;
+        let root = root.titled(&self.title, (FONT, 20)).map_err(pe)?;
         let (body, legend) = root.split_vertically(root.dim_in_pixel().1 as i32 - 30);
-        let names = ["deviation", "uncertainty", "coverage"];
-        let areas = body.split_evenly((self.labels.len(), 3));
-        for (row, label) in self.labels.iter().enumerate() {
-            for (col, metric) in names.iter().enumerate() {
-                let all = self.series.iter().flat_map(|(_, per)| per[row][col].iter());
+        let ncol = self.columns.len();
+        let areas = body.split_evenly((self.rows.len(), ncol));
+        for (row, label) in self.rows.iter().enumerate() {
+            for (col, (metric, nominal)) in self.columns.iter().enumerate() {
+                let all = self
+                    .series
+                    .iter()
+                    .flat_map(|(_, per)| per[row][col].iter())
+                    .filter(|(x, v, _)| x.is_finite() && v.is_finite());
                 let (xmin, xmax, ymin, ymax) = all.fold(
                     (
                         f64::INFINITY,
@@ -223,13 +233,16 @@ impl Figure for Complexity {
                     ),
                     |(a, b, c, d), &(x, v, s)| (a.min(x), b.max(x), c.min(v - s), d.max(v + s)),
                 );
-                let (ymin, ymax) = if col == 2 {
+                if !xmin.is_finite() {
+                    continue;
+                }
+                let (ymin, ymax) = if nominal.is_some() {
                     (0.0, 1.02)
                 } else {
                     (ymin.min(0.0), ymax * 1.05 + 1e-12)
                 };
                 let xpad = ((xmax - xmin) * 0.05).max(0.1);
-                let mut chart = ChartBuilder::on(&areas[row * 3 + col])
+                let mut chart = ChartBuilder::on(&areas[row * ncol + col])
                     .caption(format!("{metric} at {label}"), (FONT, 14))
                     .margin(8)
                     .x_label_area_size(30)
@@ -242,10 +255,10 @@ impl Figure for Complexity {
                     .label_style((FONT, 11))
                     .draw()
                     .map_err(pe)?;
-                if col == 2 {
+                if let Some(level) = nominal {
                     chart
                         .draw_series(DashedLineSeries::new(
-                            [(xmin - xpad, 0.95), (xmax + xpad, 0.95)],
+                            [(xmin - xpad, *level), (xmax + xpad, *level)],
                             4,
                             4,
                             BLACK.stroke_width(1),
@@ -254,7 +267,11 @@ impl Figure for Complexity {
                 }
                 for (i, (_, per)) in self.series.iter().enumerate() {
                     let c = colour(i);
-                    let pts = &per[row][col];
+                    let pts: Vec<(f64, f64, f64)> = per[row][col]
+                        .iter()
+                        .copied()
+                        .filter(|(_, v, _)| v.is_finite())
+                        .collect();
                     chart
                         .draw_series(LineSeries::new(
                             pts.iter().map(|&(x, v, _)| (x, v)),
@@ -444,21 +461,52 @@ fn point_values(s: &SettingSummary, method: &str, metric: &str) -> Option<(Vec<f
     Some((p.value.clone(), p.stderr.clone()))
 }
 
-/// Draws every figure that applies to the run and returns them in report order.
-pub fn draw_all(
-    dir: &Path,
-    plan: &Plan,
-    summary: &Summary,
-    resolved: &[Resolved],
-) -> Result<Vec<Written>> {
+/// What the figures of one setting need beyond its summary.
+#[derive(Debug, Clone)]
+pub struct SettingFigures {
+    /// The setting.
+    pub setting: Setting,
+    /// Input dimension.
+    pub d: usize,
+    /// Training points (x, y) of the band repetition, for a 1-D problem.
+    pub train: Vec<(f64, f64)>,
+    /// Per method (in plan order), its band of the band repetition along the test design
+    /// (prediction and 95% interval), for a 1-D or diagonal test design.
+    pub bands: Vec<(String, Band)>,
+}
+
+/// Everything the figures of a run are drawn from.
+#[derive(Debug, Clone)]
+pub struct FigureInput<'a> {
+    /// Experiment name.
+    pub experiment: &'a str,
+    /// Sweep variables and their values.
+    pub sweep: &'a BTreeMap<String, Vec<f64>>,
+    /// Method names in plan order (the anchor first).
+    pub methods: &'a [String],
+    /// Repetitions per setting.
+    pub repetitions: u64,
+    /// The repetition the bands show.
+    pub band_repetition: u64,
+    /// The summary.
+    pub summary: &'a Summary,
+    /// Per setting (in summary order).
+    pub settings: Vec<SettingFigures>,
+}
+
+/// Draws every figure that applies to the run into `dir/figures` and returns them in report
+/// order.
+pub fn draw_all(dir: &Path, input: &FigureInput<'_>) -> Result<Vec<Written>> {
     let out = dir.join("figures");
     let mut written = Vec::new();
-    let run = plan.spec.run_spec()?;
-    let band_rep = run.band_repetition;
-    for ((setting, s), res) in plan.settings.iter().zip(&summary.settings).zip(resolved) {
-        let label = setting_dir(&setting.label());
-        let problem = &res.problem;
-        let test = &problem.test;
+    let mut push = |fig: &dyn Fn() -> Result<(String, PathBuf)>| -> Result<()> {
+        let (title, svg) = fig()?;
+        written.push(Written { title, svg });
+        Ok(())
+    };
+    for (s, sf) in input.summary.settings.iter().zip(&input.settings) {
+        let label = setting_dir(&sf.setting.label());
+        let test = &s.test;
         let design: Vec<usize> = (0..test.label.len())
             .filter(|&i| test.label[i].is_none())
             .collect();
@@ -466,49 +514,28 @@ pub fn draw_all(
         if let Some((coord_name, coord)) = &test.coord {
             let mut order = design.clone();
             order.sort_by(|&a, &b| coord[a].total_cmp(&coord[b]));
-            let mut methods = Vec::new();
-            for m in &plan.methods {
-                let rep = read_rep(&rep_path(dir, setting, m, band_rep))?;
-                methods.push((
-                    m.clone(),
-                    order
-                        .iter()
-                        .map(|&i| (coord[i], rep.mean[i], rep.std[i]))
-                        .collect(),
-                ));
-            }
-            let train = if problem.d() == 1 && coord_name == "x" {
-                let y = problem.draw(band_rep).train_y;
-                problem
-                    .train
-                    .inputs
-                    .rows()
-                    .zip(y)
-                    .map(|(x, y)| (x[0], y))
-                    .collect()
-            } else {
-                Vec::new()
-            };
             let fig = Bands {
                 title: format!(
-                    "{}: prediction ± 1.96·uncertainty, repetition {band_rep}",
-                    heading(&plan.spec.name, &setting.label())
+                    "{}: prediction and 95% interval, repetition {}",
+                    heading(input.experiment, &sf.setting.label()),
+                    input.band_repetition
                 ),
                 coord_name: coord_name.clone(),
                 truth: order.iter().map(|&i| (coord[i], test.truth[i])).collect(),
-                train,
-                methods,
+                train: sf.train.clone(),
+                methods: sf.bands.clone(),
             };
-            let svg = render(&fig, &out, &format!("bands_{label}"))?;
-            written.push(Written {
-                title: fig.title.clone(),
-                svg,
-            });
+            push(&|| {
+                Ok((
+                    fig.title.clone(),
+                    render(&fig, &out, &format!("bands_{label}"))?,
+                ))
+            })?;
         }
         // Heat maps over a full 2-D grid.
-        if problem.d() == 2 && test.coord.is_none() {
-            let mut a: Vec<f64> = design.iter().map(|&i| test.inputs.row(i)[0]).collect();
-            let mut b: Vec<f64> = design.iter().map(|&i| test.inputs.row(i)[1]).collect();
+        if sf.d == 2 && test.coord.is_none() {
+            let mut a: Vec<f64> = design.iter().map(|&i| test.x[i][0]).collect();
+            let mut b: Vec<f64> = design.iter().map(|&i| test.x[i][1]).collect();
             a.sort_by(f64::total_cmp);
             a.dedup();
             b.sort_by(f64::total_cmp);
@@ -520,7 +547,7 @@ pub fn draw_all(
                     i * b.len() + j
                 };
                 let mut rows = Vec::new();
-                for m in &plan.methods {
+                for m in input.methods {
                     let mut fields = [
                         vec![f64::NAN; design.len()],
                         vec![f64::NAN; design.len()],
@@ -530,8 +557,7 @@ pub fn draw_all(
                         let (v, _) = point_values(s, m, metric).unwrap_or_default();
                         for &i in &design {
                             let val = v.get(i).copied().unwrap_or(f64::NAN);
-                            fields[c][index(test.inputs.row(i))] =
-                                if c < 2 { val.log10() } else { val };
+                            fields[c][index(&test.x[i])] = if c < 2 { val.log10() } else { val };
                         }
                     }
                     rows.push((m.clone(), fields));
@@ -539,21 +565,22 @@ pub fn draw_all(
                 let fig = HeatMaps {
                     title: format!(
                         "{}: heat maps over the test grid ({} repetitions)",
-                        heading(&plan.spec.name, &setting.label()),
-                        run.repetitions
+                        heading(input.experiment, &sf.setting.label()),
+                        input.repetitions
                     ),
                     axes: (a, b),
                     rows,
                 };
-                let svg = render(&fig, &out, &format!("heatmaps_{label}"))?;
-                written.push(Written {
-                    title: fig.title.clone(),
-                    svg,
-                });
+                push(&|| {
+                    Ok((
+                        fig.title.clone(),
+                        render(&fig, &out, &format!("heatmaps_{label}"))?,
+                    ))
+                })?;
             }
         }
         // Coverage histogram.
-        let methods: Vec<(String, Vec<f64>)> = plan
+        let methods: Vec<(String, Vec<f64>)> = input
             .methods
             .iter()
             .filter_map(|m| {
@@ -563,70 +590,20 @@ pub fn draw_all(
             .collect();
         let fig = CoverageHistogram {
             title: format!(
-                "{}: pointwise coverage of mean ± 1.96·uncertainty",
-                heading(&plan.spec.name, &setting.label())
+                "{}: pointwise coverage of the 95% interval",
+                heading(input.experiment, &sf.setting.label())
             ),
             methods,
         };
-        let svg = render(&fig, &out, &format!("coverage_hist_{label}"))?;
-        written.push(Written {
-            title: fig.title.clone(),
-            svg,
-        });
+        push(&|| {
+            Ok((
+                fig.title.clone(),
+                render(&fig, &out, &format!("coverage_hist_{label}"))?,
+            ))
+        })?;
     }
-    // Metrics against complexity at the report points, for a one-variable sweep.
-    let labels: Vec<String> = resolved
-        .first()
-        .map(|r| r.problem.test.label.iter().flatten().cloned().collect())
-        .unwrap_or_default();
-    if plan.spec.sweep.len() == 1 && plan.settings.len() > 1 && !labels.is_empty() {
-        let variable = plan
-            .spec
-            .sweep
-            .keys()
-            .next()
-            .expect("one sweep variable")
-            .clone();
-        let mut series = Vec::new();
-        for m in &plan.methods {
-            let mut per_label = Vec::new();
-            for label in &labels {
-                let mut cols: [Curve; 3] = [Vec::new(), Vec::new(), Vec::new()];
-                for ((setting, s), res) in plan.settings.iter().zip(&summary.settings).zip(resolved)
-                {
-                    let Some(i) = res
-                        .problem
-                        .test
-                        .label
-                        .iter()
-                        .position(|l| l.as_deref() == Some(label))
-                    else {
-                        continue;
-                    };
-                    let x = setting.get(&variable).expect("the sweep variable");
-                    for (c, metric) in ["deviation", "uncertainty", "coverage"].iter().enumerate() {
-                        if let Some((v, e)) = point_values(s, m, metric) {
-                            cols[c].push((x, v[i], if e[i].is_finite() { e[i] } else { 0.0 }));
-                        }
-                    }
-                }
-                per_label.push(cols);
-            }
-            series.push((m.clone(), per_label));
-        }
-        let fig = Complexity {
-            variable,
-            labels,
-            series,
-        };
-        let svg = render(&fig, &out, "complexity")?;
-        written.push(Written {
-            title: format!(
-                "{}: deviation, uncertainty and coverage against {}",
-                plan.spec.name, fig.variable
-            ),
-            svg,
-        });
+    for fig in against_variables(input) {
+        push(&|| Ok((fig.1.title.clone(), render(&fig.1, &out, &fig.0)?)))?;
     }
     Ok(written
         .into_iter()
@@ -639,4 +616,184 @@ pub fn draw_all(
             ..w
         })
         .collect())
+}
+
+/// The figures of metrics against each swept variable (with two or more values), one per
+/// combination of the other variables: at the report points (deviation, uncertainty,
+/// coverage; `complexity…`) when the problem has them, and per region (deviation,
+/// uncertainty, coverage, CICF at the first level and its interval width; `aggregates…`).
+/// With a single sweep variable the stems are `complexity` and `aggregates`; otherwise
+/// `complexity_VAR_at_OTHER=VALUE,…`.
+fn against_variables(input: &FigureInput<'_>) -> Vec<(String, AgainstVariable)> {
+    let mut figs = Vec::new();
+    let labels: Vec<String> = input
+        .summary
+        .settings
+        .first()
+        .map(|s| s.test.label.iter().flatten().cloned().collect())
+        .unwrap_or_default();
+    let level = input.summary.levels.first().copied();
+    for (var, values) in input.sweep {
+        if values.len() < 2 {
+            continue;
+        }
+        // Settings grouped by the values of the other variables.
+        let mut groups: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+        for (i, sf) in input.settings.iter().enumerate() {
+            let others: Vec<String> = sf
+                .setting
+                .values
+                .iter()
+                .filter(|(k, _)| k != var)
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            groups.entry(others.join(",")).or_default().push(i);
+        }
+        for (others, members) in groups {
+            let suffix = if input.sweep.len() == 1 {
+                String::new()
+            } else {
+                format!("_{var}_at_{others}")
+            };
+            let at = if others.is_empty() {
+                String::new()
+            } else {
+                format!(" at {others}")
+            };
+            let x_of = |i: usize| input.settings[i].setting.get(var).unwrap_or(f64::NAN);
+            // Per report point.
+            if !labels.is_empty() {
+                let metrics = ["deviation", "uncertainty", "coverage"];
+                let series = input
+                    .methods
+                    .iter()
+                    .map(|m| {
+                        let per_label = labels
+                            .iter()
+                            .map(|label| {
+                                metrics
+                                    .iter()
+                                    .map(|metric| {
+                                        members
+                                            .iter()
+                                            .filter_map(|&i| {
+                                                let s = &input.summary.settings[i];
+                                                let p =
+                                                    s.test.label.iter().position(|l| {
+                                                        l.as_deref() == Some(label)
+                                                    })?;
+                                                let (v, e) = point_values(s, m, metric)?;
+                                                Some((x_of(i), v[p], finite_or_zero(e[p])))
+                                            })
+                                            .collect()
+                                    })
+                                    .collect()
+                            })
+                            .collect();
+                        (m.clone(), per_label)
+                    })
+                    .collect();
+                figs.push((
+                    format!("complexity{suffix}"),
+                    AgainstVariable {
+                        title: format!(
+                            "{}: deviation, uncertainty and coverage against {var}{at}",
+                            input.experiment
+                        ),
+                        variable: var.clone(),
+                        rows: labels.clone(),
+                        columns: metrics
+                            .iter()
+                            .map(|m| (m.to_string(), (*m == "coverage").then_some(0.95)))
+                            .collect(),
+                        series,
+                    },
+                ));
+            }
+            // Per region.
+            let regions: Vec<String> = ["all", "in", "gap", "out"]
+                .iter()
+                .filter(|r| {
+                    input
+                        .summary
+                        .settings
+                        .iter()
+                        .any(|s| s.methods.values().any(|m| m.aggregate.contains_key(**r)))
+                })
+                .map(|r| r.to_string())
+                .collect();
+            let mut columns: Vec<(String, Option<f64>)> = vec![
+                ("deviation".into(), None),
+                ("uncertainty".into(), None),
+                ("coverage".into(), Some(0.95)),
+            ];
+            if let Some(l) = level {
+                let name = crate::summary::level_name(l);
+                columns.push((format!("cicp_{name}"), Some(l)));
+                columns.push((format!("width_{name}"), None));
+            }
+            let series = input
+                .methods
+                .iter()
+                .map(|m| {
+                    let per_region = regions
+                        .iter()
+                        .map(|region| {
+                            columns
+                                .iter()
+                                .map(|(metric, _)| {
+                                    members
+                                        .iter()
+                                        .filter_map(|&i| {
+                                            let a = input.summary.settings[i]
+                                                .methods
+                                                .get(m)?
+                                                .aggregate
+                                                .get(region)?
+                                                .get(metric)?;
+                                            // The coverage-type aggregates are means over test
+                                            // inputs: error bars of a proportion over the
+                                            // repetitions of one input do not apply, so
+                                            // none are drawn for them.
+                                            let err = if metric.starts_with("cicp")
+                                                || metric == "coverage"
+                                            {
+                                                0.0
+                                            } else {
+                                                finite_or_zero(a.stderr)
+                                            };
+                                            Some((x_of(i), a.value, err))
+                                        })
+                                        .collect()
+                                })
+                                .collect()
+                        })
+                        .collect();
+                    (m.clone(), per_region)
+                })
+                .collect();
+            figs.push((
+                format!("aggregates{suffix}"),
+                AgainstVariable {
+                    title: format!(
+                        "{}: means over test inputs per region against {var}{at}",
+                        input.experiment
+                    ),
+                    variable: var.clone(),
+                    rows: regions,
+                    columns,
+                    series,
+                },
+            ));
+        }
+    }
+    figs
+}
+
+fn finite_or_zero(v: f64) -> f64 {
+    if v.is_finite() {
+        v
+    } else {
+        0.0
+    }
 }

@@ -7,8 +7,8 @@ use anyhow::Result;
 
 use crate::figures::Written;
 use crate::runner::Plan;
-use crate::store::write_atomic;
-use crate::summary::{Scalar, Summary};
+use crate::store::{write_atomic, RunMeta};
+use crate::summary::{Scalar, Summary, UNDERFIT_FACTOR};
 
 fn cell(s: Option<&Scalar>) -> String {
     match s {
@@ -24,8 +24,7 @@ fn cell(s: Option<&Scalar>) -> String {
 pub fn write(
     dir: &Path,
     plan: &Plan,
-    profile: Option<&str>,
-    backend: &str,
+    meta: &RunMeta,
     summary: &Summary,
     figures: &[Written],
 ) -> Result<()> {
@@ -37,12 +36,21 @@ pub fn write(
     }
     let _ = writeln!(
         md,
-        "Profile `{}`, backend `{backend}`, {} repetitions per setting, settings: {}, methods: {}. \
+        "Profile `{}`, backend `{}`, {} repetitions per setting, settings: {}, methods: {}. \
          The full spec is in `spec.resolved.toml`; per-point metrics in `summary.csv`, \
          per-region aggregates in `aggregate.csv`, everything in `summary.json`.\n",
-        profile.unwrap_or("none"),
+        meta.profile.as_deref().unwrap_or("none"),
+        meta.backend,
         run.repetitions,
-        plan.settings.iter().map(|s| if s.label().is_empty() { "(no sweep)".to_string() } else { s.label() }).collect::<Vec<_>>().join(", "),
+        plan.settings
+            .iter()
+            .map(|s| if s.label().is_empty() {
+                "(no sweep)".to_string()
+            } else {
+                s.label()
+            })
+            .collect::<Vec<_>>()
+            .join(", "),
         plan.methods.join(", ")
     );
     let _ = writeln!(md, "## Figures\n");
@@ -61,10 +69,16 @@ pub fn write(
     let _ = writeln!(
         md,
         "Means over test inputs (± their standard error, which treats the inputs as a sample) of \
-         each input's coverage of mean ± 1.96·uncertainty over the repetitions, its mean \
+         each input's coverage over the repetitions by the method's 95% interval (mean ± \
+         1.96·uncertainty for a normal predictive distribution, a t or empirical interval \
+         otherwise), its mean \
          deviation |prediction − truth| and mean uncertainty; the median over test inputs of \
          the uncertainty relative to the anchor's (BLR). `in`/`out`/`gap`: test inputs inside, outside or in a hole of the \
-         training region.\n"
+         training region. Deviation / BLR: the mean in-distribution deviation over the anchor's \
+         (flagged ⚠ above {UNDERFIT_FACTOR}: the nets do not fit the data). Fit ratio: the mean \
+         over repetitions of mean_i (ŷ(x_i) − y_i)²/σ(x_i)² at the training inputs, about \
+         1 − p_eff/N for a good fit (the anchor: 1 − p/N) and ≫ 1 for an underfit. Diverged \
+         repetitions are counted and left out of every metric.\n"
     );
     for s in &summary.settings {
         let title = if s.setting.is_empty() {
@@ -83,9 +97,11 @@ pub fn write(
         }
         let _ = writeln!(
             md,
-            " deviation | uncertainty | uncertainty / BLR | CICF Brier 0.95 | learned rate |"
+            " deviation | deviation / BLR | uncertainty | uncertainty / BLR | fit ratio | \
+             CICF Brier 0.95 | learned rate |"
         );
-        let _ = writeln!(md, "|{}", "---|".repeat(8 + regions.len()));
+        let _ = writeln!(md, "|{}", "---|".repeat(10 + regions.len()));
+        let mut flags = Vec::new();
         for (name, m) in plan
             .methods
             .iter()
@@ -93,10 +109,19 @@ pub fn write(
         {
             let all = m.aggregate.get("all");
             let get = |k: &str| all.and_then(|a| a.get(k));
+            let ratio = ["in", "all"]
+                .iter()
+                .find_map(|r| m.aggregate.get(*r).and_then(|a| a.get("deviation_ratio")));
             let rate = get("learned_p")
                 .map(|v| format!("p = {}", cell(Some(v))))
                 .or_else(|| get("learned_alpha").map(|v| format!("α = {}", cell(Some(v)))));
-            let _ = write!(md, "| {name} | {} | {} |", m.repetitions, m.diverged.len());
+            let mark = if m.flags.is_empty() { "" } else { " ⚠" };
+            let _ = write!(
+                md,
+                "| {name}{mark} | {} | {} |",
+                m.repetitions,
+                m.diverged.len()
+            );
             for r in &regions {
                 let _ = write!(
                     md,
@@ -106,15 +131,23 @@ pub fn write(
             }
             let _ = writeln!(
                 md,
-                " {} | {} | {} | {} | {} |",
+                " {} | {} | {} | {} | {} | {} | {} |",
                 cell(get("deviation")),
+                cell(ratio),
                 cell(get("uncertainty")),
                 cell(get("uncertainty_ratio")),
+                cell(get("fit_ratio")),
                 cell(get("cicf_brier_0.95")),
                 rate.unwrap_or_else(|| "–".to_string())
             );
+            for f in &m.flags {
+                flags.push(format!("- ⚠ **{name}**: {f}"));
+            }
         }
         let _ = writeln!(md);
+        if !flags.is_empty() {
+            let _ = writeln!(md, "{}\n", flags.join("\n"));
+        }
     }
     write_atomic(&dir.join("report.md"), md.as_bytes())
 }

@@ -16,13 +16,11 @@ use anyhow::{bail, Context, Result};
 use uqbench_anchor::{Anchor, Problem, Setting};
 use uqbench_models::{Method, RepOutput, Resources, SeedBase, Task};
 
+use crate::figures::{FigureInput, SettingFigures};
 use crate::registry;
 use crate::spec::ExperimentSpec;
-use crate::store::{rep_stem, setting_dir, write_atomic};
-use crate::summary::{self, RepResult, Summary, TestInfo, ANCHOR};
-
-/// The resolved spec's file name in a run directory.
-pub const SPEC_FILE: &str = "spec.resolved.toml";
+use crate::store::{rep_stem, setting_dir, write_atomic, RunMeta};
+use crate::summary::{self, RepContext, RepResult, Summary, TestInfo, ANCHOR};
 
 /// One block of repetitions of one method at one setting.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,9 +66,17 @@ impl Plan {
             }
             methods.retain(|m| m == ANCHOR || only.contains(m));
         }
+        let settings = spec.settings();
         for m in methods.iter().skip(1) {
-            registry::build(m, spec.methods.get(m))
-                .with_context(|| format!("run.methods: `{m}`"))?;
+            for s in &settings {
+                registry::build(m, spec.method_table(m, s)?.as_ref()).with_context(|| {
+                    if s.values.is_empty() {
+                        format!("run.methods: `{m}`")
+                    } else {
+                        format!("run.methods: `{m}` at setting {}", s.label())
+                    }
+                })?;
+            }
         }
         for name in spec.methods.keys() {
             if !run.methods.contains(name) {
@@ -80,7 +86,6 @@ impl Plan {
                 );
             }
         }
-        let settings = spec.settings();
         for s in &settings {
             spec.epochs(s)?;
         }
@@ -154,17 +159,6 @@ impl Resolved {
     }
 }
 
-fn to_result(rep: u64, out: RepOutput) -> RepResult {
-    RepResult {
-        repetition: rep,
-        mean: out.mean,
-        std: out.std,
-        noise_std: out.noise_std,
-        scalars: out.scalars,
-        diverged: out.diverged,
-    }
-}
-
 /// Runs one unit and writes its files. `progress` receives the fraction of the unit done.
 pub fn run_unit(
     dir: &Path,
@@ -182,8 +176,10 @@ pub fn run_unit(
             .map(|&r| summary::anchor_rep(problem, &resolved.anchor, r))
             .collect::<Result<_>>()?
     } else {
-        let method: Box<dyn Method> =
-            registry::build(&unit.method, plan.spec.methods.get(&unit.method))?;
+        let method: Box<dyn Method> = registry::build(
+            &unit.method,
+            plan.spec.method_table(&unit.method, setting)?.as_ref(),
+        )?;
         let y: Vec<Vec<f64>> = reps.iter().map(|&r| problem.draw(r).train_y).collect();
         let task = Task {
             d: problem.d(),
@@ -192,6 +188,7 @@ pub fn run_unit(
             repetitions: &reps,
             x_test: problem.test.inputs.as_slice(),
             epochs: plan.spec.epochs(setting)?,
+            known_sigma: problem.known_sigma(),
             seeds: SeedBase {
                 base: plan.spec.seed,
                 experiment: plan.spec.name.clone(),
@@ -204,10 +201,25 @@ pub fn run_unit(
                 progress(done as f64 / total)
             })
             .with_context(|| format!("method {} at {}", unit.method, problem.display_name()))?;
+        let levels = &plan.spec.run_spec()?.levels;
         reps.iter()
             .zip(outputs)
-            .map(|(&r, o)| to_result(r, o))
-            .collect()
+            .zip(&y)
+            .map(|((&r, o), y): ((&u64, RepOutput), &Vec<f64>)| {
+                RepResult::from_output(
+                    r,
+                    o,
+                    &RepContext {
+                        levels,
+                        truth: &problem.test.truth,
+                        test_sigma: &problem.test.sigma,
+                        train_y: y,
+                        train_sigma: &problem.train_sigma,
+                    },
+                )
+                .with_context(|| format!("method {} at {}", unit.method, problem.display_name()))
+            })
+            .collect::<Result<_>>()?
     };
     for r in &results {
         let path = rep_path(dir, setting, &unit.method, r.repetition);
@@ -256,4 +268,80 @@ pub fn summarize_dir(dir: &Path, plan: &Plan) -> Result<(Summary, Vec<Resolved>)
         },
         resolved_all,
     ))
+}
+
+/// The figures' data of every setting: the band repetition of every method, read from the run
+/// directory, with the training points of a 1-D problem.
+fn figure_settings(dir: &Path, plan: &Plan, resolved: &[Resolved]) -> Result<Vec<SettingFigures>> {
+    let run = plan.spec.run_spec()?;
+    let band_rep = run.band_repetition;
+    plan.settings
+        .iter()
+        .zip(resolved)
+        .map(|(setting, res)| {
+            let problem = &res.problem;
+            let test = &problem.test;
+            let mut bands = Vec::new();
+            if let Some((_, coord)) = &test.coord {
+                let mut order: Vec<usize> = (0..test.label.len())
+                    .filter(|&i| test.label[i].is_none())
+                    .collect();
+                order.sort_by(|&a, &b| coord[a].total_cmp(&coord[b]));
+                for m in &plan.methods {
+                    let rep = read_rep(&rep_path(dir, setting, m, band_rep))?;
+                    let (lo, hi) = rep.coverage_interval()?;
+                    bands.push((
+                        m.clone(),
+                        order
+                            .iter()
+                            .map(|&i| (coord[i], rep.mean[i], lo[i], hi[i]))
+                            .collect(),
+                    ));
+                }
+            }
+            let train = match &test.coord {
+                Some((name, _)) if problem.d() == 1 && name == "x" => {
+                    let y = problem.draw(band_rep).train_y;
+                    problem
+                        .train
+                        .inputs
+                        .rows()
+                        .zip(y)
+                        .map(|(x, y)| (x[0], y))
+                        .collect()
+                }
+                _ => Vec::new(),
+            };
+            Ok(SettingFigures {
+                setting: setting.clone(),
+                d: problem.d(),
+                train,
+                bands,
+            })
+        })
+        .collect()
+}
+
+/// Summaries, figures and report of a complete run directory.
+pub fn finish(dir: &Path, plan: &Plan, meta: &RunMeta) -> Result<()> {
+    let (summary, resolved) = summarize_dir(dir, plan)?;
+    summary.write(dir)?;
+    let run = plan.spec.run_spec()?;
+    let input = FigureInput {
+        experiment: &plan.spec.name,
+        sweep: &plan.spec.sweep,
+        methods: &plan.methods,
+        repetitions: run.repetitions,
+        band_repetition: run.band_repetition,
+        summary: &summary,
+        settings: figure_settings(dir, plan, &resolved)?,
+    };
+    let figures = crate::figures::draw_all(dir, &input)?;
+    crate::report::write(dir, plan, meta, &summary, &figures)?;
+    eprintln!(
+        "wrote summary.json, summary.csv, aggregate.csv, {} figures and report.md to {}",
+        figures.len(),
+        dir.display()
+    );
+    Ok(())
 }

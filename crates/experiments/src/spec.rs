@@ -5,7 +5,7 @@ use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
-use uqbench_anchor::{problem::reserved_name, Num, Problem, ProblemSpec, Setting};
+use uqbench_anchor::{problem::reserved_name, Expr, Num, Problem, ProblemSpec, Setting};
 
 /// One experiment: a problem, the sweep over its settings, the methods and how to run them,
 /// and named profiles that override any of it.
@@ -91,31 +91,32 @@ impl ExperimentSpec {
         Self::from_toml_str(&text, profile).with_context(|| format!("spec file {}", path.display()))
     }
 
-    /// Parses a spec from TOML text, applying the named profile.
+    /// Parses a spec from TOML text, applying the named profile. Several profiles may be
+    /// given separated by commas (`quick,literal`); they are merged in that order, so a later
+    /// one wins where two set the same key.
     pub fn from_toml_str(text: &str, profile: Option<&str>) -> Result<ExperimentSpec> {
         let mut table: toml::Table = toml::from_str(text).context("not valid TOML")?;
-        if let Some(name) = profile {
+        if let Some(names) = profile {
             let profiles = table
                 .get("profiles")
                 .and_then(|p| p.as_table())
                 .cloned()
                 .unwrap_or_default();
-            let Some(over) = profiles.get(name).and_then(|p| p.as_table()) else {
-                let known: Vec<&String> = profiles.keys().collect();
-                bail!(
-                    "--profile {name}: no such profile; this spec has {}",
-                    if known.is_empty() {
-                        "none".to_string()
-                    } else {
-                        known
-                            .iter()
-                            .map(|s| s.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    }
-                );
-            };
-            merge(&mut table, over);
+            for name in names.split(',').map(str::trim) {
+                let Some(over) = profiles.get(name).and_then(|p| p.as_table()) else {
+                    let known: Vec<&str> = profiles.keys().map(|s| s.as_str()).collect();
+                    bail!(
+                        "--profile {name}: no such profile; this spec has {} (several may be \
+                         given separated by commas)",
+                        if known.is_empty() {
+                            "none".to_string()
+                        } else {
+                            known.join(", ")
+                        }
+                    );
+                };
+                merge(&mut table, over);
+            }
         }
         let spec: ExperimentSpec = toml::Value::Table(table)
             .try_into()
@@ -218,9 +219,117 @@ impl ExperimentSpec {
         Ok(e as usize)
     }
 
-    /// The problem resolved at `setting`.
+    /// The sweep variables the problem reads (in any of its expressions). The others are
+    /// method or training settings (`width`, `wd`, …): the data do not depend on them.
+    pub fn problem_variables(&self) -> Vec<String> {
+        fn strings(v: &toml::Value, out: &mut Vec<String>) {
+            match v {
+                toml::Value::String(s) => out.push(s.clone()),
+                toml::Value::Array(a) => a.iter().for_each(|v| strings(v, out)),
+                toml::Value::Table(t) => t.values().for_each(|v| strings(v, out)),
+                _ => {}
+            }
+        }
+        let mut texts = Vec::new();
+        if let Ok(v) = toml::Value::try_from(&self.problem) {
+            strings(&v, &mut texts);
+        }
+        let read: Vec<String> = texts
+            .iter()
+            .filter_map(|t| Expr::parse(t).ok())
+            .flat_map(|e| e.variables())
+            .collect();
+        self.sweep
+            .keys()
+            .filter(|k| read.contains(k))
+            .cloned()
+            .collect()
+    }
+
+    /// `setting` restricted to the variables the problem reads: what its data (γ, designs,
+    /// noise) are drawn from, so that settings differing only in a method variable share
+    /// their data sets and compare paired.
+    pub fn problem_setting(&self, setting: &Setting) -> Setting {
+        let vars = self.problem_variables();
+        Setting {
+            values: setting
+                .values
+                .iter()
+                .filter(|(k, _)| vars.contains(k))
+                .cloned()
+                .collect(),
+        }
+    }
+
+    /// The settings table of method `name` at `setting`: every string that is an expression
+    /// in the sweep variables (`"width"`, `"1e-4 * wd"`) or in constants is replaced by its
+    /// value (an integer when whole, so that it can set counts such as `members` or
+    /// `hidden`). Other strings (`kind`, `bootstrap = "classic"`) stay as they are.
+    pub fn method_table(&self, name: &str, setting: &Setting) -> Result<Option<toml::Table>> {
+        fn eval(
+            v: &mut toml::Value,
+            path: &str,
+            spec: &ExperimentSpec,
+            setting: &Setting,
+        ) -> Result<()> {
+            match v {
+                toml::Value::String(s) => {
+                    let Ok(e) = Expr::parse(s) else {
+                        return Ok(());
+                    };
+                    if !e
+                        .variables()
+                        .iter()
+                        .all(|name| spec.sweep.contains_key(name))
+                    {
+                        return Ok(());
+                    }
+                    let x = Num::Expr(s.clone())
+                        .eval(&setting.values)
+                        .with_context(|| format!("{path} = {s:?}"))?;
+                    if !x.is_finite() {
+                        bail!(
+                            "{path} = {s:?} is {x} at setting {}: settings must be finite",
+                            setting.label()
+                        );
+                    }
+                    *v = if x.fract() == 0.0 && x.abs() < 9e15 {
+                        toml::Value::Integer(x as i64)
+                    } else {
+                        toml::Value::Float(x)
+                    };
+                }
+                toml::Value::Array(a) => {
+                    for (i, v) in a.iter_mut().enumerate() {
+                        eval(v, &format!("{path}[{i}]"), spec, setting)?;
+                    }
+                }
+                toml::Value::Table(t) => {
+                    for (k, v) in t.iter_mut() {
+                        eval(v, &format!("{path}.{k}"), spec, setting)?;
+                    }
+                }
+                _ => {}
+            }
+            Ok(())
+        }
+        let Some(table) = self.methods.get(name) else {
+            return Ok(None);
+        };
+        let mut table = table.clone();
+        for (k, v) in table.iter_mut() {
+            if k != "kind" {
+                eval(v, &format!("[methods.{name}] {k}"), self, setting)?;
+            }
+        }
+        Ok(Some(table))
+    }
+
+    /// The problem resolved at `setting` (at the variables it reads, see
+    /// [`ExperimentSpec::problem_setting`]).
     pub fn resolve(&self, setting: &Setting) -> Result<Problem> {
         let label = setting.label();
+        let setting = &self.problem_setting(setting);
         Problem::resolve(&self.name, self.seed, &self.problem, setting).with_context(|| {
             if label.is_empty() {
                 format!("experiment `{}`", self.name)
@@ -268,5 +377,38 @@ impl ExperimentSpec {
                 .map(|(k, values)| (k.clone(), given.get(k).copied().unwrap_or(values[0])))
                 .collect(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn e1(profile: Option<&str>) -> Result<ExperimentSpec> {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../experiments/e1.toml");
+        ExperimentSpec::load_profile(&path, profile)
+    }
+
+    fn decay(spec: &ExperimentSpec, method: &str) -> f64 {
+        spec.methods[method]["weight_decay"].as_float().unwrap()
+    }
+
+    #[test]
+    fn profiles_combine_in_order() {
+        let base = e1(None).unwrap();
+        assert_eq!(decay(&base, "Ens"), 2e-4);
+        let both = e1(Some("quick,literal")).unwrap();
+        assert_eq!(decay(&both, "Ens"), 0.02);
+        assert_eq!(
+            both.run.as_ref().unwrap().repetitions,
+            20,
+            "quick's repetitions survive literal"
+        );
+        assert_eq!(both.methods["Ens"]["members"].as_integer(), Some(6));
+        let err = format!("{:#}", e1(Some("quick,fast")).unwrap_err());
+        assert!(
+            err.contains("--profile fast") && err.contains("literal"),
+            "{err}"
+        );
     }
 }

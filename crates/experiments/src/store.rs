@@ -1,9 +1,11 @@
-//! Files on disk: atomic writes and the directory names of settings.
+//! Files on disk: atomic writes, the run directory and its `run.json`, and the directory
+//! names of settings.
 
 use std::io::Write;
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
 
 /// Writes `contents` to `path` atomically: into a temporary file in the same directory, then
 /// renamed over `path`, so a killed process never leaves a half-written file. Creates the
@@ -37,4 +39,81 @@ pub fn setting_dir(label: &str) -> String {
 /// A repetition's file stem: `rep-007`.
 pub fn rep_stem(rep: u64) -> String {
     format!("rep-{rep:03}")
+}
+
+/// The resolved spec's file name in a run directory.
+pub const SPEC_FILE: &str = "spec.resolved.toml";
+
+/// `run.json`: how a run directory was produced.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunMeta {
+    /// The spec's profile.
+    pub profile: Option<String>,
+    /// The backend that trained the methods.
+    pub backend: String,
+    /// `I/N` for one shard of a sharded run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<String>,
+    /// The shard directories a merged run came from.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub merged_from: Vec<std::path::PathBuf>,
+}
+
+impl RunMeta {
+    /// Reads `dir/run.json`; a missing or unreadable file gives an unknown backend and no
+    /// profile (the summaries do not depend on it).
+    pub fn read(dir: &Path) -> RunMeta {
+        std::fs::read_to_string(dir.join("run.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or_else(|| RunMeta {
+                backend: "unknown".into(),
+                ..RunMeta::default()
+            })
+    }
+
+    /// Writes `dir/run.json` atomically.
+    pub fn write(&self, dir: &Path) -> Result<()> {
+        write_atomic(
+            &dir.join("run.json"),
+            serde_json::to_string_pretty(self)?.as_bytes(),
+        )
+    }
+}
+
+/// Prepares a run directory: creates it, checks it can be written, and records the spec.
+/// A directory that already holds a run is only reused with `resume`, and only for the same
+/// spec.
+pub fn prepare_dir(dir: &Path, spec_text: &str, resume: bool) -> Result<()> {
+    let spec_path = dir.join(SPEC_FILE);
+    if spec_path.is_file() {
+        if !resume {
+            bail!(
+                "{} already holds a run: pass --resume to continue it, or choose another --out",
+                dir.display()
+            );
+        }
+        let old = std::fs::read_to_string(&spec_path)?;
+        if old != spec_text {
+            bail!(
+                "{} holds a run of a different spec (or profile, or --methods): resume it with the same \
+                 arguments, or choose another --out",
+                dir.display()
+            );
+        }
+        return Ok(());
+    }
+    if dir.is_dir() && std::fs::read_dir(dir)?.next().is_some() && !resume {
+        bail!(
+            "{} exists and is not empty: choose another --out",
+            dir.display()
+        );
+    }
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("cannot create the output directory {}", dir.display()))?;
+    let probe = dir.join(".write-test");
+    std::fs::write(&probe, b"")
+        .with_context(|| format!("the output directory {} is not writable", dir.display()))?;
+    std::fs::remove_file(&probe)?;
+    write_atomic(&spec_path, spec_text.as_bytes())
 }

@@ -31,9 +31,9 @@ pub enum Dropout {
         init_p: f64,
         /// Temperature t of the relaxation (0.1).
         temperature: f64,
-        /// l²/N.
+        /// l²/(2τN) (see `dropout_method::Tau`).
         weight_reg: f64,
-        /// 2/N.
+        /// 1/(τN).
         dropout_reg: f64,
     },
     /// Variational dropout [Kingma, Salimans, Welling 2015]: multiplicative noise N(1, α) on
@@ -43,7 +43,7 @@ pub enum Dropout {
     Variational {
         /// Initial α.
         init_alpha: f64,
-        /// Weight of the KL term (1/N).
+        /// Weight of the KL term (1/(τN)).
         kl_weight: f64,
     },
 }
@@ -334,17 +334,50 @@ pub(crate) fn backward_last(
     }
 }
 
+/// The regulariser (beyond the global L2) per replica `[R, 1, 1]`, or `None` for Bernoulli
+/// dropout, which has none:
+/// - concrete: weight_reg·‖W‖²/(1 − p) + dropout_reg·K·(p log p + (1 − p) log(1 − p));
+/// - variational: kl_weight·Σ_weights KL(α), KL ≈ k1 − k1·σ(k2 + k3 log α) + ½·log(1 + 1/α).
+pub(crate) fn regularizer_value(
+    dropout: &Dropout,
+    w: &Tensor<3>,
+    param: Option<&Tensor<3>>,
+) -> Option<Tensor<3>> {
+    match dropout {
+        Dropout::Bernoulli { .. } => None,
+        Dropout::Concrete {
+            weight_reg,
+            dropout_reg,
+            ..
+        } => {
+            let p = sigmoid(param.expect("θ").clone());
+            let keep = p.clone().neg().add_scalar(1.0);
+            let k = w.dims()[1] as f64;
+            let sq = w.clone().square().sum_dim(2).sum_dim(1);
+            let entropy = p.clone() * p.log() + keep.clone() * keep.clone().log();
+            Some(sq.mul_scalar(*weight_reg) / keep + entropy.mul_scalar(dropout_reg * k))
+        }
+        Dropout::Variational { kl_weight, .. } => {
+            let log_alpha = param.expect("log α").clone();
+            let count = (w.dims()[1] * w.dims()[2]) as f64;
+            let u = sigmoid(log_alpha.clone().mul_scalar(K3).add_scalar(K2));
+            let kl = u.mul_scalar(-K1).add_scalar(K1)
+                + log_alpha.neg().exp().add_scalar(1.0).log().mul_scalar(0.5);
+            Some(kl.mul_scalar(kl_weight * count))
+        }
+    }
+}
+
 /// Adds the regulariser's gradients (beyond the global L2) to the last layer's weight
-/// gradient and to the learnable scalar's gradient, and returns the regulariser's value per
-/// replica `[R, 1, 1]`.
+/// gradient and to the learnable scalar's gradient (see [`regularizer_value`]).
 pub(crate) fn regularize(
     dropout: &Dropout,
     w: &Tensor<3>,
     param: Option<&Tensor<3>>,
     grads: &mut LastGrads,
-) -> Option<Tensor<3>> {
+) {
     match dropout {
-        Dropout::Bernoulli { .. } => None,
+        Dropout::Bernoulli { .. } => {}
         Dropout::Concrete {
             weight_reg,
             dropout_reg,
@@ -355,33 +388,23 @@ pub(crate) fn regularize(
             let keep = p.clone().neg().add_scalar(1.0);
             let k = w.dims()[1] as f64;
             let sq = w.clone().square().sum_dim(2).sum_dim(1);
-            // d/dW: 2·wr·W/(1 − p); d/dθ: wr·‖W‖²·p/(1 − p) + dr·K·θ·p(1 − p).
+            // d/dW: 2·wr·W/(1 − p); d/dθ: wr·‖W‖²·p/(1 − p) + dr·K·θ·p(1 − p), since
+            // d/dθ [p log p + (1 − p) log(1 − p)] = p(1 − p)·log(p/(1 − p)) = p(1 − p)·θ.
             grads.gw = grads.gw.clone() + w.clone().mul_scalar(2.0 * weight_reg) / keep.clone();
-            let dtheta = sq.clone().mul_scalar(*weight_reg) * p.clone() / keep.clone()
-                + theta * p.clone() * keep.clone() * (dropout_reg * k);
+            let dtheta = sq.mul_scalar(*weight_reg) * p.clone() / keep.clone()
+                + theta * p * keep * (dropout_reg * k);
             grads.gparam = Some(grads.gparam.take().expect("θ gradient") + dtheta);
-            let entropy = p.clone() * p.clone().log() + keep.clone() * keep.clone().log();
-            Some(sq.mul_scalar(*weight_reg) / keep + entropy.mul_scalar(dropout_reg * k))
         }
         Dropout::Variational { kl_weight, .. } => {
             let log_alpha = param.expect("log α").clone();
             let count = (w.dims()[1] * w.dims()[2]) as f64;
-            // KL ≈ k1 − k1·σ(k2 + k3 log α) + ½·log(1 + 1/α) per weight.
             let u = sigmoid(log_alpha.clone().mul_scalar(K3).add_scalar(K2));
-            let kl = u.clone().mul_scalar(-K1).add_scalar(K1)
-                + log_alpha
-                    .clone()
-                    .neg()
-                    .exp()
-                    .add_scalar(1.0)
-                    .log()
-                    .mul_scalar(0.5);
+            // d KL/d log α = −k1·k3·u(1 − u) − ½·σ(−log α).
             let dkl = u.clone() * u.neg().add_scalar(1.0) * (-K1 * K3)
                 - sigmoid(log_alpha.neg()).mul_scalar(0.5);
             grads.gparam = Some(
                 grads.gparam.take().expect("log α gradient") + dkl.mul_scalar(kl_weight * count),
             );
-            Some(kl.mul_scalar(kl_weight * count))
         }
     }
 }

@@ -10,7 +10,7 @@ use crate::dropout::Dropout;
 use crate::engine::{self, Batching, Job, Resources, TrainSettings};
 use crate::error::ModelError;
 use crate::mlp::MlpShape;
-use crate::task::{Method, RepOutput, Task};
+use crate::task::{Family, IntervalSetting, Method, RepOutput, Task};
 
 /// Which dropout method.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -21,6 +21,37 @@ pub enum DropoutKind {
     Concrete,
     /// Variational (Gaussian) dropout with a learned α.
     Variational,
+}
+
+/// The noise precision τ that scales the data term relative to the regularisers.
+///
+/// The per-point negative ELBO of a Gaussian likelihood with precision τ is
+/// (τ/2)·mean (y − f)² + KL/N + const; divided by τ it is our ½·MSE data term plus KL/(τN).
+/// So with the ½·MSE data term every regulariser that stands for a prior or a KL is weighted
+/// by 1/(τN): concrete dropout's weight_reg = l²/(2τN) and dropout_reg = 1/(τN) (Gal's
+/// reference pairs l²/(τN) and 2/(τN) with plain MSE, twice ours), variational dropout's KL
+/// weight 1/(τN).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Tau {
+    /// A given precision τ > 0 (default 1).
+    Value(f64),
+    /// `"known"`: τ = 1/σ² from the problem's known, constant σ.
+    Known(KnownSigma),
+}
+
+/// The string `"known"` of [`Tau::Known`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum KnownSigma {
+    /// τ = 1/σ².
+    #[serde(rename = "known")]
+    Known,
+}
+
+impl Default for Tau {
+    fn default() -> Self {
+        Tau::Value(1.0)
+    }
 }
 
 /// Settings of the dropout methods. Defaults: [000]'s network and optimiser; the dropout
@@ -53,14 +84,26 @@ pub struct DropoutConfig {
     pub init_p: f64,
     /// CD: temperature of the relaxed mask (0.1).
     pub temperature: f64,
-    /// CD: prior length scale l; weight_reg = l²/N (1e-4, as the reference implementation).
+    /// CD: prior length scale l; weight_reg = l²/(2τN) (1e-4, as the reference
+    /// implementation; see [`Tau`] for the factor 2).
     pub length_scale: f64,
-    /// CD: dropout_reg = this/N (2, as the reference implementation).
+    /// CD: dropout_reg = this/(2τN) (2, as the reference implementation's 2/(τN) against plain
+    /// MSE, i.e. 1/(τN) against our ½·MSE).
     pub dropout_reg_factor: f64,
     /// VD: initial α (1/9, the α of Bernoulli dropout with p = 0.1: α = p/(1 − p)).
     pub init_alpha: f64,
-    /// VD: the KL term is weighted by this/N (1: the KL of the ELBO per data point).
+    /// VD: the KL term is weighted by this/(τN) (1: the KL of the ELBO per data point).
     pub kl_factor: f64,
+    /// CD, VD: the noise precision τ of the data term (1, or `"known"` for 1/σ² of a problem
+    /// whose σ is known); see [`Tau`]. Not used with the heteroscedastic head, whose data term
+    /// is the full Gaussian NLL (τ = 1).
+    pub tau: Tau,
+    /// Standardise every input dimension by the training inputs' mean and sd before training
+    /// (and the test inputs by the same map).
+    pub standardize: bool,
+    /// Intervals from mean ± z·std of the passes (`normal`, [000]) or from their empirical
+    /// quantiles (`empirical`).
+    pub intervals: IntervalSetting,
     /// A second output for the log noise variance, trained with the Gaussian NLL ([004]'s
     /// heteroscedastic dropout): then the noise sd is reported too, for prediction intervals.
     pub heteroscedastic: bool,
@@ -85,6 +128,9 @@ impl Default for DropoutConfig {
             dropout_reg_factor: 2.0,
             init_alpha: 1.0 / 9.0,
             kl_factor: 1.0,
+            tau: Tau::default(),
+            standardize: false,
+            intervals: IntervalSetting::Normal,
             heteroscedastic: false,
         }
     }
@@ -112,12 +158,30 @@ impl DropoutMethod {
                 "at least 1 prediction pass (T ≥ 1; 200 by default)",
             ));
         }
+        match config.tau {
+            Tau::Value(t) if !(t.is_finite() && t > 0.0) => {
+                return Err(ModelError::invalid(
+                    format!("{name}.tau"),
+                    t,
+                    "a positive noise precision, or \"known\" for 1/σ² of the problem",
+                ))
+            }
+            t if config.heteroscedastic && t != Tau::Value(1.0) => {
+                return Err(ModelError::invalid(
+                    format!("{name}.tau"),
+                    format!("{t:?}"),
+                    "leave it out with heteroscedastic = true: the head's Gaussian NLL is the \
+                     whole data term (τ = 1)",
+                ))
+            }
+            _ => {}
+        }
         let method = DropoutMethod {
             name: name.to_string(),
             kind,
             config,
         };
-        method.dropout(100).validate().map_err(|e| match e {
+        method.dropout(100, 1.0).validate().map_err(|e| match e {
             ModelError::Invalid { what, value, valid } => ModelError::Invalid {
                 what: format!("{name}: {what}"),
                 value,
@@ -147,30 +211,50 @@ impl DropoutMethod {
         &self.config
     }
 
-    /// The dropout layer for N training points.
-    pub fn dropout(&self, n: usize) -> Dropout {
+    /// The noise precision τ for a task.
+    pub fn tau(&self, task: &Task<'_>) -> Result<f64, ModelError> {
+        match self.config.tau {
+            Tau::Value(t) => Ok(t),
+            Tau::Known(_) => match task.known_sigma {
+                Some(s) => Ok(1.0 / (s * s)),
+                None => Err(ModelError::invalid(
+                    format!("{}.tau", self.name),
+                    "\"known\"",
+                    "a number: this problem's σ is not a known constant (sigma_known = false, or \
+                     σ depends on x)",
+                )),
+            },
+        }
+    }
+
+    /// The dropout layer for N training points and noise precision τ (see [`Tau`]).
+    pub fn dropout(&self, n: usize, tau: f64) -> Dropout {
         let c = &self.config;
-        let n = n as f64;
+        let tn = tau * n as f64;
         match self.kind {
             DropoutKind::Bernoulli => Dropout::Bernoulli { p: c.p },
+            // Gal's reference: weight_regularizer = l²/(τN), dropout_regularizer = 2/(τN)
+            // against plain MSE (twice the Gaussian NLL per point); our data term is ½·MSE, so
+            // both are halved.
             DropoutKind::Concrete => Dropout::Concrete {
                 init_p: c.init_p,
                 temperature: c.temperature,
-                weight_reg: c.length_scale * c.length_scale / n,
-                dropout_reg: c.dropout_reg_factor / n,
+                weight_reg: c.length_scale * c.length_scale / (2.0 * tn),
+                dropout_reg: c.dropout_reg_factor / (2.0 * tn),
             },
+            // The per-point ELBO divided by τ: ½·MSE + KL/(τN).
             DropoutKind::Variational => Dropout::Variational {
                 init_alpha: c.init_alpha,
-                kl_weight: c.kl_factor / n,
+                kl_weight: c.kl_factor / tn,
             },
         }
     }
 
     /// The optimiser settings for a task.
-    pub fn train_settings(&self, task: &Task<'_>) -> TrainSettings {
+    pub fn train_settings(&self, task: &Task<'_>) -> Result<TrainSettings, ModelError> {
         let c = &self.config;
         let n = task.n_train();
-        TrainSettings {
+        Ok(TrainSettings {
             epochs: task.epochs,
             lr: c.lr,
             beta1: c.beta1,
@@ -182,10 +266,10 @@ impl DropoutMethod {
                 _ => Batching::Full,
             },
             adversarial: None,
-            dropout: Some(self.dropout(n)),
+            dropout: Some(self.dropout(n, self.tau(task)?)),
             heteroscedastic: c.heteroscedastic,
             mc_passes: c.passes,
-        }
+        })
     }
 }
 
@@ -216,8 +300,8 @@ impl Method for DropoutMethod {
         };
         let reps = task.repetitions.len();
         let replicas = task.replicas(&self.name, 1);
-        let (x_train, x_test, targets) =
-            (task.x_train_f32(), task.x_test_f32(), task.y_train_f32());
+        let (x_train, x_test) = task.inputs_f32(c.standardize);
+        let targets = task.y_train_f32();
         let job = Job {
             shape: &shape,
             x_train: &x_train,
@@ -227,10 +311,11 @@ impl Method for DropoutMethod {
             stream_seeds: &replicas.stream,
             x_test: &x_test,
         };
-        let settings = self.train_settings(task);
+        let settings = self.train_settings(task)?;
         let out = engine::train(&job, &settings, resources, progress)?;
-        let (t, m) = (out.passes, task.n_test());
+        let (t, m, n) = (out.passes, task.n_test(), task.n_train());
         let rate_name = settings.dropout.as_ref().and_then(Dropout::rate_name);
+        let family = c.intervals.family();
         Ok((0..reps)
             .map(|k| {
                 let base = k * t * m * d_out;
@@ -252,7 +337,7 @@ impl Method for DropoutMethod {
                     }
                 }
                 let mut scalars = BTreeMap::new();
-                scalars.insert("final_loss".to_string(), out.final_loss[k]);
+                scalars.insert("final_objective".to_string(), out.final_objective[k]);
                 if let (Some(name), Some(rates)) = (rate_name, &out.rates) {
                     scalars.insert(name.to_string(), rates[k]);
                 }
@@ -262,15 +347,144 @@ impl Method for DropoutMethod {
                     noise_std: c
                         .heteroscedastic
                         .then(|| noise_var.iter().map(|v| v.sqrt()).collect()),
-                    samples: keep_samples.then(|| {
+                    family,
+                    samples: (keep_samples || family == Family::Empirical).then(|| {
                         (0..t)
                             .map(|p| (0..m).map(|i| at(p, i, 0)).collect())
                             .collect()
                     }),
+                    train_mean: Some(
+                        out.train_pred[k * n..(k + 1) * n]
+                            .iter()
+                            .map(|&v| f64::from(v))
+                            .collect(),
+                    ),
                     scalars,
                     diverged: out.diverged[k],
                 }
             })
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::tensor::{Tensor, TensorData};
+
+    use super::*;
+    use crate::dropout::regularizer_value;
+    use crate::task::SeedBase;
+
+    fn task(known_sigma: Option<f64>) -> (Vec<f64>, Vec<Vec<f64>>, Option<f64>) {
+        (
+            (0..50).map(f64::from).collect(),
+            vec![vec![0.0; 50]],
+            known_sigma,
+        )
+    }
+
+    #[test]
+    fn concrete_regulariser_is_half_of_gals_reference() {
+        // Gal's reference (concrete dropout, Keras): objective = MSE + weight_regularizer·‖W‖²/(1 − p)
+        // + dropout_regularizer·K·(p log p + (1 − p) log(1 − p)), weight_regularizer = l²/(τN),
+        // dropout_regularizer = 2/(τN). Hand-computed with K = 3, W = (0.5, −1, 2) (‖W‖² =
+        // 5.25), p = 0.2 (p ln p + (1 − p) ln(1 − p) = −0.500402), l = 0.1, N = 50, τ = 1:
+        // 2e-4·5.25/0.8 + 0.04·3·(−0.500402) = −0.0587357. Our data term is ½·MSE, so our
+        // regulariser must be half of that: −0.0293679.
+        let cd = DropoutMethod::new(
+            "CD",
+            DropoutKind::Concrete,
+            DropoutConfig {
+                length_scale: 0.1,
+                ..DropoutConfig::default()
+            },
+        )
+        .unwrap();
+        let dropout = cd.dropout(50, 1.0);
+        let device = burn::tensor::Device::flex();
+        let w =
+            Tensor::<3>::from_data(TensorData::new(vec![0.5f32, -1.0, 2.0], [1, 3, 1]), &device);
+        let theta = (0.2f64 / 0.8).ln() as f32;
+        let theta = Tensor::<3>::from_data(TensorData::new(vec![theta], [1, 1, 1]), &device);
+        let reg = regularizer_value(&dropout, &w, Some(&theta)).unwrap();
+        let value = f64::from(reg.into_data().try_to_vec::<f32>().unwrap()[0]);
+        let reference = 2e-4 * 5.25 / 0.8 + 0.04 * 3.0 * (0.2 * 0.2f64.ln() + 0.8 * 0.8f64.ln());
+        assert!(
+            (value - reference / 2.0).abs() < 1e-6,
+            "{value} vs {}",
+            reference / 2.0
+        );
+    }
+
+    #[test]
+    fn tau_scales_every_regulariser_and_known_uses_sigma() {
+        let (x, y, _) = task(None);
+        let make = |known: Option<f64>| Task {
+            d: 1,
+            x_train: &x,
+            y_train: &y,
+            repetitions: &[0],
+            x_test: &x,
+            epochs: 1,
+            known_sigma: known,
+            seeds: SeedBase {
+                base: 0,
+                experiment: "t".into(),
+                setting: String::new(),
+            },
+        };
+        let config = DropoutConfig {
+            tau: Tau::Known(KnownSigma::Known),
+            ..DropoutConfig::default()
+        };
+        let vd = DropoutMethod::new("VD", DropoutKind::Variational, config.clone()).unwrap();
+        // σ = 0.75: τ = 1/0.5625, KL weight 1/(τN) = 0.5625/50.
+        let tau = vd.tau(&make(Some(0.75))).unwrap();
+        assert!((tau - 1.0 / 0.5625).abs() < 1e-12);
+        match vd.dropout(50, tau) {
+            Dropout::Variational { kl_weight, .. } => {
+                assert!((kl_weight - 0.5625 / 50.0).abs() < 1e-15)
+            }
+            other => panic!("{other:?}"),
+        }
+        let e = vd.tau(&make(None)).unwrap_err().to_string();
+        assert!(
+            e.contains("VD.tau") && e.contains("not a known constant"),
+            "{e}"
+        );
+        let cd = DropoutMethod::new("CD", DropoutKind::Concrete, config).unwrap();
+        match cd.dropout(50, 2.0) {
+            Dropout::Concrete {
+                weight_reg,
+                dropout_reg,
+                ..
+            } => {
+                assert!((weight_reg - 1e-8 / 200.0).abs() < 1e-20);
+                assert!((dropout_reg - 2.0 / 200.0).abs() < 1e-15);
+            }
+            other => panic!("{other:?}"),
+        }
+        // τ has no role with the heteroscedastic head, and must be positive.
+        for (tau, hetero, needle) in [
+            (Tau::Value(2.0), true, "heteroscedastic"),
+            (Tau::Value(0.0), false, "CD.tau = 0"),
+        ] {
+            let e = DropoutMethod::new(
+                "CD",
+                DropoutKind::Concrete,
+                DropoutConfig {
+                    tau,
+                    heteroscedastic: hetero,
+                    ..DropoutConfig::default()
+                },
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(e.contains(needle), "{e}");
+        }
+        let c: DropoutConfig = toml::from_str("tau = \"known\"").unwrap();
+        assert_eq!(c.tau, Tau::Known(KnownSigma::Known));
+        let c: DropoutConfig = toml::from_str("tau = 4").unwrap();
+        assert_eq!(c.tau, Tau::Value(4.0));
     }
 }

@@ -352,11 +352,17 @@ pub struct TrainOutput {
     pub test_out: Vec<f32>,
     /// T.
     pub passes: usize,
+    /// Mean prediction at the training inputs `[R, N]` per replica (over the T passes, drawn
+    /// from a stream of their own so that the test predictions do not depend on them): the
+    /// training fit that `train_mse` and `fit_ratio` report.
+    pub train_pred: Vec<f32>,
     /// The dropout layer's rate per replica (p, or α for variational dropout).
     pub rates: Option<Vec<f64>>,
-    /// Final training objective per replica (on all N points).
-    pub final_loss: Vec<f64>,
-    /// Whether the replica's training diverged (non-finite loss or predictions).
+    /// The optimised objective per replica at the final parameters, on all N points: the
+    /// data term with the stochastic layer at its expectation, plus the L2 term and the
+    /// stochastic layer's regulariser (concrete dropout's, or variational dropout's KL).
+    pub final_objective: Vec<f64>,
+    /// Whether the replica's training diverged (a non-finite objective, rate or prediction).
     pub diverged: Vec<bool>,
     /// Replicas per chunk that were used.
     pub chunk: usize,
@@ -616,9 +622,11 @@ struct Trainer<'a> {
     net: Net,
 }
 
-/// A chunk's result: predictions `[R, T, M, d_out]`, final objectives, learned rates.
+/// A chunk's result: predictions `[R, T, M, d_out]`, mean predictions at the training inputs
+/// `[R, N]`, final objectives, learned rates.
 struct ChunkOut {
     pred: Vec<f32>,
+    train_pred: Vec<f32>,
     loss: Vec<f64>,
     rates: Vec<f64>,
 }
@@ -833,7 +841,8 @@ impl Trainer<'_> {
         // Final objective on all N points with the dropout layer at its expectation, on the
         // device in f32 like the training loss itself: an overflow or NaN there is what
         // divergence means.
-        let (out, _) = self.net.forward(&s, x_full, None);
+        let (out, _) = self.net.forward(&s, x_full.clone(), None);
+        let fitted = (self.settings.dropout.is_none()).then(|| out.clone());
         let mut objective = self.net.data_term(out, &y_full);
         for w in &s.w {
             objective = objective
@@ -842,6 +851,15 @@ impl Trainer<'_> {
                     .sum_dim(2)
                     .sum_dim(1)
                     .mul_scalar(0.5 * self.settings.weight_decay);
+        }
+        if let Some(dropout) = &self.settings.dropout {
+            if let Some(reg) = dropout::regularizer_value(
+                dropout,
+                &s.w[s.w.len() - 1],
+                s.param.as_ref().map(|p| &p[0]),
+            ) {
+                objective = objective + reg;
+            }
         }
         let loss: Vec<f64> = download(objective).into_iter().map(f64::from).collect();
         let rates: Vec<f64> = match (&self.settings.dropout, &s.param) {
@@ -855,10 +873,10 @@ impl Trainer<'_> {
 
         // Predictions: the hidden layers once, then T passes of the (stochastic) last layer.
         let x_test = upload(job.x_test.to_vec(), [1, m, d], dev);
-        let (h, _) = self.net.hidden(&s, x_test);
         let passes = self.settings.mc_passes;
         let dout = shape.d_out;
         let mut pred = vec![0.0f32; rc * passes * m * dout];
+        let (h, _) = self.net.hidden(&s, x_test);
         let mut predict_rngs: Vec<Rng> = job.stream_seeds[range.clone()]
             .iter()
             .map(|&s| Rng::new(uqbench_anchor::seed::splitmix64(s)))
@@ -873,7 +891,42 @@ impl Trainer<'_> {
                     .copy_from_slice(&values[k * m * dout..(k + 1) * m * dout]);
             }
         }
-        ChunkOut { pred, loss, rates }
+
+        // The mean prediction at the training inputs (the training fit): without a stochastic
+        // layer the deterministic forward pass above; with one, the mean of T passes drawn from
+        // a stream of their own, so the test predictions above do not depend on it.
+        let train_pred: Vec<f32> = match fitted {
+            Some(out) => {
+                let v = download(out);
+                (0..rc * n).map(|i| v[i * dout]).collect()
+            }
+            None => {
+                let (h, _) = self.net.hidden(&s, x_full);
+                let mut fit_rngs: Vec<Rng> = job.stream_seeds[range.clone()]
+                    .iter()
+                    .map(|&s| {
+                        Rng::new(uqbench_anchor::seed::splitmix64(
+                            uqbench_anchor::seed::splitmix64(s),
+                        ))
+                    })
+                    .collect();
+                let mut sum = vec![0.0f64; rc * n];
+                for _ in 0..passes {
+                    let noise = self.noise(&mut fit_rngs, n);
+                    let (out, _) = self.net.last(&s, h.clone(), noise);
+                    for (acc, v) in sum.iter_mut().zip(download(out).iter().step_by(dout)) {
+                        *acc += f64::from(*v);
+                    }
+                }
+                sum.iter().map(|v| (v / passes as f64) as f32).collect()
+            }
+        };
+        ChunkOut {
+            pred,
+            train_pred,
+            loss,
+            rates,
+        }
     }
 }
 
@@ -902,6 +955,7 @@ pub fn train(
         vec![0.0f32; r * per_replica_out],
         vec![0.0f64; r],
         vec![f64::NAN; r],
+        vec![0.0f32; r * n],
     ));
     let next = AtomicUsize::new(0);
     let done = AtomicUsize::new(0);
@@ -928,6 +982,7 @@ pub fn train(
             guard.0[range.start * per_replica_out..range.end * per_replica_out]
                 .copy_from_slice(&chunk_out.pred);
             guard.1[range.clone()].copy_from_slice(&chunk_out.loss);
+            guard.3[range.start * n..range.end * n].copy_from_slice(&chunk_out.train_pred);
             if !chunk_out.rates.is_empty() {
                 guard.2[range.clone()].copy_from_slice(&chunk_out.rates);
             }
@@ -943,13 +998,17 @@ pub fn train(
             }
         });
     }
-    let (test_out, final_loss, rates) = out.into_inner().expect("workers finished");
+    let (test_out, final_objective, rates, train_pred) =
+        out.into_inner().expect("workers finished");
     let has_rates = settings.dropout.is_some();
     let diverged = (0..r)
         .map(|k| {
-            !final_loss[k].is_finite()
+            !final_objective[k].is_finite()
                 || (has_rates && !rates[k].is_finite())
                 || test_out[k * per_replica_out..(k + 1) * per_replica_out]
+                    .iter()
+                    .any(|v| !v.is_finite())
+                || train_pred[k * n..(k + 1) * n]
                     .iter()
                     .any(|v| !v.is_finite())
         })
@@ -957,7 +1016,8 @@ pub fn train(
     Ok(TrainOutput {
         test_out,
         passes,
-        final_loss,
+        train_pred,
+        final_objective,
         rates: has_rates.then_some(rates),
         diverged,
         chunk,
@@ -1048,18 +1108,10 @@ pub fn objective_and_gradient(
                 .mul_scalar(0.5 * probe.weight_decay);
     }
     if let Some(dropout) = probe.dropout {
-        let l = s.w.len() - 1;
-        let mut dummy = dropout::LastGrads {
-            gw: s.w[l].clone().mul_scalar(0.0),
-            gb: s.b[l].clone().mul_scalar(0.0),
-            dh: s.w[l].clone().mul_scalar(0.0),
-            gparam: s.param.as_ref().map(|p| p[0].clone().mul_scalar(0.0)),
-        };
-        if let Some(reg) = dropout::regularize(
+        if let Some(reg) = dropout::regularizer_value(
             dropout,
-            &s.w[l],
+            &s.w[s.w.len() - 1],
             s.param.as_ref().map(|p| &p[0]),
-            &mut dummy,
         ) {
             objective = objective + reg;
         }

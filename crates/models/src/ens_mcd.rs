@@ -9,11 +9,8 @@
 //! ([`McdNet`]), the training and prediction ([`EnsMcd::run`]); plus one line in the
 //! registry (`crates/experiments/src/registry.rs`).
 
-use std::collections::BTreeMap;
-
 use burn::module::{Module, Param};
-use burn::optim::decay::WeightDecayConfig;
-use burn::optim::{AdamConfig, GradientsParams};
+use burn::optim::GradientsParams;
 use burn::tensor::{Device, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 use uqbench_anchor::Rng;
@@ -21,8 +18,10 @@ use uqbench_anchor::Rng;
 use crate::dropout::Dropout;
 use crate::engine::Resources;
 use crate::error::ModelError;
+use crate::kernels::KernelPath;
 use crate::mlp::{xavier_init, MlpShape};
-use crate::task::{mean_std, Method, RepOutput, Task};
+use crate::optim::{AdamConfig, AdamState};
+use crate::task::{combine_members, Family, Member, Method, RepOutput, Task};
 
 /// Settings of the ensemble of MC-dropout networks.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -38,7 +37,8 @@ pub struct EnsMcdConfig {
     pub hidden: Vec<usize>,
     /// Adam learning rate (1e-2).
     pub lr: f64,
-    /// L2 factor (burn's Adam weight decay, on every parameter); 1/N when not set.
+    /// L2 factor λ on the weights (not the biases, as the engine and MATLAB); 1/N when not
+    /// set.
     pub weight_decay: Option<f64>,
 }
 
@@ -94,6 +94,21 @@ impl McdNet {
             })
             .collect();
         McdNet { layers }
+    }
+
+    /// Which parameters take weight decay, in visiting order: each layer's weight, not its
+    /// bias.
+    pub fn decay_mask(&self) -> Vec<bool> {
+        self.layers.iter().flat_map(|_| [true, false]).collect()
+    }
+
+    /// Σ over layers of ‖W‖² per replica `[R, 1, 1]`.
+    pub fn weight_norm(&self) -> Tensor<3> {
+        self.layers
+            .iter()
+            .map(|l| l.weight.val().square().sum_dim(2).sum_dim(1))
+            .reduce(|a, b| a + b)
+            .expect("at least one layer")
     }
 
     /// The forward pass. The dropout mask is an explicit argument: with a mask the network
@@ -187,63 +202,90 @@ impl Method for EnsMcd {
         let device = resources.device.clone().autodiff();
         let dropout = Dropout::Bernoulli { p: c.p };
 
-        // Training: burn's autodiff and Adam (per element, so replicas stay independent).
+        // Training: burn's autodiff for the gradients, Adam per element with λ on the weights.
+        let lambda = c.weight_decay.unwrap_or(1.0 / n as f64);
         let mut model = McdNet::init(&shape, &replicas.init, &device);
-        let mut optim = AdamConfig::new()
-            .with_epsilon(1e-8)
-            .with_weight_decay(Some(WeightDecayConfig::new(
-                c.weight_decay.unwrap_or(1.0 / n as f64) as f32,
-            )))
-            .init();
+        let decay = model.decay_mask();
+        let adam = AdamConfig {
+            lr: c.lr,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+        };
+        let path = if resources.backend == crate::BackendKind::Flex {
+            KernelPath::Flex
+        } else {
+            KernelPath::Tensor
+        };
+        let mut optim = AdamState::new();
         let x = Tensor::<3>::from_data(TensorData::new(task.x_train_f32(), [1, n, d]), &device);
         let y = Tensor::<3>::from_data(TensorData::new(y, [r, n, 1]), &device);
         for _ in 0..task.epochs {
             let mask = dropout.draw(&mut streams, n, k, 1, &device);
             let out = model.forward(x.clone(), Some(mask));
-            // The sum over replicas of each replica's ½·mean squared error.
+            // The sum over replicas of each replica's ½·mean squared error; the L2 term enters
+            // through Adam's gradient (λ·W).
             let loss = (out - y.clone()).square().mean_dim(1).sum().mul_scalar(0.5);
-            let grads = GradientsParams::from_grads(loss.backward(), &model);
-            model = optim.step(c.lr, model, grads);
+            let mut grads = GradientsParams::from_grads(loss.backward(), &model);
+            model = optim.step(model, &mut grads, &adam, lambda, &decay, path);
         }
         progress(r);
 
-        // Prediction: T masked passes per member.
-        let x_test = Tensor::<3>::from_data(TensorData::new(task.x_test_f32(), [1, m, d]), &device);
+        // The final objective per replica (mask at its expectation), and T masked passes per
+        // member at the test and at the training inputs.
+        let model = model.valid();
+        let plain = resources.device.clone();
+        let x = x.inner();
+        let objective = ((model.forward(x.clone(), None) - y.inner())
+            .square()
+            .mean_dim(1))
+        .mul_scalar(0.5)
+            + model.weight_norm().mul_scalar(0.5 * lambda);
+        let objective = download(objective)?;
+        let x_test = Tensor::<3>::from_data(TensorData::new(task.x_test_f32(), [1, m, d]), &plain);
         let mut passes: Vec<Vec<f32>> = Vec::with_capacity(c.passes);
+        let mut train = vec![0.0f32; r * n];
         for _ in 0..c.passes {
-            let mask = dropout.draw(&mut streams, m, k, 1, &device);
-            let out = model.forward(x_test.clone(), Some(mask)).detach();
-            passes.push(
-                out.into_data()
-                    .try_into_vec_as::<f32>()
-                    .map_err(|e| ModelError::invalid("prediction", format!("{e:?}"), "f32 data"))?,
-            );
+            let mask = dropout.draw(&mut streams, m, k, 1, &plain);
+            passes.push(download(model.forward(x_test.clone(), Some(mask)))?);
+            let mask = dropout.draw(&mut streams, n, k, 1, &plain);
+            for (acc, v) in train
+                .iter_mut()
+                .zip(download(model.forward(x.clone(), Some(mask)))?)
+            {
+                *acc += v / c.passes as f32;
+            }
         }
         Ok((0..task.repetitions.len())
             .map(|rep_index| {
-                let first = rep_index * c.members;
-                let rows: Vec<&[f32]> = (first..first + c.members)
-                    .flat_map(|replica| {
-                        passes
+                let members: Vec<Member<'_>> = (rep_index * c.members..(rep_index + 1) * c.members)
+                    .map(|replica| {
+                        let rows: Vec<&[f32]> = passes
                             .iter()
-                            .map(move |p| &p[replica * m..(replica + 1) * m])
+                            .map(|p| &p[replica * m..(replica + 1) * m])
+                            .collect();
+                        let train = &train[replica * n..(replica + 1) * n];
+                        let diverged = !objective[replica].is_finite()
+                            || rows
+                                .iter()
+                                .chain([&train])
+                                .any(|row| row.iter().any(|v| !v.is_finite()));
+                        Member {
+                            passes: rows,
+                            train,
+                            objective: f64::from(objective[replica]),
+                            diverged,
+                        }
                     })
                     .collect();
-                let (mean, std) = mean_std(&rows);
-                let diverged = rows.iter().any(|row| row.iter().any(|v| !v.is_finite()));
-                RepOutput {
-                    mean,
-                    std,
-                    noise_std: None,
-                    samples: keep_samples.then(|| {
-                        rows.iter()
-                            .map(|row| row.iter().map(|&v| f64::from(v)).collect())
-                            .collect()
-                    }),
-                    scalars: BTreeMap::new(),
-                    diverged,
-                }
+                combine_members(&members, Family::Normal, keep_samples)
             })
             .collect())
     }
+}
+
+fn download(t: Tensor<3>) -> Result<Vec<f32>, ModelError> {
+    t.into_data()
+        .try_into_vec_as::<f32>()
+        .map_err(|e| ModelError::invalid("prediction", format!("{e:?}"), "f32 data"))
 }

@@ -2,14 +2,12 @@
 //! (Ens), adversarial (EnsAdvA) and bootstrap (EnsBS). All members of all repetitions of a
 //! task are trained as one batched job.
 
-use std::collections::BTreeMap;
-
 use serde::{Deserialize, Serialize};
 
 use crate::engine::{self, Batching, Job, Resources, TrainSettings};
 use crate::error::ModelError;
 use crate::mlp::MlpShape;
-use crate::task::{mean_std, Method, RepOutput, Task};
+use crate::task::{combine_members, IntervalSetting, Member, Method, RepOutput, Task};
 
 /// Which ensemble.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -65,6 +63,12 @@ pub struct EnsembleConfig {
     pub batch_fraction: f64,
     /// EnsBS (paper scheme): mini-batches per epoch (2).
     pub batches_per_epoch: usize,
+    /// Standardise every input dimension by the training inputs' mean and sd before training
+    /// (and the test inputs by the same map).
+    pub standardize: bool,
+    /// Intervals from mean ± z·std of the members (`normal`, [000]) or from their empirical
+    /// quantiles (`empirical`).
+    pub intervals: IntervalSetting,
 }
 
 impl Default for EnsembleConfig {
@@ -83,6 +87,8 @@ impl Default for EnsembleConfig {
             bootstrap: BootstrapScheme::Paper,
             batch_fraction: 0.5,
             batches_per_epoch: 2,
+            standardize: false,
+            intervals: IntervalSetting::Normal,
         }
     }
 }
@@ -159,7 +165,7 @@ impl Ensemble {
             },
         };
         let adversarial = (self.kind == EnsembleKind::Adversarial).then(|| {
-            task.input_range()
+            task.input_range(c.standardize)
                 .iter()
                 .map(|r| r * c.adversarial_fraction)
                 .collect()
@@ -206,8 +212,8 @@ impl Method for Ensemble {
         };
         let reps = task.repetitions.len();
         let replicas = task.replicas(&self.name, members);
-        let (x_train, x_test, targets) =
-            (task.x_train_f32(), task.x_test_f32(), task.y_train_f32());
+        let (x_train, x_test) = task.inputs_f32(self.config.standardize);
+        let targets = task.y_train_f32();
         let job = Job {
             shape: &shape,
             x_train: &x_train,
@@ -218,40 +224,21 @@ impl Method for Ensemble {
             x_test: &x_test,
         };
         let out = engine::train(&job, &self.train_settings(task), resources, progress)?;
-        let mt = task.n_test();
+        let (mt, n) = (task.n_test(), task.n_train());
         Ok((0..reps)
             .map(|k| {
-                let rows: Vec<&[f32]> = (0..members)
+                let members: Vec<Member<'_>> = (0..members)
                     .map(|m| {
                         let r = k * members + m;
-                        &out.test_out[r * mt..(r + 1) * mt]
+                        Member {
+                            passes: vec![&out.test_out[r * mt..(r + 1) * mt]],
+                            train: &out.train_pred[r * n..(r + 1) * n],
+                            objective: out.final_objective[r],
+                            diverged: out.diverged[r],
+                        }
                     })
                     .collect();
-                let bad = (0..members)
-                    .filter(|m| out.diverged[k * members + m])
-                    .count();
-                let (mean, std) = mean_std(&rows);
-                let losses: Vec<f64> = (0..members)
-                    .map(|m| out.final_loss[k * members + m])
-                    .collect();
-                let mut scalars = BTreeMap::new();
-                scalars.insert(
-                    "final_loss".to_string(),
-                    losses.iter().sum::<f64>() / members as f64,
-                );
-                scalars.insert("diverged_members".to_string(), bad as f64);
-                RepOutput {
-                    mean,
-                    std,
-                    noise_std: None,
-                    samples: keep_samples.then(|| {
-                        rows.iter()
-                            .map(|r| r.iter().map(|&v| f64::from(v)).collect())
-                            .collect()
-                    }),
-                    scalars,
-                    diverged: bad > 0,
-                }
+                combine_members(&members, self.config.intervals.family(), keep_samples)
             })
             .collect())
     }

@@ -11,14 +11,17 @@ pub mod ensemble;
 pub mod error;
 pub mod kernels;
 pub mod mlp;
+pub mod optim;
 pub mod task;
 
 pub use backend::{open_device, wgpu_status, BackendKind};
 pub use dropout::Dropout;
-pub use dropout_method::{DropoutConfig, DropoutKind, DropoutMethod};
+pub use dropout_method::{DropoutConfig, DropoutKind, DropoutMethod, Tau};
 pub use engine::{train, Batching, Job, Resources, TrainOutput, TrainSettings};
 pub use ens_mcd::{EnsMcd, EnsMcdConfig};
 pub use ensemble::{BootstrapScheme, Ensemble, EnsembleConfig, EnsembleKind};
 pub use error::ModelError;
 pub use mlp::{xavier_init, HostWeights, MlpShape};
-pub use task::{Method, RepOutput, Replicas, SeedBase, Task};
+pub use task::{
+    combine_members, Family, IntervalSetting, Member, Method, RepOutput, Replicas, SeedBase, Task,
+};

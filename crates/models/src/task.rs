@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use serde::{Deserialize, Serialize};
 use uqbench_anchor::SeedPath;
 
 use crate::engine::Resources;
@@ -49,6 +50,9 @@ pub struct Task<'a> {
     pub x_test: &'a [f64],
     /// Training epochs (spec §3: 300·c).
     pub epochs: usize,
+    /// The noise sd σ when the problem declares it known and constant (`sigma_known`, a
+    /// number): what a method may use for its noise precision τ = 1/σ² (`tau = "known"`).
+    pub known_sigma: Option<f64>,
     /// Seed context.
     pub seeds: SeedBase,
 }
@@ -62,6 +66,36 @@ impl Task<'_> {
     /// Number of test points.
     pub fn n_test(&self) -> usize {
         self.x_test.len() / self.d
+    }
+
+    /// Per input dimension, the training inputs' mean and standard deviation (n denominator;
+    /// 1 for a constant column).
+    pub fn input_moments(&self) -> Vec<(f64, f64)> {
+        let n = self.n_train() as f64;
+        (0..self.d)
+            .map(|j| {
+                let col = || self.x_train.iter().skip(j).step_by(self.d);
+                let mean = col().sum::<f64>() / n;
+                let sd = (col().map(|v| (v - mean).powi(2)).sum::<f64>() / n).sqrt();
+                (mean, if sd > 0.0 { sd } else { 1.0 })
+            })
+            .collect()
+    }
+
+    /// Training and test inputs as f32 (device precision), each dimension standardised by the
+    /// training inputs' mean and sd when `standardize` (see [`Task::input_moments`]).
+    pub fn inputs_f32(&self, standardize: bool) -> (Vec<f32>, Vec<f32>) {
+        let moments = standardize.then(|| self.input_moments());
+        let map = |x: &[f64]| -> Vec<f32> {
+            x.iter()
+                .enumerate()
+                .map(|(i, &v)| match &moments {
+                    Some(m) => ((v - m[i % self.d].0) / m[i % self.d].1) as f32,
+                    None => v as f32,
+                })
+                .collect()
+        };
+        (map(self.x_train), map(self.x_test))
     }
 
     /// The inputs as f32 (device precision).
@@ -103,15 +137,21 @@ impl Task<'_> {
         r
     }
 
-    /// Per input dimension, max − min of the training inputs.
-    pub fn input_range(&self) -> Vec<f64> {
+    /// Per input dimension, max − min of the training inputs, in the units the network sees
+    /// (divided by the sd when the inputs are standardised).
+    pub fn input_range(&self, standardize: bool) -> Vec<f64> {
+        let moments = self.input_moments();
         (0..self.d)
             .map(|j| {
                 let col = self.x_train.iter().skip(j).step_by(self.d);
                 let (lo, hi) = col.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &v| {
                     (lo.min(v), hi.max(v))
                 });
-                hi - lo
+                if standardize {
+                    (hi - lo) / moments[j].1
+                } else {
+                    hi - lo
+                }
             })
             .collect()
     }
@@ -161,6 +201,47 @@ pub struct Replicas {
     pub stream: Vec<u64>,
 }
 
+/// The shape of a method's predictive distribution of f(x*), which its intervals come from
+/// (spec §2).
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Family {
+    /// Normal: mean ± z·std.
+    #[default]
+    Normal,
+    /// Student t with `dof` degrees of freedom, location `mean` and scale `std`: mean ± t·std
+    /// (the anchor with σ unknown; the naive bootstrap's t_M).
+    StudentT {
+        /// Degrees of freedom ν > 0.
+        dof: f64,
+    },
+    /// The empirical distribution of the method's samples (members, MC passes or MCMC
+    /// draws): intervals are their quantiles; the samples must be returned.
+    Empirical,
+}
+
+/// How a method reports its intervals, as a spec setting (`intervals = "normal"` or
+/// `"empirical"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IntervalSetting {
+    /// mean ± z·std of the members or passes ([000]'s mean ± 1.96·uncertainty).
+    #[default]
+    Normal,
+    /// The empirical quantiles of the members or passes.
+    Empirical,
+}
+
+impl IntervalSetting {
+    /// The family this setting gives.
+    pub fn family(self) -> Family {
+        match self {
+            IntervalSetting::Normal => Family::Normal,
+            IntervalSetting::Empirical => Family::Empirical,
+        }
+    }
+}
+
 /// A method's result for one repetition.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct RepOutput {
@@ -170,11 +251,18 @@ pub struct RepOutput {
     pub std: Vec<f64>,
     /// Aleatoric noise sd at every test input, when the method models it.
     pub noise_std: Option<Vec<f64>>,
-    /// Member predictions or Monte-Carlo samples, one row per member or sample, when asked.
+    /// The predictive distribution's family: where the intervals come from.
+    pub family: Family,
+    /// Member predictions or Monte-Carlo samples, one row per member or sample: when asked,
+    /// and always for the [`Family::Empirical`] family.
     pub samples: Option<Vec<Vec<f64>>>,
-    /// Scalars such as `learned_p` or `final_loss`.
+    /// The mean prediction at the training inputs (the training fit), when the method has one.
+    pub train_mean: Option<Vec<f64>>,
+    /// Scalars such as `learned_p`, `final_objective` or `diverged_members`.
     pub scalars: BTreeMap<String, f64>,
-    /// Whether training diverged (any member or the replica itself).
+    /// Whether the repetition diverged and must be left out of the metrics: its replica
+    /// diverged, or for an ensemble fewer than two members (one, for a single-member
+    /// ensemble) remain after dropping diverged members.
     pub diverged: bool,
 }
 
@@ -222,4 +310,112 @@ pub fn mean_std(rows: &[&[f32]]) -> (Vec<f64>, Vec<f64>) {
         }
     }
     (mean, std)
+}
+
+/// One trained member (replica) of a repetition, as [`combine_members`] takes it.
+#[derive(Debug, Clone)]
+pub struct Member<'a> {
+    /// Its test predictions, one row per prediction pass (one row without a stochastic
+    /// layer).
+    pub passes: Vec<&'a [f32]>,
+    /// Its mean prediction at the training inputs.
+    pub train: &'a [f32],
+    /// Its final training objective.
+    pub objective: f64,
+    /// Whether its training diverged.
+    pub diverged: bool,
+}
+
+/// The output of one repetition from its members: diverged members are dropped (counted in
+/// the scalar `diverged_members`); the prediction and uncertainty are the mean and sample
+/// std over the remaining members' passes, the training fit the mean of their training
+/// predictions, `final_objective` the mean of their objectives. The repetition itself counts
+/// as diverged when fewer than two members remain (fewer than one for a single member).
+pub fn combine_members(members: &[Member<'_>], family: Family, keep_samples: bool) -> RepOutput {
+    let kept: Vec<&Member<'_>> = members.iter().filter(|m| !m.diverged).collect();
+    let dropped = members.len() - kept.len();
+    let diverged = kept.len() < members.len().min(2);
+    // A diverged repetition still reports what it has (for the record), from all members.
+    let used: Vec<&Member<'_>> = if diverged {
+        members.iter().collect()
+    } else {
+        kept
+    };
+    let rows: Vec<&[f32]> = used.iter().flat_map(|m| m.passes.iter().copied()).collect();
+    let (mean, std) = mean_std(&rows);
+    let train_rows: Vec<&[f32]> = used.iter().map(|m| m.train).collect();
+    let (train_mean, _) = mean_std(&train_rows);
+    let mut scalars = BTreeMap::new();
+    scalars.insert(
+        "final_objective".to_string(),
+        used.iter().map(|m| m.objective).sum::<f64>() / used.len() as f64,
+    );
+    if members.len() > 1 {
+        scalars.insert("diverged_members".to_string(), dropped as f64);
+    }
+    RepOutput {
+        mean,
+        std,
+        noise_std: None,
+        family,
+        samples: (keep_samples || family == Family::Empirical).then(|| {
+            rows.iter()
+                .map(|r| r.iter().map(|&v| f64::from(v)).collect())
+                .collect()
+        }),
+        train_mean: Some(train_mean),
+        scalars,
+        diverged,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn diverged_members_are_dropped_and_counted() {
+        fn member<'a>(p: &'a [f32], t: &'a [f32], diverged: bool) -> Member<'a> {
+            Member {
+                passes: vec![p],
+                train: t,
+                objective: 1.0,
+                diverged,
+            }
+        }
+        let (a, b, c, t) = (
+            &[1.0f32, 2.0][..],
+            &[3.0f32, 4.0][..],
+            &[f32::NAN, f32::NAN][..],
+            &[0.5f32][..],
+        );
+        let out = combine_members(
+            &[member(a, t, false), member(c, t, true), member(b, t, false)],
+            Family::Normal,
+            false,
+        );
+        assert!(!out.diverged);
+        assert_eq!(out.mean, vec![2.0, 3.0]);
+        // Sample std of {1, 3} and {2, 4}: sqrt(2).
+        assert!((out.std[0] - 2f64.sqrt()).abs() < 1e-12);
+        assert_eq!(out.scalars["diverged_members"], 1.0);
+        // One member left of three: the repetition is left out.
+        let out = combine_members(
+            &[member(a, t, false), member(c, t, true), member(c, t, true)],
+            Family::Normal,
+            false,
+        );
+        assert!(out.diverged);
+        assert_eq!(out.scalars["diverged_members"], 2.0);
+        // A single member that did not diverge is enough on its own.
+        let out = combine_members(&[member(a, t, false)], Family::Normal, false);
+        assert!(!out.diverged && !out.scalars.contains_key("diverged_members"));
+        // The empirical family always returns its samples.
+        let out = combine_members(
+            &[member(a, t, false), member(b, t, false)],
+            Family::Empirical,
+            false,
+        );
+        assert_eq!(out.samples.unwrap().len(), 2);
+    }
 }

@@ -37,6 +37,7 @@ fn run(
         repetitions: reps,
         x_test: p.test.inputs.as_slice(),
         epochs: 300,
+        known_sigma: None,
         seeds: SeedBase {
             base: 7,
             experiment: p.name.clone(),

@@ -120,7 +120,8 @@ fn a_replica_trained_alone_equals_the_same_replica_in_a_batch() {
                     settings.batching
                 );
                 assert!(
-                    (alone.final_loss[0] - batch.final_loss[r]).abs() <= 1e-6 * batch.final_loss[r]
+                    (alone.final_objective[0] - batch.final_objective[r]).abs()
+                        <= 1e-6 * batch.final_objective[r]
                 );
             }
         }
@@ -138,7 +139,7 @@ fn chunking_and_threads_do_not_change_results() {
                 "chunk {chunk}, threads {threads}, {:?}",
                 settings.batching
             );
-            assert_eq!(one.final_loss, other.final_loss);
+            assert_eq!(one.final_objective, other.final_objective);
         }
     }
 }
@@ -155,7 +156,7 @@ fn backends_agree_over_short_runs() {
     }
     for backend in others {
         let o = run(backend, &ALL, &settings, None, 1);
-        for (a, b) in flex.final_loss.iter().zip(&o.final_loss) {
+        for (a, b) in flex.final_objective.iter().zip(&o.final_objective) {
             assert!(
                 (a - b).abs() <= 1e-4 * a.abs(),
                 "{backend}: final loss {b} vs flex {a}"
@@ -180,7 +181,7 @@ fn training_learns_the_function() {
         2,
     );
     let x_test = data().x_test;
-    for (r, l) in out.final_loss.iter().enumerate() {
+    for (r, l) in out.final_objective.iter().enumerate() {
         assert!(*l < 0.135, "replica {r}: final loss {l}");
         let inside: Vec<(f32, f32)> = x_test
             .iter()

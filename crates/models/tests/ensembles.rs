@@ -36,6 +36,7 @@ fn run(kind: EnsembleKind, config: EnsembleConfig, reps: &[u64], samples: bool) 
         repetitions: reps,
         x_test: p.test.inputs.as_slice(),
         epochs: 300,
+        known_sigma: None,
         seeds: SeedBase {
             base: 1,
             experiment: "e1".into(),
@@ -80,6 +81,7 @@ fn plain_ensemble_fits_and_is_less_certain_out_of_distribution() {
         repetitions: &[0],
         x_test: &x_test,
         epochs: 300,
+        known_sigma: None,
         seeds: SeedBase {
             base: 1,
             experiment: "cubic".into(),
@@ -108,7 +110,7 @@ fn plain_ensemble_fits_and_is_less_certain_out_of_distribution() {
         avg(&inside)
     );
     assert!(o.std.iter().all(|s| *s > 0.0));
-    assert!(o.scalars["final_loss"].is_finite());
+    assert!(o.scalars["final_objective"].is_finite());
 }
 
 #[test]

@@ -103,7 +103,7 @@ fn train(args: &TrainBench) -> Result<()> {
     let seconds = start.elapsed().as_secs_f64();
     let replica_epochs = (args.replicas * args.epochs) as f64;
     let flops = 6.0 * args.n as f64 * shape.macs_per_point() as f64 * replica_epochs;
-    let final_loss = out.final_loss.iter().sum::<f64>() / args.replicas as f64;
+    let final_objective = out.final_objective.iter().sum::<f64>() / args.replicas as f64;
     let diverged = out.diverged.iter().filter(|d| **d).count();
     if args.json {
         println!(
@@ -116,7 +116,7 @@ fn train(args: &TrainBench) -> Result<()> {
                 "seconds": seconds,
                 "replica_epochs_per_s": replica_epochs / seconds,
                 "gflops": flops / seconds / 1e9,
-                "final_loss": final_loss,
+                "final_objective": final_objective,
                 "chunk": out.chunk,
                 "threads": res.threads,
                 "diverged": diverged,
@@ -125,7 +125,7 @@ fn train(args: &TrainBench) -> Result<()> {
     } else {
         println!(
             "{} replicas × {} epochs, N = {}, backend {} ({} threads, chunks of {}): {:.2} s, \
-             {:.0} replica-epochs/s, {:.1} GFLOP/s, mean final loss {:.6}{}",
+             {:.0} replica-epochs/s, {:.1} GFLOP/s, mean final objective {:.6}{}",
             args.replicas,
             args.epochs,
             args.n,
@@ -135,7 +135,7 @@ fn train(args: &TrainBench) -> Result<()> {
             seconds,
             replica_epochs / seconds,
             flops / seconds / 1e9,
-            final_loss,
+            final_objective,
             if diverged > 0 {
                 format!(", {diverged} diverged")
             } else {

@@ -5,9 +5,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 
-use crate::runner::{rep_path, Plan, SPEC_FILE};
+use crate::runner::{self, rep_path, Plan};
 use crate::spec::ExperimentSpec;
-use crate::store::write_atomic;
+use crate::store::{prepare_dir, write_atomic, RunMeta, SPEC_FILE};
 
 /// Arguments of `uqbench merge`.
 #[derive(Debug, Args)]
@@ -38,9 +38,8 @@ pub fn run(args: &MergeArgs) -> Result<()> {
     }
     let spec = ExperimentSpec::from_toml_str(&text, None)?;
     let plan = Plan::new(spec, None)?;
-    super::run::prepare_dir(&args.out, &text, true)?;
-    let meta = std::fs::read_to_string(args.dirs[0].join("run.json")).unwrap_or_default();
-    let meta: serde_json::Value = serde_json::from_str(&meta).unwrap_or_default();
+    prepare_dir(&args.out, &text, true)?;
+    let meta = RunMeta::read(&args.dirs[0]);
     let mut copied = 0usize;
     for unit in &plan.units {
         let setting = &plan.settings[unit.setting];
@@ -67,20 +66,16 @@ pub fn run(args: &MergeArgs) -> Result<()> {
             }
         }
     }
-    let merged_meta = serde_json::json!({"profile": meta["profile"], "backend": meta["backend"], "merged_from": args.dirs});
-    write_atomic(
-        &args.out.join("run.json"),
-        serde_json::to_string_pretty(&merged_meta)?.as_bytes(),
-    )?;
+    let merged = RunMeta {
+        shard: None,
+        merged_from: args.dirs.clone(),
+        ..meta
+    };
+    merged.write(&args.out)?;
     eprintln!(
         "merged {copied} repetition files from {} shards into {}",
         args.dirs.len(),
         args.out.display()
     );
-    super::run::finish(
-        &args.out,
-        &plan,
-        meta["profile"].as_str(),
-        meta["backend"].as_str().unwrap_or("unknown"),
-    )
+    runner::finish(&args.out, &plan, &merged)
 }

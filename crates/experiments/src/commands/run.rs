@@ -1,19 +1,18 @@
 //! `uqbench run`: retrain every method on every repetition of every setting, store the
 //! results, summarise them, and draw the figures.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Instant;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::Args;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
-use serde_json::json;
 use uqbench_models::{open_device, BackendKind, Resources};
 
-use crate::runner::{self, Plan, Resolved, SPEC_FILE};
+use crate::runner::{self, Plan, Resolved};
 use crate::spec::ExperimentSpec;
-use crate::store::write_atomic;
+use crate::store::{prepare_dir, RunMeta};
 
 /// Arguments of `uqbench run`.
 #[derive(Debug, Args)]
@@ -64,43 +63,6 @@ fn parse_shard(s: &str) -> Result<(usize, usize)> {
     }
 }
 
-/// Prepares the run directory: creates it, checks it can be written, and records the spec.
-/// A directory that already holds a run is only reused with --resume, and only for the same
-/// spec.
-pub fn prepare_dir(dir: &Path, spec_text: &str, resume: bool) -> Result<()> {
-    let spec_path = dir.join(SPEC_FILE);
-    if spec_path.is_file() {
-        if !resume {
-            bail!(
-                "{} already holds a run: pass --resume to continue it, or choose another --out",
-                dir.display()
-            );
-        }
-        let old = std::fs::read_to_string(&spec_path)?;
-        if old != spec_text {
-            bail!(
-                "{} holds a run of a different spec (or profile, or --methods): resume it with the same \
-                 arguments, or choose another --out",
-                dir.display()
-            );
-        }
-        return Ok(());
-    }
-    if dir.is_dir() && std::fs::read_dir(dir)?.next().is_some() && !resume {
-        bail!(
-            "{} exists and is not empty: choose another --out",
-            dir.display()
-        );
-    }
-    std::fs::create_dir_all(dir)
-        .with_context(|| format!("cannot create the output directory {}", dir.display()))?;
-    let probe = dir.join(".write-test");
-    std::fs::write(&probe, b"")
-        .with_context(|| format!("the output directory {} is not writable", dir.display()))?;
-    std::fs::remove_file(&probe)?;
-    write_atomic(&spec_path, spec_text.as_bytes())
-}
-
 /// Runs `uqbench run`.
 pub fn run(args: &RunArgs) -> Result<()> {
     let spec = ExperimentSpec::load_profile(&args.spec, args.profile.as_deref())?;
@@ -118,12 +80,13 @@ pub fn run(args: &RunArgs) -> Result<()> {
         })
     });
     prepare_dir(&dir, &plan.spec.resolved_toml()?, args.resume)?;
-    let meta =
-        json!({"profile": args.profile, "backend": args.backend.name(), "shard": args.shard});
-    write_atomic(
-        &dir.join("run.json"),
-        serde_json::to_string_pretty(&meta)?.as_bytes(),
-    )?;
+    let meta = RunMeta {
+        profile: args.profile.clone(),
+        backend: args.backend.name().to_string(),
+        shard: args.shard.clone(),
+        merged_from: Vec::new(),
+    };
+    meta.write(&dir)?;
 
     let device = open_device(args.backend)?;
     let mut resources = Resources::new(args.backend, device);
@@ -243,19 +206,5 @@ pub fn run(args: &RunArgs) -> Result<()> {
         );
         return Ok(());
     }
-    finish(&dir, &plan, args.profile.as_deref(), args.backend.name())
-}
-
-/// Summaries, figures and report of a complete run directory.
-pub fn finish(dir: &Path, plan: &Plan, profile: Option<&str>, backend: &str) -> Result<()> {
-    let (summary, resolved) = runner::summarize_dir(dir, plan)?;
-    summary.write(dir)?;
-    let figures = crate::figures::draw_all(dir, plan, &summary, &resolved)?;
-    crate::report::write(dir, plan, profile, backend, &summary, &figures)?;
-    eprintln!(
-        "wrote summary.json, summary.csv, aggregate.csv, {} figures and report.md to {}",
-        figures.len(),
-        dir.display()
-    );
-    Ok(())
+    runner::finish(&dir, &plan, &meta)
 }

@@ -8,6 +8,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde::Deserialize;
 use uqbench_anchor::Anchor;
+use uqbench_models::Family;
 
 use crate::spec::ExperimentSpec;
 use crate::store::{rep_stem, setting_dir};
@@ -52,7 +53,8 @@ enum JsonPrediction {
     },
 }
 
-/// Mean and sample standard deviation (n − 1 denominator) of each row of samples.
+/// Mean and sample standard deviation (n − 1 denominator) of each row of samples (the draws
+/// at one test input).
 fn from_samples(samples: &[Vec<f64>], path: &Path) -> Result<(Vec<f64>, Vec<f64>)> {
     let mut mean = Vec::with_capacity(samples.len());
     let mut std = Vec::with_capacity(samples.len());
@@ -118,11 +120,21 @@ fn read_csv(path: &Path) -> Result<Columns> {
     Ok((mean, std, inoise.map(|_| noise)))
 }
 
+/// What reading predictions needs from the problem: its test truth and noise, and the levels.
+struct Scoring<'a> {
+    truth: &'a [f64],
+    sigma: &'a [f64],
+    levels: &'a [f64],
+}
+
 /// Reads one repetition's predictions and checks them against the number of test inputs.
-fn read_rep(dir: &Path, rep: u64, m: usize) -> Result<RepResult> {
+/// Samples make an empirical family: intervals are their quantiles.
+fn read_rep(dir: &Path, rep: u64, sc: &Scoring<'_>) -> Result<RepResult> {
+    let m = sc.truth.len();
     let stem = rep_stem(rep);
     let csv = dir.join(format!("{stem}.csv"));
     let json = dir.join(format!("{stem}.json"));
+    let mut samples = None;
     let (mean, std, noise_std, path) = match (csv.exists(), json.exists()) {
         (true, true) => bail!(
             "both {} and {} exist: keep one",
@@ -148,8 +160,9 @@ fn read_rep(dir: &Path, rep: u64, m: usize) -> Result<RepResult> {
                     std,
                     noise_std,
                 } => (mean, std, noise_std, json),
-                JsonPrediction::Samples { samples } => {
-                    let (m, s) = from_samples(&samples, &json)?;
+                JsonPrediction::Samples { samples: draws } => {
+                    let (m, s) = from_samples(&draws, &json)?;
+                    samples = Some(draws);
                     (m, s, None, json)
                 }
             }
@@ -189,11 +202,27 @@ fn read_rep(dir: &Path, rep: u64, m: usize) -> Result<RepResult> {
             bail!("{}: noise_std needs {m} finite values ≥ 0", path.display());
         }
     }
+    let (family, intervals, crps) = match samples {
+        Some(columns) => {
+            let (intervals, crps) = summary::empirical(
+                &columns,
+                sc.sigma,
+                &summary::with_coverage_level(sc.levels),
+                sc.truth,
+            )
+            .with_context(|| path.display().to_string())?;
+            (Family::Empirical, intervals, Some(crps))
+        }
+        None => (Family::Normal, BTreeMap::new(), None),
+    };
     Ok(RepResult {
         repetition: rep,
         mean,
         std,
         noise_std,
+        family,
+        intervals,
+        crps,
         scalars: BTreeMap::new(),
         diverged: false,
     })
@@ -262,11 +291,15 @@ pub fn run(args: &ScoreArgs) -> Result<()> {
         }
         let problem = spec.resolve(&setting)?;
         let anchor = Anchor::fit(&problem)?;
-        let m = problem.test.truth.len();
         let reps = repetitions(&dir)?;
+        let scoring = Scoring {
+            truth: &problem.test.truth,
+            sigma: &problem.test.sigma,
+            levels: &args.levels,
+        };
         let external = reps
             .iter()
-            .map(|&r| read_rep(&dir, r, m))
+            .map(|&r| read_rep(&dir, r, &scoring))
             .collect::<Result<Vec<_>>>()?;
         let anchor_reps = reps
             .iter()

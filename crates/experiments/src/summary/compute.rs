@@ -1,0 +1,603 @@
+//! The metrics of spec §2 and §4 from per-repetition results: per test input and method,
+//! and aggregated per region.
+
+use std::collections::BTreeMap;
+
+use anyhow::{bail, Result};
+use uqbench_anchor::{Problem, Region};
+use uqbench_metrics::coverage::{self, Intervals};
+use uqbench_models::Family;
+
+use super::types::{
+    level_name, MethodSummary, PointMetric, RepResult, Scalar, SettingSummary, TestInfo, Which,
+    ANCHOR, UNDERFIT_FACTOR,
+};
+
+/// Checks one method's repetitions against the test inputs: lengths always, and finite
+/// predictions with non-negative uncertainties for the repetitions that enter the metrics.
+fn validate(test: &TestInfo, reps: &[RepResult]) -> Result<()> {
+    let m = test.truth.len();
+    for r in reps {
+        if r.mean.len() != m || r.std.len() != m {
+            bail!(
+                "repetition {}: {} predictions and {} uncertainties for {m} test inputs",
+                r.repetition,
+                r.mean.len(),
+                r.std.len()
+            );
+        }
+        if let Some(n) = &r.noise_std {
+            if n.len() != m {
+                bail!(
+                    "repetition {}: {} noise sds for {m} test inputs",
+                    r.repetition,
+                    n.len()
+                );
+            }
+        }
+        if let Family::StudentT { dof } = r.family {
+            if !(dof.is_finite() && dof > 0.0) {
+                bail!(
+                    "repetition {}: Student-t degrees of freedom {dof}; valid: a positive number",
+                    r.repetition
+                );
+            }
+        }
+        if r.diverged {
+            continue;
+        }
+        for i in 0..m {
+            if !r.mean[i].is_finite() {
+                bail!(
+                    "repetition {}, test input {i}: prediction {}; a repetition with non-finite \
+                     predictions must be marked diverged",
+                    r.repetition,
+                    r.mean[i]
+                );
+            }
+            if !(r.std[i].is_finite() && r.std[i] >= 0.0) {
+                bail!(
+                    "repetition {}, test input {i}: uncertainty {}; valid: a finite number ≥ 0",
+                    r.repetition,
+                    r.std[i]
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A proportion's value, [000]'s error bar and Wilson 95% bounds, from hits of k trials.
+fn proportions(hits: &[u64], k: usize) -> PointMetric {
+    let mut out = PointMetric {
+        lower: Some(Vec::with_capacity(hits.len())),
+        upper: Some(Vec::with_capacity(hits.len())),
+        ..Default::default()
+    };
+    for &h in hits {
+        let p = coverage::proportion(h, k as u64, 0.95).expect("hits ≤ trials, k > 0");
+        out.value.push(p.p);
+        out.stderr.push(p.se);
+        out.lower.as_mut().expect("set above").push(p.wilson.0);
+        out.upper.as_mut().expect("set above").push(p.wilson.1);
+    }
+    out
+}
+
+/// Mean and standard error per test input of `per_rep[r][i]` over repetitions r.
+fn mean_se_per_point(per_rep: &[Vec<f64>], m: usize) -> PointMetric {
+    let mut out = PointMetric::default();
+    let mut column = vec![0.0; per_rep.len()];
+    for i in 0..m {
+        for (c, r) in column.iter_mut().zip(per_rep) {
+            *c = r[i];
+        }
+        let s = coverage::mean_se(&column).expect("at least one repetition");
+        out.value.push(s.mean);
+        out.stderr.push(s.se);
+    }
+    out
+}
+
+/// Summarises one method's repetitions at one setting. `anchor_uncertainty` is the anchor's
+/// mean uncertainty per test input (for the ratio metric); `None` for the anchor itself.
+pub fn summarize_method(
+    test: &TestInfo,
+    reps: &[RepResult],
+    levels: &[f64],
+    anchor_uncertainty: Option<&[f64]>,
+) -> Result<MethodSummary> {
+    validate(test, reps)?;
+    let m = test.truth.len();
+    let diverged: Vec<u64> = reps
+        .iter()
+        .filter(|r| r.diverged)
+        .map(|r| r.repetition)
+        .collect();
+    let ok: Vec<&RepResult> = reps.iter().filter(|r| !r.diverged).collect();
+    let k = ok.len();
+    let mut points: BTreeMap<String, PointMetric> = BTreeMap::new();
+    let mut aggregate: BTreeMap<String, BTreeMap<String, Scalar>> = BTreeMap::new();
+    if k == 0 {
+        return Ok(MethodSummary {
+            repetitions: 0,
+            diverged,
+            points,
+            aggregate,
+            flags: Vec::new(),
+        });
+    }
+    let in_context =
+        |r: &RepResult, e: anyhow::Error| e.context(format!("repetition {}", r.repetition));
+
+    // Deviation, uncertainty, spec §2's coverage, CRPS and RMSE per test input.
+    let deviation: Vec<Vec<f64>> = ok
+        .iter()
+        .map(|r| {
+            r.mean
+                .iter()
+                .zip(&test.truth)
+                .map(|(p, t)| (p - t).abs())
+                .collect()
+        })
+        .collect();
+    let uncertainty: Vec<Vec<f64>> = ok.iter().map(|r| r.std.clone()).collect();
+    let mut hits = vec![0u64; m];
+    let mut crps = Vec::with_capacity(k);
+    for r in &ok {
+        let (lo, hi) = r.coverage_interval().map_err(|e| in_context(r, e))?;
+        for i in 0..m {
+            if lo[i] < test.truth[i] && test.truth[i] < hi[i] {
+                hits[i] += 1;
+            }
+        }
+        crps.push(r.crps(&test.truth).map_err(|e| in_context(r, e))?);
+    }
+    let dev = mean_se_per_point(&deviation, m);
+    let unc = mean_se_per_point(&uncertainty, m);
+    let cov = proportions(&hits, k);
+    let crps = mean_se_per_point(&crps, m);
+    let rmse = PointMetric {
+        value: (0..m)
+            .map(|i| (deviation.iter().map(|d| d[i] * d[i]).sum::<f64>() / k as f64).sqrt())
+            .collect(),
+        stderr: vec![f64::NAN; m],
+        ..Default::default()
+    };
+    if let Some(anchor) = anchor_uncertainty {
+        let ratio = PointMetric {
+            value: unc.value.iter().zip(anchor).map(|(u, a)| u / a).collect(),
+            stderr: unc.stderr.iter().zip(anchor).map(|(s, a)| s / a).collect(),
+            ..Default::default()
+        };
+        points.insert("uncertainty_ratio".into(), ratio);
+    }
+
+    // Pointwise coverage fractions of [004] and widths, per level.
+    for &level in levels {
+        let name = level_name(level);
+        let mut ci = Vec::with_capacity(k);
+        let mut pi = Vec::with_capacity(k);
+        for r in &ok {
+            ci.push(
+                r.interval(level, Which::Ci, &test.sigma)
+                    .map_err(|e| in_context(r, e))?,
+            );
+            pi.push(
+                r.interval(level, Which::Pi, &test.sigma)
+                    .map_err(|e| in_context(r, e))?,
+            );
+        }
+        let as_iv = |v: &[(Vec<f64>, Vec<f64>)]| -> Vec<Vec<f64>> {
+            v.iter()
+                .map(|(l, u)| u.iter().zip(l).map(|(u, l)| u - l).collect())
+                .collect()
+        };
+        let ci_iv: Vec<Intervals<'_>> = ci
+            .iter()
+            .map(|(l, u)| Intervals { lower: l, upper: u })
+            .collect();
+        let pi_iv: Vec<Intervals<'_>> = pi
+            .iter()
+            .map(|(l, u)| Intervals { lower: l, upper: u })
+            .collect();
+        let cicf = coverage::cicf(&ci_iv, &test.truth)?;
+        let picf = coverage::picf(&pi_iv, &test.truth, &test.sigma)?;
+        let widths = as_iv(&ci);
+        let width: Vec<f64> = (0..m)
+            .map(|i| widths.iter().map(|w| w[i]).sum::<f64>() / k as f64)
+            .collect();
+        let cicf_hits: Vec<u64> = cicf.iter().map(|p| (p * k as f64).round() as u64).collect();
+        points.insert(format!("cicf_{name}"), proportions(&cicf_hits, k));
+        points.insert(
+            format!("picf_{name}"),
+            PointMetric {
+                stderr: vec![f64::NAN; m],
+                value: picf.clone(),
+                ..Default::default()
+            },
+        );
+        points.insert(
+            format!("width_{name}"),
+            PointMetric {
+                value: width.clone(),
+                stderr: vec![f64::NAN; m],
+                ..Default::default()
+            },
+        );
+        for (region, idx) in regions(test) {
+            let pick = |v: &[f64]| -> Vec<f64> { idx.iter().map(|&i| v[i]).collect() };
+            let entry = aggregate.entry(region.to_string()).or_default();
+            let c = pick(&cicf);
+            let p = pick(&picf);
+            entry.insert(
+                format!("cicf_brier_{name}"),
+                Scalar::bare(coverage::coverage_brier(&c, level)?),
+            );
+            entry.insert(
+                format!("picf_brier_{name}"),
+                Scalar::bare(coverage::coverage_brier(&p, level)?),
+            );
+            entry.insert(format!("cicp_{name}"), mean_of(&c));
+            entry.insert(format!("picp_{name}"), mean_of(&p));
+            entry.insert(format!("width_{name}"), mean_of(&pick(&width)));
+        }
+    }
+
+    for (region, idx) in regions(test) {
+        let pick = |v: &[f64]| -> Vec<f64> { idx.iter().map(|&i| v[i]).collect() };
+        let entry = aggregate.entry(region.to_string()).or_default();
+        entry.insert("deviation".into(), mean_of(&pick(&dev.value)));
+        entry.insert("uncertainty".into(), mean_of(&pick(&unc.value)));
+        entry.insert("coverage".into(), mean_of(&pick(&cov.value)));
+        entry.insert("crps".into(), mean_of(&pick(&crps.value)));
+        entry.insert("points".into(), Scalar::bare(idx.len() as f64));
+        if let Some(ratio) = points.get("uncertainty_ratio") {
+            // The median, not the mean: where every feature vanishes the anchor is certain
+            // and the ratio unbounded (E1: where f_main·x ∈ {…, −5, 10, 25, …}, e.g.
+            // x = −5 at f_main = 1 or x = 2 at f_main = 5).
+            entry.insert(
+                "uncertainty_ratio".into(),
+                Scalar::bare(median(&pick(&ratio.value))),
+            );
+        }
+    }
+    // Per-repetition scalars (learned rates, objectives, training fit): mean and standard error
+    // over the repetitions that entered the metrics.
+    let mut names: Vec<&String> = ok.iter().flat_map(|r| r.scalars.keys()).collect();
+    names.sort();
+    names.dedup();
+    for name in names {
+        let v: Vec<f64> = ok
+            .iter()
+            .filter_map(|r| r.scalars.get(name).copied())
+            .collect();
+        let s = coverage::mean_se(&v).expect("at least one value");
+        aggregate.entry("all".into()).or_default().insert(
+            name.clone(),
+            Scalar {
+                value: s.mean,
+                stderr: s.se,
+            },
+        );
+    }
+
+    points.insert("deviation".into(), dev);
+    points.insert("uncertainty".into(), unc);
+    points.insert("coverage".into(), cov);
+    points.insert("crps".into(), crps);
+    points.insert("rmse".into(), rmse);
+    Ok(MethodSummary {
+        repetitions: k,
+        diverged,
+        points,
+        aggregate,
+        flags: Vec::new(),
+    })
+}
+
+/// Mean over test inputs, with the standard error of that mean treating inputs as a sample
+/// (inputs are correlated, so read it as descriptive).
+fn mean_of(v: &[f64]) -> Scalar {
+    match coverage::mean_se(v) {
+        Ok(s) => Scalar {
+            value: s.mean,
+            stderr: s.se,
+        },
+        Err(_) => Scalar::bare(f64::NAN),
+    }
+}
+
+/// The median (NaN for no values).
+fn median(v: &[f64]) -> f64 {
+    let mut v: Vec<f64> = v.iter().copied().filter(|x| !x.is_nan()).collect();
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Index sets per region: `all`, then each region that occurs.
+pub fn regions(test: &TestInfo) -> Vec<(&'static str, Vec<usize>)> {
+    let mut out = vec![("all", (0..test.truth.len()).collect::<Vec<_>>())];
+    for r in [Region::In, Region::Gap, Region::Out] {
+        let idx: Vec<usize> = (0..test.truth.len())
+            .filter(|&i| test.region[i] == r)
+            .collect();
+        if !idx.is_empty() {
+            out.push((r.as_str(), idx));
+        }
+    }
+    out
+}
+
+/// The region whose deviation judges the training fit: `in` where the test set has one,
+/// else `all`.
+fn fit_region(s: &MethodSummary) -> Option<&BTreeMap<String, Scalar>> {
+    s.aggregate.get("in").or_else(|| s.aggregate.get("all"))
+}
+
+/// Summarises one setting: the anchor first (its uncertainty is the ratio's denominator and its
+/// deviation the floor of the underfit check), then every other method.
+pub fn summarize_setting(
+    setting: &str,
+    test: TestInfo,
+    methods: &BTreeMap<String, Vec<RepResult>>,
+    levels: &[f64],
+) -> Result<SettingSummary> {
+    let mut out = BTreeMap::new();
+    let anchor = match methods.get(ANCHOR) {
+        Some(reps) => Some(summarize_method(&test, reps, levels, None)?),
+        None => None,
+    };
+    let anchor_unc = anchor
+        .as_ref()
+        .and_then(|s| s.points.get("uncertainty").map(|p| p.value.clone()));
+    let anchor_dev = anchor
+        .as_ref()
+        .and_then(fit_region)
+        .and_then(|a| a.get("deviation"))
+        .map(|s| s.value);
+    for (name, reps) in methods {
+        if name == ANCHOR {
+            continue;
+        }
+        let mut s = summarize_method(&test, reps, levels, anchor_unc.as_deref())
+            .map_err(|e| e.context(format!("method {name}")))?;
+        let dev = fit_region(&s)
+            .and_then(|a| a.get("deviation"))
+            .map(|s| s.value);
+        if let (Some(dev), Some(floor)) = (dev, anchor_dev) {
+            let ratio = dev / floor;
+            let region = if s.aggregate.contains_key("in") {
+                "in"
+            } else {
+                "all"
+            };
+            s.aggregate
+                .entry(region.to_string())
+                .or_default()
+                .insert("deviation_ratio".into(), Scalar::bare(ratio));
+            if ratio > UNDERFIT_FACTOR {
+                s.flags.push(format!(
+                    "underfit: deviation ({region}) {ratio:.1}× the anchor's (flagged above \
+                     {UNDERFIT_FACTOR}×)"
+                ));
+            }
+        }
+        if !s.diverged.is_empty() {
+            s.flags.push(format!(
+                "{} of {} repetitions diverged and are left out",
+                s.diverged.len(),
+                reps.len()
+            ));
+        }
+        out.insert(name.clone(), s);
+    }
+    if let Some(a) = anchor {
+        out.insert(ANCHOR.to_string(), a);
+    }
+    Ok(SettingSummary {
+        setting: setting.to_string(),
+        test,
+        methods: out,
+    })
+}
+
+/// The anchor's result for repetition `rep`, in the same form as a method's: normal, or
+/// Student t when σ's scale is estimated, with its fitted values' training fit.
+pub fn anchor_rep(
+    problem: &Problem,
+    anchor: &uqbench_anchor::Anchor,
+    rep: u64,
+) -> Result<RepResult> {
+    let draw = problem.draw(rep);
+    let post = anchor.posterior(&draw.train_y)?;
+    let mut scalars = BTreeMap::new();
+    super::types::RepContext {
+        levels: &[],
+        truth: &problem.test.truth,
+        test_sigma: &problem.test.sigma,
+        train_y: &draw.train_y,
+        train_sigma: &problem.train_sigma,
+    }
+    .fit_scalars(&post.fitted, &mut scalars);
+    Ok(RepResult {
+        repetition: rep,
+        noise_std: (!problem.sigma_known).then(|| post.noise_std.clone()),
+        family: match post.dof {
+            None => Family::Normal,
+            Some(dof) => Family::StudentT { dof },
+        },
+        mean: post.mean,
+        std: post.std,
+        intervals: BTreeMap::new(),
+        crps: None,
+        scalars,
+        diverged: false,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use uqbench_anchor::{Anchor, Region};
+    use uqbench_models::Family;
+
+    use super::*;
+    use crate::spec::ExperimentSpec;
+    use crate::summary::types::Summary;
+
+    fn rep(r: u64, mean: [f64; 2], std: [f64; 2]) -> RepResult {
+        RepResult {
+            repetition: r,
+            mean: mean.to_vec(),
+            std: std.to_vec(),
+            noise_std: None,
+            family: Family::Normal,
+            intervals: BTreeMap::new(),
+            crps: None,
+            scalars: BTreeMap::from([("train_mse".to_string(), r as f64)]),
+            diverged: false,
+        }
+    }
+
+    fn two_points() -> TestInfo {
+        TestInfo {
+            x: vec![vec![0.0], vec![5.0]],
+            coord: None,
+            region: vec![Region::In, Region::Out],
+            label: vec![None, None],
+            truth: vec![0.0, 1.0],
+            sigma: vec![1.0, 1.0],
+        }
+    }
+
+    #[test]
+    fn three_repetitions_at_two_points_by_hand() {
+        let mut bad = rep(3, [f64::NAN, f64::NAN], [f64::NAN, f64::NAN]);
+        bad.diverged = true;
+        let reps = vec![
+            rep(0, [0.5, 1.0], [0.5, 0.1]),
+            rep(1, [-1.0, 2.0], [0.4, 0.2]),
+            rep(2, [0.1, 0.7], [0.2, 0.3]),
+            bad,
+        ];
+        let s = summarize_method(&two_points(), &reps, &[0.9], None).unwrap();
+        assert_eq!((s.repetitions, s.diverged.clone()), (3, vec![3]));
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
+        // Point 0: deviations 0.5, 1.0, 0.1 → mean 0.53333, sample variance 0.20333, se
+        // sqrt(0.20333/3) = 0.260342.
+        let dev = &s.points["deviation"];
+        assert!(close(dev.value[0], 1.6 / 3.0) && close(dev.stderr[0], (0.61 / 9.0f64).sqrt()));
+        // Coverage of ±1.96·std: point 0 covered by repetitions 0 (0.5 < 0.98) and 2 (0.1 <
+        // 0.392), not 1 (1.0 ≥ 0.784); point 1 by 0 (0 < 0.196) and 2 (0.3 < 0.588).
+        let cov = &s.points["coverage"];
+        assert!(close(cov.value[0], 2.0 / 3.0) && close(cov.value[1], 2.0 / 3.0));
+        assert!(close(cov.stderr[0], (2.0f64 / 27.0).sqrt()));
+        // CICF at 0.9 (z = 1.644854): point 0 by repetitions 0 (0.5 ≤ 0.822) and 2 (0.1 ≤
+        // 0.329); mean width 2·z·(0.5 + 0.4 + 0.2)/3 = 1.206226.
+        assert!(close(s.points["cicf_0.9"].value[0], 2.0 / 3.0));
+        let z = 1.644_853_626_951_472_2;
+        assert!(close(s.points["width_0.9"].value[0], 2.0 * z * 1.1 / 3.0));
+        // Aggregates: the mean deviation over both points, (0.53333 + 0.43333)/2; per region
+        // `in` is point 0 alone; scalars are means over the three repetitions.
+        assert!(close(
+            s.aggregate["all"]["deviation"].value,
+            (1.6 + 1.3) / 6.0
+        ));
+        assert!(close(s.aggregate["in"]["deviation"].value, 1.6 / 3.0));
+        assert!(close(s.aggregate["all"]["train_mse"].value, 1.0));
+        // The CSV carries the per-point value and the diverged count.
+        let summary = Summary {
+            experiment: "t".into(),
+            levels: vec![0.9],
+            settings: vec![SettingSummary {
+                setting: "w=1".into(),
+                test: two_points(),
+                methods: BTreeMap::from([("M".to_string(), s)]),
+            }],
+        };
+        let csv = summary.points_csv();
+        assert!(csv.contains("w=1,M,,,,all,,diverged,1,,,\n"), "{csv}");
+        assert!(
+            csv.contains(&format!("w=1,M,0,0,,in,,deviation,{},", 1.6 / 3.0)),
+            "{csv}"
+        );
+        assert!(summary.aggregate_csv().contains("w=1,M,all,diverged,1,\n"));
+    }
+
+    #[test]
+    fn a_non_finite_prediction_must_be_marked_diverged() {
+        let reps = vec![rep(0, [f64::NAN, 1.0], [0.1, 0.1])];
+        let e = summarize_method(&two_points(), &reps, &[0.9], None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("repetition 0, test input 0") && e.contains("diverged"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_student_t_anchor_covers_at_its_level() {
+        // A quartic with N = 12 and σ unknown: 12 − 5 = 7 degrees of freedom. Normal quantiles
+        // would cover f in P(|T₇| < 1.96) = 0.909 of the repetitions; t quantiles in 0.95.
+        let spec = ExperimentSpec::from_toml_str(
+            r#"
+name = "t7"
+seed = 3
+[problem]
+d = 1
+sigma = 1
+sigma_known = false
+gamma = [0, 0.5, -8, -1, 2]
+features = [{ kind = "polynomial", degree = 4 }]
+train = { kind = "grid", n = 12, low = -2, high = 2.5 }
+test = { kind = "grid", n = 9, low = -2, high = 2.5 }
+"#,
+            None,
+        )
+        .unwrap();
+        let problem = spec.resolve(&Default::default()).unwrap();
+        let anchor = Anchor::fit(&problem).unwrap();
+        let k = 2000;
+        let reps: Vec<RepResult> = (0..k)
+            .map(|r| anchor_rep(&problem, &anchor, r).unwrap())
+            .collect();
+        assert_eq!(reps[0].family, Family::StudentT { dof: 7.0 });
+        let test = TestInfo::of(&problem);
+        let s = summarize_method(&test, &reps, &[0.95, 0.8], None).unwrap();
+        // Each point's CICF over k = 2000 repetitions has sd sqrt(0.95·0.05/2000) = 0.00487
+        // (0.0089 at 0.8); 9 points × 2 metrics per level: 4 sd keeps the family-wise false
+        // alarm rate below 18 × 6.3e-5 ≈ 1e-3, and the normal-quantile error (0.041) is
+        // 8 sd away.
+        for (level, sd) in [(0.95, 0.00487), (0.8, 0.00894)] {
+            let name = crate::summary::level_name(level);
+            for metric in ["cicf", "picf"] {
+                for (i, c) in s.points[&format!("{metric}_{name}")]
+                    .value
+                    .iter()
+                    .enumerate()
+                {
+                    assert!(
+                        (c - level).abs() < 4.0 * sd,
+                        "{metric} {level} at point {i}: {c}"
+                    );
+                }
+            }
+        }
+        // The training fit: E[RSS/σ²] = N − p, so fit_ratio averages 7/12 = 0.583; over
+        // 2000 repetitions its sd is sqrt(2·7)/12/sqrt(2000) = 0.0070 (σ² estimated only
+        // matters for the intervals, the ratio uses the true σ = 1).
+        let fit = s.aggregate["all"]["fit_ratio"].value;
+        assert!((fit - 7.0 / 12.0).abs() < 4.0 * 0.0070, "fit_ratio {fit}");
+    }
+}

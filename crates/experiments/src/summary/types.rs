@@ -1,0 +1,545 @@
+//! What a run stores per repetition ([`RepResult`]) and what a summary holds, with the
+//! intervals of each predictive family.
+
+use std::collections::BTreeMap;
+
+use anyhow::{bail, Result};
+use serde::{Deserialize, Deserializer, Serialize};
+use uqbench_anchor::{central_quantile, Problem, Region};
+use uqbench_metrics::coverage::PAPER_Z;
+use uqbench_metrics::regression::{
+    crps_gaussian, crps_sample, crps_student_t, normal_mixture_quantile, quantile_sorted,
+};
+use uqbench_models::{Family, RepOutput};
+
+/// The reference method's name.
+pub const ANCHOR: &str = "BLR";
+
+/// The level of spec §2's coverage (deviation < 1.96·uncertainty for a normal family), which
+/// an empirical family always stores.
+pub const COVERAGE_LEVEL: f64 = 0.95;
+
+/// A level's name in metric names and files: `0.95`.
+pub fn level_name(level: f64) -> String {
+    format!("{level}")
+}
+
+/// Reads a list of numbers in which `null` stands for a non-finite value (serde_json writes
+/// NaN and ±∞ as `null`): a diverged repetition's predictions read back as NaN.
+fn nullable_vec<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<f64>, D::Error> {
+    let v: Vec<Option<f64>> = Vec::deserialize(d)?;
+    Ok(v.into_iter().map(|x| x.unwrap_or(f64::NAN)).collect())
+}
+
+fn nullable_opt_vec<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<f64>>, D::Error> {
+    let v: Option<Vec<Option<f64>>> = Option::deserialize(d)?;
+    Ok(v.map(|v| v.into_iter().map(|x| x.unwrap_or(f64::NAN)).collect()))
+}
+
+fn nullable_map<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, f64>, D::Error> {
+    let v: BTreeMap<String, Option<f64>> = BTreeMap::deserialize(d)?;
+    Ok(v.into_iter()
+        .map(|(k, x)| (k, x.unwrap_or(f64::NAN)))
+        .collect())
+}
+
+fn is_normal(f: &Family) -> bool {
+    *f == Family::Normal
+}
+
+/// `levels` and 0.95 (spec §2's coverage), without repeats.
+pub fn with_coverage_level(levels: &[f64]) -> Vec<f64> {
+    let mut levels = levels.to_vec();
+    if !levels.contains(&COVERAGE_LEVEL) {
+        levels.push(COVERAGE_LEVEL);
+    }
+    levels
+}
+
+/// Central intervals of an empirical family at one level: of f (CI) and of a new y (PI).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LevelBounds {
+    /// Lower ends of the CI per test input.
+    #[serde(deserialize_with = "nullable_vec")]
+    pub ci_lower: Vec<f64>,
+    /// Upper ends of the CI.
+    #[serde(deserialize_with = "nullable_vec")]
+    pub ci_upper: Vec<f64>,
+    /// Lower ends of the PI.
+    #[serde(deserialize_with = "nullable_vec")]
+    pub pi_lower: Vec<f64>,
+    /// Upper ends of the PI.
+    #[serde(deserialize_with = "nullable_vec")]
+    pub pi_upper: Vec<f64>,
+}
+
+/// One method's predictions for one repetition at every test input.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RepResult {
+    /// The repetition index.
+    pub repetition: u64,
+    /// Prediction of f(x*) (mean of the predictive distribution).
+    #[serde(deserialize_with = "nullable_vec")]
+    pub mean: Vec<f64>,
+    /// Uncertainty: std of the predictive distribution of f(x*) (epistemic); for a Student-t
+    /// family its scale.
+    #[serde(deserialize_with = "nullable_vec")]
+    pub std: Vec<f64>,
+    /// The method's own estimate of the noise sd at x* (aleatoric), when it has one.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "nullable_opt_vec"
+    )]
+    pub noise_std: Option<Vec<f64>>,
+    /// The predictive family its intervals come from (normal when absent).
+    #[serde(default, skip_serializing_if = "is_normal")]
+    pub family: Family,
+    /// Empirical family: the intervals at every level of the run (and at 0.95), keyed by
+    /// level name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub intervals: BTreeMap<String, LevelBounds>,
+    /// Empirical family: the sample CRPS against the truth per test input.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "nullable_opt_vec"
+    )]
+    pub crps: Option<Vec<f64>>,
+    /// Per-repetition scalars such as `learned_p`, `final_objective`, `train_mse`,
+    /// `fit_ratio`, `diverged_members`.
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "nullable_map"
+    )]
+    pub scalars: BTreeMap<String, f64>,
+    /// Whether training diverged (non-finite objective or predictions); such repetitions are
+    /// counted but left out of the metrics.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub diverged: bool,
+}
+
+/// Which interval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Which {
+    /// Of f(x*) (confidence/credible interval).
+    Ci,
+    /// Of a new y at x* (prediction interval).
+    Pi,
+}
+
+/// What turning a method's output into a stored result needs from the problem.
+#[derive(Debug, Clone, Copy)]
+pub struct RepContext<'a> {
+    /// Interval levels of the run.
+    pub levels: &'a [f64],
+    /// The noise-free truth at the test inputs.
+    pub truth: &'a [f64],
+    /// σ(x) at the test inputs (the noise of prediction intervals for methods without their
+    /// own).
+    pub test_sigma: &'a [f64],
+    /// The repetition's training targets.
+    pub train_y: &'a [f64],
+    /// σ(x) at the training inputs.
+    pub train_sigma: &'a [f64],
+}
+
+impl RepContext<'_> {
+    /// The training-fit scalars of a mean prediction at the training inputs: `train_mse` =
+    /// mean (ŷ_i − y_i)² and `fit_ratio` = mean (ŷ_i − y_i)²/σ(x_i)², which is about
+    /// 1 − p_eff/N for a good fit (the anchor: 1 − p/N in expectation) and ≫ 1 for an underfit.
+    pub fn fit_scalars(&self, fitted: &[f64], scalars: &mut BTreeMap<String, f64>) {
+        let n = self.train_y.len() as f64;
+        let (mut mse, mut ratio) = (0.0, 0.0);
+        for ((f, y), s) in fitted.iter().zip(self.train_y).zip(self.train_sigma) {
+            let r2 = (f - y).powi(2);
+            mse += r2;
+            ratio += r2 / (s * s);
+        }
+        scalars.insert("train_mse".into(), mse / n);
+        scalars.insert("fit_ratio".into(), ratio / n);
+    }
+
+    /// Every level whose intervals are computed: the run's, and 0.95 for spec §2's coverage.
+    pub fn all_levels(&self) -> Vec<f64> {
+        with_coverage_level(self.levels)
+    }
+}
+
+impl RepResult {
+    /// A method's output for repetition `rep`, in stored form: scalars with the training fit,
+    /// and for an empirical family its intervals and sample CRPS from the samples.
+    pub fn from_output(rep: u64, out: RepOutput, ctx: &RepContext<'_>) -> Result<RepResult> {
+        let mut scalars = out.scalars;
+        if let Some(fitted) = &out.train_mean {
+            ctx.fit_scalars(fitted, &mut scalars);
+        }
+        let mut intervals = BTreeMap::new();
+        let mut crps = None;
+        if out.family == Family::Empirical && !out.diverged {
+            let Some(samples) = &out.samples else {
+                bail!("repetition {rep}: an empirical predictive family needs its samples");
+            };
+            let noise = out.noise_std.as_deref().unwrap_or(ctx.test_sigma);
+            let columns = columns_of(samples, ctx.truth.len())?;
+            let (ints, c) = empirical(&columns, noise, &ctx.all_levels(), ctx.truth)?;
+            intervals = ints;
+            crps = Some(c);
+        }
+        Ok(RepResult {
+            repetition: rep,
+            mean: out.mean,
+            std: out.std,
+            noise_std: out.noise_std,
+            family: out.family,
+            intervals,
+            crps,
+            scalars,
+            diverged: out.diverged,
+        })
+    }
+
+    /// The central interval at `level` of f (CI) or of a new y (PI, with noise sd `noise`
+    /// unless the method has its own), from the repetition's predictive family.
+    pub fn interval(
+        &self,
+        level: f64,
+        which: Which,
+        noise: &[f64],
+    ) -> Result<(Vec<f64>, Vec<f64>)> {
+        let noise = self.noise_std.as_deref().unwrap_or(noise);
+        let q = match self.family {
+            Family::Normal => central_quantile(level, None),
+            Family::StudentT { dof } => central_quantile(level, Some(dof)),
+            Family::Empirical => {
+                let Some(b) = self.intervals.get(&level_name(level)) else {
+                    bail!(
+                        "repetition {}: no empirical interval at level {level} is stored \
+                         (levels: {}); rerun it with these levels",
+                        self.repetition,
+                        self.intervals
+                            .keys()
+                            .cloned()
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    );
+                };
+                return Ok(match which {
+                    Which::Ci => (b.ci_lower.clone(), b.ci_upper.clone()),
+                    Which::Pi => (b.pi_lower.clone(), b.pi_upper.clone()),
+                });
+            }
+        };
+        Ok(self
+            .mean
+            .iter()
+            .zip(&self.std)
+            .zip(noise)
+            .map(|((m, s), n)| {
+                let half = match which {
+                    Which::Ci => q * s,
+                    Which::Pi => q * (s * s + n * n).sqrt(),
+                };
+                (m - half, m + half)
+            })
+            .unzip())
+    }
+
+    /// The interval of spec §2's coverage: [000]'s mean ± 1.96·uncertainty for a normal family,
+    /// the 95% interval of any other.
+    pub fn coverage_interval(&self) -> Result<(Vec<f64>, Vec<f64>)> {
+        match self.family {
+            Family::Normal => Ok(self
+                .mean
+                .iter()
+                .zip(&self.std)
+                .map(|(m, s)| (m - PAPER_Z * s, m + PAPER_Z * s))
+                .unzip()),
+            _ => self.interval(COVERAGE_LEVEL, Which::Ci, &self.std),
+        }
+    }
+
+    /// The CRPS of the predictive distribution of f against the truth, per test input.
+    pub fn crps(&self, truth: &[f64]) -> Result<Vec<f64>> {
+        let per = |i: usize| -> Result<f64> {
+            let (m, s, t) = ([self.mean[i]], [self.std[i]], [truth[i]]);
+            Ok(match self.family {
+                Family::Normal => crps_gaussian(&m, &s, &t)?,
+                Family::StudentT { dof } if dof > 1.0 => crps_student_t(&m, &s, dof, &t)?,
+                // ν ≤ 1 has no finite mean and no CRPS.
+                Family::StudentT { .. } => f64::NAN,
+                Family::Empirical => match &self.crps {
+                    Some(c) => c[i],
+                    None => bail!(
+                        "repetition {}: an empirical family without its stored CRPS",
+                        self.repetition
+                    ),
+                },
+            })
+        };
+        (0..truth.len()).map(per).collect()
+    }
+}
+
+/// Rows per draw (as methods return their samples) turned into one column of draws per test
+/// input.
+pub fn columns_of(rows: &[Vec<f64>], m: usize) -> Result<Vec<Vec<f64>>> {
+    if rows.is_empty() || rows.iter().any(|r| r.len() != m) {
+        bail!(
+            "samples: {} rows; every row needs one value per test input ({m})",
+            rows.len()
+        );
+    }
+    Ok((0..m)
+        .map(|i| rows.iter().map(|r| r[i]).collect())
+        .collect())
+}
+
+/// The empirical intervals at `levels` and the sample CRPS against `truth`, from the draws at
+/// every test input (`columns[i]`): CI ends are type-7 quantiles of the draws, PI ends
+/// quantiles of the mixture of N(draw, noise²).
+pub fn empirical(
+    columns: &[Vec<f64>],
+    noise: &[f64],
+    levels: &[f64],
+    truth: &[f64],
+) -> Result<(BTreeMap<String, LevelBounds>, Vec<f64>)> {
+    let m = truth.len();
+    if columns.len() != m {
+        bail!(
+            "samples for {} test inputs; the problem has {m}",
+            columns.len()
+        );
+    }
+    let mut out: BTreeMap<String, LevelBounds> = levels
+        .iter()
+        .map(|&l| {
+            (
+                level_name(l),
+                LevelBounds {
+                    ci_lower: Vec::with_capacity(m),
+                    ci_upper: Vec::with_capacity(m),
+                    pi_lower: Vec::with_capacity(m),
+                    pi_upper: Vec::with_capacity(m),
+                },
+            )
+        })
+        .collect();
+    let mut crps = Vec::with_capacity(m);
+    for (i, column) in columns.iter().enumerate() {
+        if column.is_empty() || column.iter().any(|v| !v.is_finite()) {
+            bail!("samples at test input {i}: empty, or a non-finite value");
+        }
+        crps.push(crps_sample(column, truth[i])?);
+        let mut sorted = column.clone();
+        sorted.sort_by(f64::total_cmp);
+        for &l in levels {
+            let (lo, hi) = ((1.0 - l) / 2.0, (1.0 + l) / 2.0);
+            let b = out.get_mut(&level_name(l)).expect("inserted above");
+            b.ci_lower.push(quantile_sorted(&sorted, lo));
+            b.ci_upper.push(quantile_sorted(&sorted, hi));
+            b.pi_lower
+                .push(normal_mixture_quantile(&sorted, noise[i], lo));
+            b.pi_upper
+                .push(normal_mixture_quantile(&sorted, noise[i], hi));
+        }
+    }
+    Ok((out, crps))
+}
+
+/// Per-test-input metrics: `value` and `stderr` per point, and for proportions the Wilson
+/// 95% interval.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct PointMetric {
+    /// One value per test input.
+    pub value: Vec<f64>,
+    /// Standard errors (NaN where not defined).
+    pub stderr: Vec<f64>,
+    /// Wilson 95% lower bounds, for proportions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lower: Option<Vec<f64>>,
+    /// Wilson 95% upper bounds, for proportions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upper: Option<Vec<f64>>,
+}
+
+/// A single number with its standard error.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Scalar {
+    /// The value.
+    pub value: f64,
+    /// Its standard error (NaN where not defined).
+    pub stderr: f64,
+}
+
+impl Scalar {
+    /// A value without a standard error.
+    pub fn bare(value: f64) -> Scalar {
+        Scalar {
+            value,
+            stderr: f64::NAN,
+        }
+    }
+}
+
+/// Everything computed for one method at one setting.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MethodSummary {
+    /// Repetitions that entered the metrics.
+    pub repetitions: usize,
+    /// Repetitions left out because training diverged.
+    pub diverged: Vec<u64>,
+    /// Metric name → per-point values.
+    pub points: BTreeMap<String, PointMetric>,
+    /// Region (`all`, `in`, `gap`, `out`) → metric name → aggregate.
+    pub aggregate: BTreeMap<String, BTreeMap<String, Scalar>>,
+    /// Warnings about the results, such as an underfit (see [`UNDERFIT_FACTOR`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flags: Vec<String>,
+}
+
+/// A method whose mean in-distribution deviation exceeds the anchor's by more than this
+/// factor is flagged as not fitting the data. The anchor is the best unbiased estimator, so
+/// its deviation is the floor; a deep method that follows the data in distribution comes
+/// within a small factor of it (E1 at f_main = 1 with the fitting settings: 1.1–1.6 × BLR's),
+/// while nets that stay flat sit at 2.5× and more (E1 with the literal settings); see
+/// docs/e1-fidelity.md.
+pub const UNDERFIT_FACTOR: f64 = 2.0;
+
+/// The test inputs of one setting, as the summary reports them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TestInfo {
+    /// Coordinates, one row per test input.
+    pub x: Vec<Vec<f64>>,
+    /// Design coordinate (name, values) when the test design is 1-D-parametrised.
+    pub coord: Option<(String, Vec<f64>)>,
+    /// `in`, `gap` or `out`.
+    pub region: Vec<Region>,
+    /// Labels of report points.
+    pub label: Vec<Option<String>>,
+    /// The noise-free truth.
+    pub truth: Vec<f64>,
+    /// σ(x).
+    pub sigma: Vec<f64>,
+}
+
+impl TestInfo {
+    /// The test inputs of a resolved problem.
+    pub fn of(problem: &Problem) -> TestInfo {
+        TestInfo {
+            x: problem.test.inputs.to_rows(),
+            coord: problem.test.coord.clone(),
+            region: problem.test.region.clone(),
+            label: problem.test.label.clone(),
+            truth: problem.test.truth.clone(),
+            sigma: problem.test.sigma.clone(),
+        }
+    }
+}
+
+/// The summary of one setting.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SettingSummary {
+    /// Canonical setting label (`f_main=2`, or empty).
+    pub setting: String,
+    /// The test inputs.
+    pub test: TestInfo,
+    /// Method name → its summary.
+    pub methods: BTreeMap<String, MethodSummary>,
+}
+
+/// The summary of a run: every setting.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    /// Experiment name.
+    pub experiment: String,
+    /// Interval levels of the CICF/PICF/width metrics.
+    pub levels: Vec<f64>,
+    /// Per setting.
+    pub settings: Vec<SettingSummary>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rep(family: Family) -> RepResult {
+        RepResult {
+            repetition: 0,
+            mean: vec![1.0, 2.0],
+            std: vec![0.5, 1.0],
+            noise_std: None,
+            family,
+            intervals: BTreeMap::new(),
+            crps: None,
+            scalars: BTreeMap::new(),
+            diverged: false,
+        }
+    }
+
+    #[test]
+    fn intervals_follow_the_family() {
+        let noise = [1.0, 0.0];
+        let (lo, hi) = rep(Family::Normal)
+            .interval(0.9, Which::Ci, &noise)
+            .unwrap();
+        let z = 1.644_853_626_951_472_2;
+        assert!((lo[0] - (1.0 - z * 0.5)).abs() < 1e-12 && (hi[1] - (2.0 + z)).abs() < 1e-12);
+        // PI: the half-width grows to z·sqrt(std² + noise²).
+        let (lo, _) = rep(Family::Normal)
+            .interval(0.9, Which::Pi, &noise)
+            .unwrap();
+        assert!((lo[0] - (1.0 - z * 1.25f64.sqrt())).abs() < 1e-12);
+        // Student t with 7 dof: t_{0.975, 7} = 2.364624 (tables).
+        let (lo, _) = rep(Family::StudentT { dof: 7.0 })
+            .interval(0.95, Which::Ci, &noise)
+            .unwrap();
+        assert!((lo[0] - (1.0 - 2.364_624_251_6 * 0.5)).abs() < 1e-8);
+        // The paper's coverage interval of a normal family uses 1.96 exactly.
+        let (lo, _) = rep(Family::Normal).coverage_interval().unwrap();
+        assert_eq!(lo[0], 1.0 - 1.96 * 0.5);
+        // An empirical family without stored intervals is an error naming the level.
+        let e = rep(Family::Empirical)
+            .interval(0.9, Which::Ci, &noise)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("level 0.9"), "{e}");
+    }
+
+    #[test]
+    fn empirical_intervals_from_samples() {
+        // Five draws at two test inputs; type-7 quantiles at 0.1/0.9 of {0,1,2,3,4} are 0.4
+        // and 3.6. Without noise the PI equals the CI.
+        let samples: Vec<Vec<f64>> = (0..5).map(|k| vec![k as f64, 10.0 + k as f64]).collect();
+        let columns = columns_of(&samples, 2).unwrap();
+        let (ints, crps) = empirical(&columns, &[0.0, 0.0], &[0.8], &[2.0, 0.0]).unwrap();
+        let b = &ints["0.8"];
+        assert!((b.ci_lower[0] - 0.4).abs() < 1e-12 && (b.ci_upper[0] - 3.6).abs() < 1e-12);
+        assert_eq!(b.pi_lower, b.ci_lower);
+        // CRPS of {0..4} at 2: E|X − 2| = 6/5, E|X − X′| = 40/25, so 6/5 − 4/5 = 0.4.
+        assert!((crps[0] - 0.4).abs() < 1e-12);
+        // At the second input the truth lies below every draw: CRPS = E|X − 0| − 0.8 = 11.2.
+        assert!((crps[1] - 11.2).abs() < 1e-12);
+    }
+
+    #[test]
+    fn non_finite_values_read_back_as_nan() {
+        let mut r = rep(Family::Normal);
+        r.mean[1] = f64::NAN;
+        r.scalars.insert("final_objective".into(), f64::INFINITY);
+        r.diverged = true;
+        let text = serde_json::to_string(&r).unwrap();
+        assert!(text.contains("null"), "{text}");
+        let back: RepResult = serde_json::from_str(&text).unwrap();
+        assert!(back.mean[1].is_nan() && back.scalars["final_objective"].is_nan());
+        assert!(back.diverged);
+        // A normal family is not written (files of earlier runs read as normal).
+        assert!(!text.contains("family"));
+        let t: RepResult = serde_json::from_str(
+            &serde_json::to_string(&rep(Family::StudentT { dof: 7.0 })).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(t.family, Family::StudentT { dof: 7.0 });
+    }
+}
