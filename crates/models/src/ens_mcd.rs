@@ -16,7 +16,9 @@ use serde::{Deserialize, Serialize};
 use uqbench_anchor::Rng;
 
 use crate::dropout::Dropout;
-use crate::engine::Resources;
+use std::ops::Range;
+
+use crate::engine::{run_chunks, ChunkOut, ChunkTrainer, Resources};
 use crate::error::ModelError;
 use crate::kernels::KernelPath;
 use crate::mlp::{xavier_init, MlpShape};
@@ -179,32 +181,117 @@ impl Method for EnsMcd {
     ) -> Result<Vec<RepOutput>, ModelError> {
         task.validate()?;
         let c = &self.config;
-        let shape = MlpShape {
-            d_in: task.d,
-            hidden: c.hidden.clone(),
-            d_out: 1,
-            negative_slope: 0.01,
-        };
-        let (d, n, m) = (task.d, task.n_train(), task.n_test());
-        let k = *c
-            .hidden
-            .last()
-            .expect("validated: at least one hidden layer");
-        // One replica per (repetition, member), each with its own seeds.
+        // One replica per (repetition, member), each with its own seeds; the engine's trainer
+        // cuts them into chunks, runs chunks on worker threads and reports progress.
         let replicas = task.replicas(&self.name, c.members);
-        let mut streams: Vec<Rng> = replicas.stream.iter().map(|&s| Rng::new(s)).collect();
         let y: Vec<f32> = replicas
             .targets
             .iter()
             .flat_map(|&k| task.y_train[k].iter().map(|&v| v as f32))
             .collect();
-        let r = replicas.init.len();
-        let device = resources.device.clone().autodiff();
+        let trainer = McdTrainer {
+            config: c,
+            shape: MlpShape {
+                d_in: task.d,
+                hidden: c.hidden.clone(),
+                d_out: 1,
+                negative_slope: 0.01,
+            },
+            x_train: task.x_train_f32(),
+            x_test: task.x_test_f32(),
+            y,
+            init: &replicas.init,
+            stream: &replicas.stream,
+            epochs: task.epochs,
+            lambda: c.weight_decay.unwrap_or(1.0 / task.n_train() as f64),
+            device: resources.device.clone(),
+            path: resources.kernel_path(),
+        };
+        let out = run_chunks(&trainer, resources, progress)?;
+        let (m, n, t) = (task.n_test(), task.n_train(), c.passes);
+        Ok((0..task.repetitions.len())
+            .map(|rep_index| {
+                let members: Vec<Member<'_>> = (rep_index * c.members..(rep_index + 1) * c.members)
+                    .map(|replica| Member {
+                        passes: (0..t)
+                            .map(|pass| {
+                                let start = (replica * t + pass) * m;
+                                &out.test_out[start..start + m]
+                            })
+                            .collect(),
+                        train: &out.train_pred[replica * n..(replica + 1) * n],
+                        objective: out.final_objective[replica],
+                        diverged: out.diverged[replica],
+                    })
+                    .collect();
+                combine_members(&members, Family::Normal, keep_samples)
+            })
+            .collect())
+    }
+}
+
+/// [`McdNet`] on the engine's trainer: how one chunk of replicas trains and predicts.
+struct McdTrainer<'a> {
+    config: &'a EnsMcdConfig,
+    shape: MlpShape,
+    x_train: Vec<f32>,
+    x_test: Vec<f32>,
+    /// Targets `[R, N]`, replica-major.
+    y: Vec<f32>,
+    init: &'a [u64],
+    stream: &'a [u64],
+    epochs: usize,
+    lambda: f64,
+    device: Device,
+    path: KernelPath,
+}
+
+impl ChunkTrainer for McdTrainer<'_> {
+    fn replicas(&self) -> usize {
+        self.init.len()
+    }
+
+    fn points(&self) -> (usize, usize) {
+        let d = self.shape.d_in;
+        (self.x_train.len() / d, self.x_test.len() / d)
+    }
+
+    fn outputs(&self) -> (usize, usize) {
+        (1, self.config.passes)
+    }
+
+    fn has_rates(&self) -> bool {
+        false
+    }
+
+    fn bytes_per_replica(&self) -> usize {
+        // Parameters with gradients and Adam moments, and every layer's activations kept for
+        // autodiff's backward pass, twice for safety (autodiff keeps more than the engine).
+        let (n, m) = self.points();
+        let widths: usize = self.shape.hidden.iter().sum::<usize>() + self.shape.d_in + 1;
+        let params = self.shape.params_per_replica() * 5;
+        let activations = n.max(m) * widths * 4;
+        2 * 4 * (params + activations + m * self.config.passes)
+    }
+
+    fn train_chunk(&self, range: Range<usize>) -> Result<ChunkOut, ModelError> {
+        let c = self.config;
+        let rc = range.len();
+        let (n, m) = self.points();
+        let d = self.shape.d_in;
+        let k = *c
+            .hidden
+            .last()
+            .expect("validated: at least one hidden layer");
+        let mut streams: Vec<Rng> = self.stream[range.clone()]
+            .iter()
+            .map(|&s| Rng::new(s))
+            .collect();
+        let device = self.device.clone().autodiff();
         let dropout = Dropout::Bernoulli { p: c.p };
 
         // Training: burn's autodiff for the gradients, Adam per element with λ on the weights.
-        let lambda = c.weight_decay.unwrap_or(1.0 / n as f64);
-        let mut model = McdNet::init(&shape, &replicas.init, &device);
+        let mut model = McdNet::init(&self.shape, &self.init[range.clone()], &device);
         let decay = model.decay_mask();
         let adam = AdamConfig {
             lr: c.lr,
@@ -212,75 +299,59 @@ impl Method for EnsMcd {
             beta2: 0.999,
             eps: 1e-8,
         };
-        let path = if resources.backend == crate::BackendKind::Flex {
-            KernelPath::Flex
-        } else {
-            KernelPath::Tensor
-        };
         let mut optim = AdamState::new();
-        let x = Tensor::<3>::from_data(TensorData::new(task.x_train_f32(), [1, n, d]), &device);
-        let y = Tensor::<3>::from_data(TensorData::new(y, [r, n, 1]), &device);
-        for _ in 0..task.epochs {
+        let x = Tensor::<3>::from_data(TensorData::new(self.x_train.clone(), [1, n, d]), &device);
+        let y = Tensor::<3>::from_data(
+            TensorData::new(self.y[range.start * n..range.end * n].to_vec(), [rc, n, 1]),
+            &device,
+        );
+        for _ in 0..self.epochs {
             let mask = dropout.draw(&mut streams, n, k, 1, &device);
             let out = model.forward(x.clone(), Some(mask));
             // The sum over replicas of each replica's ½·mean squared error; the L2 term enters
             // through Adam's gradient (λ·W).
             let loss = (out - y.clone()).square().mean_dim(1).sum().mul_scalar(0.5);
             let mut grads = GradientsParams::from_grads(loss.backward(), &model);
-            model = optim.step(model, &mut grads, &adam, lambda, &decay, path);
+            model = optim.step(model, &mut grads, &adam, self.lambda, &decay, self.path);
         }
-        progress(r);
 
         // The final objective per replica (mask at its expectation), and T masked passes per
         // member at the test and at the training inputs.
         let model = model.valid();
-        let plain = resources.device.clone();
+        let plain = self.device.clone();
         let x = x.inner();
         let objective = ((model.forward(x.clone(), None) - y.inner())
             .square()
             .mean_dim(1))
         .mul_scalar(0.5)
-            + model.weight_norm().mul_scalar(0.5 * lambda);
-        let objective = download(objective)?;
-        let x_test = Tensor::<3>::from_data(TensorData::new(task.x_test_f32(), [1, m, d]), &plain);
-        let mut passes: Vec<Vec<f32>> = Vec::with_capacity(c.passes);
-        let mut train = vec![0.0f32; r * n];
-        for _ in 0..c.passes {
+            + model.weight_norm().mul_scalar(0.5 * self.lambda);
+        let objective = download(objective)?.into_iter().map(f64::from).collect();
+        let x_test =
+            Tensor::<3>::from_data(TensorData::new(self.x_test.clone(), [1, m, d]), &plain);
+        let t = c.passes;
+        let mut pred = vec![0.0f32; rc * t * m];
+        let mut train = vec![0.0f32; rc * n];
+        for pass in 0..t {
             let mask = dropout.draw(&mut streams, m, k, 1, &plain);
-            passes.push(download(model.forward(x_test.clone(), Some(mask)))?);
+            let values = download(model.forward(x_test.clone(), Some(mask)))?;
+            for r in 0..rc {
+                let dst = (r * t + pass) * m;
+                pred[dst..dst + m].copy_from_slice(&values[r * m..(r + 1) * m]);
+            }
             let mask = dropout.draw(&mut streams, n, k, 1, &plain);
             for (acc, v) in train
                 .iter_mut()
                 .zip(download(model.forward(x.clone(), Some(mask)))?)
             {
-                *acc += v / c.passes as f32;
+                *acc += v / t as f32;
             }
         }
-        Ok((0..task.repetitions.len())
-            .map(|rep_index| {
-                let members: Vec<Member<'_>> = (rep_index * c.members..(rep_index + 1) * c.members)
-                    .map(|replica| {
-                        let rows: Vec<&[f32]> = passes
-                            .iter()
-                            .map(|p| &p[replica * m..(replica + 1) * m])
-                            .collect();
-                        let train = &train[replica * n..(replica + 1) * n];
-                        let diverged = !objective[replica].is_finite()
-                            || rows
-                                .iter()
-                                .chain([&train])
-                                .any(|row| row.iter().any(|v| !v.is_finite()));
-                        Member {
-                            passes: rows,
-                            train,
-                            objective: f64::from(objective[replica]),
-                            diverged,
-                        }
-                    })
-                    .collect();
-                combine_members(&members, Family::Normal, keep_samples)
-            })
-            .collect())
+        Ok(ChunkOut {
+            pred,
+            train_pred: train,
+            objective,
+            rates: Vec::new(),
+        })
     }
 }
 

@@ -211,3 +211,70 @@ fn bad_configs_are_clear_errors() {
         .to_string();
     assert!(err.contains("memebrs"), "{err}");
 }
+
+#[test]
+fn the_autodiff_route_runs_on_the_trainer_and_chunks_do_not_change_it() {
+    // EnsMCD (burn autodiff) on the engine's trainer: 2 repetitions × 3 members in chunks of
+    // one replica on two threads must equal one chunk, bit for bit, and progress must count
+    // every replica.
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use uqbench_models::{EnsMcd, EnsMcdConfig};
+    let p = e1();
+    let reps = [0u64, 1];
+    let y: Vec<Vec<f64>> = reps.iter().map(|&r| p.draw(r).train_y).collect();
+    let task = Task {
+        d: 1,
+        x_train: p.train.inputs.as_slice(),
+        y_train: &y,
+        repetitions: &reps,
+        x_test: p.test.inputs.as_slice(),
+        epochs: 20,
+        known_sigma: None,
+        seeds: SeedBase {
+            base: 1,
+            experiment: "e1".into(),
+            setting: "f_main=1".into(),
+        },
+    };
+    let method = EnsMcd::new(
+        "EnsMCD",
+        EnsMcdConfig {
+            members: 3,
+            passes: 4,
+            hidden: vec![16, 8],
+            ..EnsMcdConfig::default()
+        },
+    )
+    .unwrap();
+    let device = open_device(BackendKind::Flex).unwrap();
+    let mut one = Resources::new(BackendKind::Flex, device.clone());
+    one.chunk = Some(6);
+    one.threads = 1;
+    let mut many = Resources::new(BackendKind::Flex, device);
+    many.chunk = Some(1);
+    many.threads = 2;
+    let a = method.run(&task, &one, false, &|_| {}).unwrap();
+    let calls = AtomicUsize::new(0);
+    let last = AtomicUsize::new(0);
+    let b = method
+        .run(&task, &many, false, &|done| {
+            calls.fetch_add(1, Ordering::SeqCst);
+            last.fetch_max(done, Ordering::SeqCst);
+        })
+        .unwrap();
+    assert_eq!(
+        a, b,
+        "chunks of one replica on two threads differ from one chunk"
+    );
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        6,
+        "one progress call per chunk"
+    );
+    assert_eq!(
+        last.load(Ordering::SeqCst),
+        6,
+        "progress reaches every replica"
+    );
+    assert!(a.iter().all(|r| r.mean.iter().all(|v| v.is_finite())));
+}

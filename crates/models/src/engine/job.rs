@@ -1,0 +1,112 @@
+//! A training job: shared inputs, per-repetition targets and the replicas' seeds.
+
+use crate::error::ModelError;
+use crate::mlp::MlpShape;
+
+/// Everything a training job needs: the shared inputs, per-repetition targets and the
+/// replicas' seeds.
+#[derive(Debug, Clone)]
+pub struct Job<'a> {
+    /// The network.
+    pub shape: &'a MlpShape,
+    /// Training inputs, row-major `[N, d]`, shared by all replicas.
+    pub x_train: &'a [f32],
+    /// Training targets per repetition, each of length N.
+    pub targets: &'a [Vec<f32>],
+    /// For every replica, the index of its targets in `targets`.
+    pub replica_targets: &'a [usize],
+    /// For every replica, the seed of its initial weights.
+    pub init_seeds: &'a [u64],
+    /// For every replica, the seed of its stream of mini-batch (or resample) and dropout
+    /// draws.
+    pub stream_seeds: &'a [u64],
+    /// Test inputs, row-major `[M, d]`.
+    pub x_test: &'a [f32],
+}
+
+impl Job<'_> {
+    pub(crate) fn n_train(&self) -> usize {
+        self.x_train.len() / self.shape.d_in
+    }
+
+    pub(crate) fn n_test(&self) -> usize {
+        self.x_test.len() / self.shape.d_in
+    }
+
+    pub(crate) fn replicas(&self) -> usize {
+        self.replica_targets.len()
+    }
+
+    pub(crate) fn validate(&self) -> Result<(), ModelError> {
+        self.shape.validate()?;
+        let d = self.shape.d_in;
+        if self.x_train.is_empty() || !self.x_train.len().is_multiple_of(d) {
+            return Err(ModelError::invalid(
+                "training inputs",
+                self.x_train.len(),
+                format!("N·d values with d = {d}, N ≥ 1"),
+            ));
+        }
+        if self.x_test.is_empty() || !self.x_test.len().is_multiple_of(d) {
+            return Err(ModelError::invalid(
+                "test inputs",
+                self.x_test.len(),
+                format!("M·d values with d = {d}, M ≥ 1"),
+            ));
+        }
+        let n = self.n_train();
+        if let Some((i, t)) = self.targets.iter().enumerate().find(|(_, t)| t.len() != n) {
+            return Err(ModelError::invalid(
+                format!("targets[{i}]"),
+                format!("{} values", t.len()),
+                format!("N = {n} values"),
+            ));
+        }
+        let r = self.replicas();
+        if r == 0 {
+            return Err(ModelError::invalid("replicas", 0, "at least 1"));
+        }
+        if self.init_seeds.len() != r || self.stream_seeds.len() != r {
+            return Err(ModelError::invalid(
+                "replica seeds",
+                format!(
+                    "{} init and {} stream seeds",
+                    self.init_seeds.len(),
+                    self.stream_seeds.len()
+                ),
+                format!("one of each per replica ({r})"),
+            ));
+        }
+        if let Some(&t) = self
+            .replica_targets
+            .iter()
+            .find(|&&t| t >= self.targets.len())
+        {
+            return Err(ModelError::invalid(
+                "replica target index",
+                t,
+                format!("an index below {}", self.targets.len()),
+            ));
+        }
+        for (name, v) in [
+            ("training inputs", self.x_train),
+            ("test inputs", self.x_test),
+        ] {
+            if v.iter().any(|x| !x.is_finite()) {
+                return Err(ModelError::invalid(
+                    name,
+                    "a non-finite value",
+                    "finite numbers",
+                ));
+            }
+        }
+        if self.targets.iter().flatten().any(|y| !y.is_finite()) {
+            return Err(ModelError::invalid(
+                "training targets",
+                "a non-finite value",
+                "finite numbers",
+            ));
+        }
+        Ok(())
+    }
+}

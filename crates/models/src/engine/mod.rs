@@ -1,0 +1,71 @@
+//! The batched training engine: R replicas of a network trained as one tensor program.
+//!
+//! Every replica has its own weights (`[R, in, out]`), its own targets and its own random
+//! streams; the loss is the sum of per-replica losses and Adam is per element, so replica i
+//! trained in a batch of R computes exactly what it computes alone. Replicas are split into
+//! chunks (by a memory budget, and on the CPU also to keep a chunk's working set in cache);
+//! chunks run one after another on a GPU and on parallel threads on the CPU. None of this
+//! changes a replica's numbers.
+//!
+//! One concern per file:
+//! - [`settings`]: the optimiser, batching and stochastic-layer settings of a job;
+//! - [`job`]: the job's data and the replicas' seeds;
+//! - [`memory`]: the resources, and the memory plan that cuts replicas into chunks;
+//! - [`pool`]: the trainer's schedule for any model ([`ChunkTrainer`]): chunks on worker
+//!   threads, progress, divergence per replica; burn-autodiff modules run on it too;
+//! - `network`: the built-in network's forward, hand-written backward, objective and Adam step;
+//! - [`head`]: the loss on the output and its gradient;
+//! - `batches`: the batching schemes' index draws;
+//! - `chunk`: the built-in network's training of one chunk;
+//! - `probe` (tests): the objective's gradient against finite differences.
+//!
+//! Per replica the built-in objective is MATLAB's (the reference implementation of [000]):
+//! ½·mean_n (f(x_n) − y_n)² + (λ/2)·Σ‖W‖², with λ on weights only (biases are not
+//! regularised), optimised by Adam, plus the stochastic layer's regulariser.
+
+mod batches;
+mod chunk;
+pub mod head;
+pub mod job;
+pub mod memory;
+mod network;
+pub mod pool;
+#[cfg(test)]
+mod probe;
+pub mod settings;
+
+pub use head::Head;
+pub use job::Job;
+pub use memory::{bytes_per_replica, chunk_size, Resources, CPU_CHUNK_BYTES};
+pub use pool::{run_chunks, ChunkOut, ChunkTrainer, TrainOutput};
+pub use settings::{Batching, TrainSettings};
+
+use crate::error::ModelError;
+
+/// Trains every replica of `job` on the built-in network and predicts the test inputs.
+/// `progress` is called with the number of replicas finished so far, after every chunk.
+pub fn train(
+    job: &Job<'_>,
+    settings: &TrainSettings,
+    res: &Resources,
+    progress: &(dyn Fn(usize) + Sync),
+) -> Result<TrainOutput, ModelError> {
+    job.validate()?;
+    settings.validate(job.n_train(), job.shape)?;
+    let trainer = chunk::Trainer {
+        job,
+        settings,
+        device: res.device.clone(),
+        net: network::Network {
+            path: res.kernel_path(),
+            slope: job.shape.negative_slope,
+            dropout: settings.dropout.clone(),
+            head: if settings.heteroscedastic {
+                Head::GaussianNll
+            } else {
+                Head::HalfMse
+            },
+        },
+    };
+    run_chunks(&trainer, res, progress)
+}

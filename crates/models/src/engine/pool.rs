@@ -1,0 +1,158 @@
+//! The trainer's schedule, shared by every model: the job's replicas cut into chunks by the
+//! memory plan, chunks run on worker threads (one after another on a GPU), progress after
+//! every chunk, divergence judged per replica. A model provides [`ChunkTrainer`]: how many
+//! bytes a replica needs and how to train a range of replicas. Both the hand-written network
+//! ([`super::train`]) and burn-autodiff modules (`crate::ens_mcd`) run here, so they share the
+//! chunking, threads, seeds (a replica's seeds are indexed by its position in the job, never
+//! by its chunk) and progress reporting.
+
+use std::ops::Range;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use super::memory::{chunk_size, Resources};
+use crate::error::ModelError;
+
+/// The result of training every replica of a job.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrainOutput {
+    /// Test predictions `[R, T, M, d_out]`, row-major: T prediction passes per replica.
+    pub test_out: Vec<f32>,
+    /// T.
+    pub passes: usize,
+    /// Mean prediction at the training inputs `[R, N]` per replica (over the T passes, drawn
+    /// from a stream of their own so that the test predictions do not depend on them): the
+    /// training fit that `train_mse` and `fit_ratio` report.
+    pub train_pred: Vec<f32>,
+    /// The dropout layer's rate per replica (p, or α for variational dropout).
+    pub rates: Option<Vec<f64>>,
+    /// The optimised objective per replica at the final parameters, on all N points: the
+    /// data term with the stochastic layer at its expectation, plus the L2 term and the
+    /// stochastic layer's regulariser (concrete dropout's, or variational dropout's KL).
+    pub final_objective: Vec<f64>,
+    /// Whether the replica's training diverged (a non-finite objective, rate or prediction).
+    pub diverged: Vec<bool>,
+    /// Replicas per chunk that were used.
+    pub chunk: usize,
+}
+/// A chunk's result, for replicas `range` of the job.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ChunkOut {
+    /// Test predictions `[rc, T, M, d_out]`.
+    pub pred: Vec<f32>,
+    /// Mean predictions at the training inputs `[rc, N]`.
+    pub train_pred: Vec<f32>,
+    /// The optimised objective per replica at the final parameters.
+    pub objective: Vec<f64>,
+    /// The stochastic layer's rate per replica, or empty.
+    pub rates: Vec<f64>,
+}
+
+/// A model the trainer can run chunk by chunk.
+pub trait ChunkTrainer: Sync {
+    /// Replicas in the job.
+    fn replicas(&self) -> usize;
+    /// Training points N and test points M.
+    fn points(&self) -> (usize, usize);
+    /// Outputs per test point and prediction passes T per replica.
+    fn outputs(&self) -> (usize, usize);
+    /// Whether the model reports a rate per replica.
+    fn has_rates(&self) -> bool;
+    /// Device bytes one replica needs during training and prediction (the memory plan).
+    fn bytes_per_replica(&self) -> usize;
+    /// Trains replicas `range` of the job and predicts; a replica's numbers must not depend
+    /// on which other replicas share its chunk.
+    fn train_chunk(&self, range: Range<usize>) -> Result<ChunkOut, ModelError>;
+}
+
+/// Trains every replica of `model` in chunks and gathers the outputs. `progress` is called
+/// with the number of replicas finished so far, after every chunk.
+pub fn run_chunks(
+    model: &dyn ChunkTrainer,
+    res: &Resources,
+    progress: &(dyn Fn(usize) + Sync),
+) -> Result<TrainOutput, ModelError> {
+    let r = model.replicas();
+    let (n, m) = model.points();
+    let (dout, passes) = model.outputs();
+    let chunk = chunk_size(r, model.bytes_per_replica(), res)?;
+    let chunks: Vec<Range<usize>> = (0..r)
+        .step_by(chunk)
+        .map(|s| s..(s + chunk).min(r))
+        .collect();
+    let per_replica_out = passes * m * dout;
+    let out = Mutex::new((
+        vec![0.0f32; r * per_replica_out],
+        vec![0.0f64; r],
+        vec![f64::NAN; r],
+        vec![0.0f32; r * n],
+        None::<ModelError>,
+    ));
+    let next = AtomicUsize::new(0);
+    let done = AtomicUsize::new(0);
+    let threads = res.threads.clamp(1, chunks.len());
+    let work = || loop {
+        let c = next.fetch_add(1, Ordering::SeqCst);
+        let Some(range) = chunks.get(c).cloned() else {
+            break;
+        };
+        let result = model.train_chunk(range.clone());
+        {
+            let mut guard = out.lock().expect("no panics while holding the lock");
+            match result {
+                Ok(chunk_out) => {
+                    guard.0[range.start * per_replica_out..range.end * per_replica_out]
+                        .copy_from_slice(&chunk_out.pred);
+                    guard.1[range.clone()].copy_from_slice(&chunk_out.objective);
+                    guard.3[range.start * n..range.end * n].copy_from_slice(&chunk_out.train_pred);
+                    if !chunk_out.rates.is_empty() {
+                        guard.2[range.clone()].copy_from_slice(&chunk_out.rates);
+                    }
+                }
+                Err(e) => {
+                    guard.4.get_or_insert(e);
+                    // Stop handing out chunks: the job has failed.
+                    next.store(chunks.len(), Ordering::SeqCst);
+                    break;
+                }
+            }
+        }
+        progress(done.fetch_add(range.len(), Ordering::SeqCst) + range.len());
+    };
+    if threads == 1 {
+        work();
+    } else {
+        std::thread::scope(|scope| {
+            for _ in 0..threads {
+                scope.spawn(work);
+            }
+        });
+    }
+    let (test_out, final_objective, rates, train_pred, error) =
+        out.into_inner().expect("workers finished");
+    if let Some(e) = error {
+        return Err(e);
+    }
+    let has_rates = model.has_rates();
+    let diverged = (0..r)
+        .map(|k| {
+            !final_objective[k].is_finite()
+                || (has_rates && !rates[k].is_finite())
+                || test_out[k * per_replica_out..(k + 1) * per_replica_out]
+                    .iter()
+                    .any(|v| !v.is_finite())
+                || train_pred[k * n..(k + 1) * n]
+                    .iter()
+                    .any(|v| !v.is_finite())
+        })
+        .collect();
+    Ok(TrainOutput {
+        test_out,
+        passes,
+        train_pred,
+        final_objective,
+        rates: has_rates.then_some(rates),
+        diverged,
+        chunk,
+    })
+}

@@ -1,0 +1,169 @@
+//! Optimisation settings shared by all replicas of a job, and the batching schemes.
+
+use crate::dropout::Dropout;
+use crate::error::ModelError;
+use crate::mlp::MlpShape;
+
+/// How each step's training points are chosen.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Batching {
+    /// Every step uses all N points (one step per epoch).
+    Full,
+    /// Every epoch, the points in a fresh random order cut into mini-batches of `size`
+    /// (the last may be smaller): ⌈N/size⌉ steps per epoch.
+    Shuffled {
+        /// Mini-batch size.
+        size: usize,
+    },
+    /// Every epoch, `per_epoch` mini-batches of `size` points drawn with replacement
+    /// ([000]'s EnsBS: size N/2, two per epoch).
+    WithReplacement {
+        /// Mini-batch size.
+        size: usize,
+        /// Mini-batches per epoch.
+        per_epoch: usize,
+    },
+    /// One resample of N points with replacement per replica, drawn before training and
+    /// then used full-batch (the classic bootstrap of [002]/[004]).
+    Resample,
+}
+
+/// Optimisation settings shared by all replicas of a job.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrainSettings {
+    /// Passes over the training data.
+    pub epochs: usize,
+    /// Adam learning rate.
+    pub lr: f64,
+    /// Adam β₁.
+    pub beta1: f64,
+    /// Adam β₂.
+    pub beta2: f64,
+    /// Adam ε (PyTorch's 1e-8; burn's default is 1e-5).
+    pub eps: f64,
+    /// L2 factor λ on the weights (spec §3: 1/N).
+    pub weight_decay: f64,
+    /// Point selection per step.
+    pub batching: Batching,
+    /// Adversarial training ([000] EnsAdvA): per input dimension the ε of
+    /// x' = x + ε·sign(∇ₓ loss); the step's loss is loss(x) + loss(x').
+    pub adversarial: Option<Vec<f64>>,
+    /// A stochastic layer in front of the last linear layer (the dropout methods).
+    pub dropout: Option<Dropout>,
+    /// A two-output head (mean, log variance) trained with the Gaussian NLL; the network's
+    /// `d_out` must be 2.
+    pub heteroscedastic: bool,
+    /// Stochastic forward passes at prediction (1 for deterministic networks).
+    pub mc_passes: usize,
+}
+
+impl TrainSettings {
+    /// Spec §3's optimiser for N training points: Adam(1e-2, 0.9, 0.999, 1e-8), λ = 1/N,
+    /// full batch.
+    pub fn paper(epochs: usize, n_train: usize) -> TrainSettings {
+        TrainSettings {
+            epochs,
+            lr: 1e-2,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: 1.0 / n_train as f64,
+            batching: Batching::Full,
+            adversarial: None,
+            dropout: None,
+            heteroscedastic: false,
+            mc_passes: 1,
+        }
+    }
+
+    /// Checks the settings against the number of training points and the network.
+    pub fn validate(&self, n_train: usize, shape: &MlpShape) -> Result<(), ModelError> {
+        let d_in = shape.d_in;
+        if self.mc_passes == 0 {
+            return Err(ModelError::invalid("prediction passes T", 0, "at least 1"));
+        }
+        if self.dropout.is_none() && self.mc_passes != 1 {
+            return Err(ModelError::invalid(
+                "prediction passes T",
+                self.mc_passes,
+                "1: a network without a stochastic layer gives the same prediction every pass",
+            ));
+        }
+        if let Some(d) = &self.dropout {
+            d.validate()?;
+        }
+        let want = if self.heteroscedastic { 2 } else { 1 };
+        if shape.d_out != want {
+            return Err(ModelError::invalid(
+                "network outputs",
+                shape.d_out,
+                format!(
+                    "{want} for a {} head",
+                    if self.heteroscedastic {
+                        "heteroscedastic (mean, log variance)"
+                    } else {
+                        "mean-only"
+                    }
+                ),
+            ));
+        }
+        if self.epochs == 0 {
+            return Err(ModelError::invalid("epochs", 0, "at least 1"));
+        }
+        let positive = |name: &str, v: f64| {
+            if v.is_finite() && v > 0.0 {
+                Ok(())
+            } else {
+                Err(ModelError::invalid(name, v, "a positive number"))
+            }
+        };
+        positive("lr", self.lr)?;
+        positive("eps", self.eps)?;
+        for (name, b) in [("beta1", self.beta1), ("beta2", self.beta2)] {
+            if !(0.0..1.0).contains(&b) {
+                return Err(ModelError::invalid(name, b, "a number in [0, 1)"));
+            }
+        }
+        if !(self.weight_decay.is_finite() && self.weight_decay >= 0.0) {
+            return Err(ModelError::invalid(
+                "weight_decay",
+                self.weight_decay,
+                "a number ≥ 0",
+            ));
+        }
+        match &self.batching {
+            Batching::Shuffled { size } | Batching::WithReplacement { size, .. }
+                if *size == 0 || *size > n_train =>
+            {
+                return Err(ModelError::invalid(
+                    "batch size",
+                    size,
+                    format!("between 1 and the number of training points, {n_train}"),
+                ))
+            }
+            Batching::WithReplacement { per_epoch: 0, .. } => {
+                return Err(ModelError::invalid("batches per epoch", 0, "at least 1"))
+            }
+            _ => {}
+        }
+        if let Some(eps) = &self.adversarial {
+            if eps.len() != d_in || eps.iter().any(|e| !(e.is_finite() && *e >= 0.0)) {
+                return Err(ModelError::invalid(
+                    "adversarial epsilon",
+                    format!("{eps:?}"),
+                    format!("{d_in} finite values ≥ 0, one per input dimension"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Optimiser steps per epoch.
+    pub fn steps_per_epoch(&self, n_train: usize) -> usize {
+        match self.batching {
+            Batching::Full | Batching::Resample => 1,
+            Batching::Shuffled { size } => n_train.div_ceil(size),
+            Batching::WithReplacement { per_epoch, .. } => per_epoch,
+        }
+    }
+}
