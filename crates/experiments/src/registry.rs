@@ -15,65 +15,32 @@ fn config<T: serde::de::DeserializeOwned>(name: &str, settings: toml::Value) -> 
         .with_context(|| format!("[methods.{name}]"))
 }
 
+fn ensemble(name: &str, s: toml::Value, kind: EnsembleKind) -> Result<Box<dyn Method>> {
+    Ok(Box::new(Ensemble::new(name, kind, config(name, s)?)?))
+}
+
+fn classic_bootstrap(name: &str, s: toml::Value) -> Result<Box<dyn Method>> {
+    let mut c: EnsembleConfig = config(name, s)?;
+    c.bootstrap = BootstrapScheme::Classic;
+    Ok(Box::new(Ensemble::new(name, EnsembleKind::Bootstrap, c)?))
+}
+
+fn dropout(name: &str, s: toml::Value, kind: DropoutKind) -> Result<Box<dyn Method>> {
+    Ok(Box::new(DropoutMethod::new(name, kind, config(name, s)?)?))
+}
+
 /// (kind, constructor). A spec's `[methods.NAME]` table selects a kind with `kind = "…"`,
 /// or by its NAME.
+#[rustfmt::skip]
 pub const KINDS: &[(&str, Builder)] = &[
-    ("Ens", |n, s| {
-        Ok(Box::new(Ensemble::new(
-            n,
-            EnsembleKind::Plain,
-            config(n, s)?,
-        )?))
-    }),
-    ("EnsAdvA", |n, s| {
-        Ok(Box::new(Ensemble::new(
-            n,
-            EnsembleKind::Adversarial,
-            config(n, s)?,
-        )?))
-    }),
-    ("EnsBS", |n, s| {
-        Ok(Box::new(Ensemble::new(
-            n,
-            EnsembleKind::Bootstrap,
-            config(n, s)?,
-        )?))
-    }),
-    ("EnsBSClassic", |n, s| {
-        let c: EnsembleConfig = config(n, s)?;
-        Ok(Box::new(Ensemble::new(
-            n,
-            EnsembleKind::Bootstrap,
-            EnsembleConfig {
-                bootstrap: BootstrapScheme::Classic,
-                ..c
-            },
-        )?))
-    }),
-    ("BD", |n, s| {
-        Ok(Box::new(DropoutMethod::new(
-            n,
-            DropoutKind::Bernoulli,
-            config(n, s)?,
-        )?))
-    }),
-    ("CD", |n, s| {
-        Ok(Box::new(DropoutMethod::new(
-            n,
-            DropoutKind::Concrete,
-            config(n, s)?,
-        )?))
-    }),
-    ("VD", |n, s| {
-        Ok(Box::new(DropoutMethod::new(
-            n,
-            DropoutKind::Variational,
-            config(n, s)?,
-        )?))
-    }),
-    ("EnsMCD", |n, s| {
-        Ok(Box::new(EnsMcd::new(n, config(n, s)?)?))
-    }),
+    ("Ens", |n, s| ensemble(n, s, EnsembleKind::Plain)),
+    ("EnsAdvA", |n, s| ensemble(n, s, EnsembleKind::Adversarial)),
+    ("EnsBS", |n, s| ensemble(n, s, EnsembleKind::Bootstrap)),
+    ("EnsBSClassic", classic_bootstrap),
+    ("BD", |n, s| dropout(n, s, DropoutKind::Bernoulli)),
+    ("CD", |n, s| dropout(n, s, DropoutKind::Concrete)),
+    ("VD", |n, s| dropout(n, s, DropoutKind::Variational)),
+    ("EnsMCD", |n, s| Ok(Box::new(EnsMcd::new(n, config(n, s)?)?))),
 ];
 
 /// Builds method `name` from its settings table (possibly empty).

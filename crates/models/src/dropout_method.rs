@@ -6,10 +6,10 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::MethodConfig;
 use crate::dropout::Dropout;
-use crate::engine::{self, Batching, Job, Resources, TrainSettings};
+use crate::engine::{self, Job, Resources, TrainSettings};
 use crate::error::ModelError;
-use crate::mlp::MlpShape;
 use crate::task::{Family, IntervalSetting, Method, RepOutput, Task};
 
 /// Which dropout method.
@@ -54,27 +54,10 @@ impl Default for Tau {
     }
 }
 
-/// Settings of the dropout methods. Defaults: [000]'s network and optimiser; the dropout
-/// specifics as documented per field.
+/// The dropout methods' own settings, with defaults as documented per field.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct DropoutConfig {
-    /// Hidden widths (128, 64, 32); the dropout acts on the last hidden layer's output.
-    pub hidden: Vec<usize>,
-    /// Leaky-ReLU slope (0.01).
-    pub negative_slope: f64,
-    /// Adam learning rate (1e-2).
-    pub lr: f64,
-    /// Adam β₁ (0.9).
-    pub beta1: f64,
-    /// Adam β₂ (0.999).
-    pub beta2: f64,
-    /// Adam ε (1e-8).
-    pub eps: f64,
-    /// L2 factor on the weights; 1/N when not set (spec §3).
-    pub weight_decay: Option<f64>,
-    /// Mini-batch size; full batch when not set (spec §3).
-    pub batch_size: Option<usize>,
+pub struct DropoutSettings {
     /// Stochastic passes T at prediction (200). The Monte-Carlo error of the reported mean
     /// is std/√T (7% of the std), of the reported std about std/√(2(T − 1)) (5%).
     pub passes: usize,
@@ -98,9 +81,6 @@ pub struct DropoutConfig {
     /// whose σ is known); see [`Tau`]. Not used with the heteroscedastic head, whose data term
     /// is the full Gaussian NLL (τ = 1).
     pub tau: Tau,
-    /// Standardise every input dimension by the training inputs' mean and sd before training
-    /// (and the test inputs by the same map).
-    pub standardize: bool,
     /// Intervals from mean ± z·std of the passes (`normal`, [000]) or from their empirical
     /// quantiles (`empirical`).
     pub intervals: IntervalSetting,
@@ -109,17 +89,9 @@ pub struct DropoutConfig {
     pub heteroscedastic: bool,
 }
 
-impl Default for DropoutConfig {
+impl Default for DropoutSettings {
     fn default() -> Self {
-        DropoutConfig {
-            hidden: vec![128, 64, 32],
-            negative_slope: 0.01,
-            lr: 1e-2,
-            beta1: 0.9,
-            beta2: 0.999,
-            eps: 1e-8,
-            weight_decay: None,
-            batch_size: None,
+        DropoutSettings {
             passes: 200,
             p: 0.1,
             init_p: 0.1,
@@ -129,12 +101,15 @@ impl Default for DropoutConfig {
             init_alpha: 1.0 / 9.0,
             kl_factor: 1.0,
             tau: Tau::default(),
-            standardize: false,
             intervals: IntervalSetting::Normal,
             heteroscedastic: false,
         }
     }
 }
+
+/// Settings of the dropout methods: [000]'s network and optimiser (`batch_size`: shuffled
+/// mini-batches) and [`DropoutSettings`].
+pub type DropoutConfig = MethodConfig<DropoutSettings>;
 
 /// A dropout method.
 #[derive(Debug, Clone)]
@@ -189,14 +164,8 @@ impl DropoutMethod {
             },
             other => other,
         })?;
-        MlpShape {
-            d_in: 1,
-            hidden: method.config.hidden.clone(),
-            d_out: 1,
-            negative_slope: method.config.negative_slope,
-        }
-        .validate()?;
-        if method.config.hidden.is_empty() {
+        method.config.net.shape(1, 1).validate()?;
+        if method.config.net.hidden.is_empty() {
             return Err(ModelError::invalid(
                 format!("{name}.hidden"),
                 "[]",
@@ -255,20 +224,10 @@ impl DropoutMethod {
         let c = &self.config;
         let n = task.n_train();
         Ok(TrainSettings {
-            epochs: task.epochs,
-            lr: c.lr,
-            beta1: c.beta1,
-            beta2: c.beta2,
-            eps: c.eps,
-            weight_decay: c.weight_decay.unwrap_or(1.0 / n as f64),
-            batching: match c.batch_size {
-                Some(size) if size < n => Batching::Shuffled { size },
-                _ => Batching::Full,
-            },
-            adversarial: None,
             dropout: Some(self.dropout(n, self.tau(task)?)),
             heteroscedastic: c.heteroscedastic,
             mc_passes: c.passes,
+            ..c.optim.settings(task.epochs, n)
         })
     }
 }
@@ -292,15 +251,10 @@ impl Method for DropoutMethod {
         task.validate()?;
         let c = &self.config;
         let d_out = if c.heteroscedastic { 2 } else { 1 };
-        let shape = MlpShape {
-            d_in: task.d,
-            hidden: c.hidden.clone(),
-            d_out,
-            negative_slope: c.negative_slope,
-        };
+        let shape = c.net.shape(task.d, d_out);
         let reps = task.repetitions.len();
         let replicas = task.replicas(&self.name, 1);
-        let (x_train, x_test) = task.inputs_f32(c.standardize);
+        let (x_train, x_test) = task.inputs_f32(c.net.standardize);
         let targets = task.y_train_f32();
         let job = Job {
             shape: &shape,
@@ -391,14 +345,11 @@ mod tests {
         // 5.25), p = 0.2 (p ln p + (1 − p) ln(1 − p) = −0.500402), l = 0.1, N = 50, τ = 1:
         // 2e-4·5.25/0.8 + 0.04·3·(−0.500402) = −0.0587357. Our data term is ½·MSE, so our
         // regulariser must be half of that: −0.0293679.
-        let cd = DropoutMethod::new(
-            "CD",
-            DropoutKind::Concrete,
-            DropoutConfig {
-                length_scale: 0.1,
-                ..DropoutConfig::default()
-            },
-        )
+        let cd = DropoutMethod::new("CD", DropoutKind::Concrete, {
+            let mut c = DropoutConfig::default();
+            c.length_scale = 0.1;
+            c
+        })
         .unwrap();
         let dropout = cd.dropout(50, 1.0);
         let device = burn::tensor::Device::flex();
@@ -433,10 +384,8 @@ mod tests {
                 setting: String::new(),
             },
         };
-        let config = DropoutConfig {
-            tau: Tau::Known(KnownSigma::Known),
-            ..DropoutConfig::default()
-        };
+        let mut config = DropoutConfig::default();
+        config.tau = Tau::Known(KnownSigma::Known);
         let vd = DropoutMethod::new("VD", DropoutKind::Variational, config.clone()).unwrap();
         // σ = 0.75: τ = 1/0.5625, KL weight 1/(τN) = 0.5625/50.
         let tau = vd.tau(&make(Some(0.75))).unwrap();
@@ -469,15 +418,11 @@ mod tests {
             (Tau::Value(2.0), true, "heteroscedastic"),
             (Tau::Value(0.0), false, "CD.tau = 0"),
         ] {
-            let e = DropoutMethod::new(
-                "CD",
-                DropoutKind::Concrete,
-                DropoutConfig {
-                    tau,
-                    heteroscedastic: hetero,
-                    ..DropoutConfig::default()
-                },
-            )
+            let e = DropoutMethod::new("CD", DropoutKind::Concrete, {
+                let mut c = DropoutConfig::default();
+                (c.tau, c.heteroscedastic) = (tau, hetero);
+                c
+            })
             .unwrap_err()
             .to_string();
             assert!(e.contains(needle), "{e}");

@@ -15,9 +15,10 @@ use burn::tensor::{Device, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 use uqbench_anchor::Rng;
 
-use crate::dropout::Dropout;
 use std::ops::Range;
 
+use crate::config::MethodConfig;
+use crate::dropout::Dropout;
 use crate::engine::{run_chunks, ChunkOut, ChunkTrainer, Resources};
 use crate::error::ModelError;
 use crate::kernels::KernelPath;
@@ -25,37 +26,32 @@ use crate::mlp::{xavier_init, MlpShape};
 use crate::optim::{AdamConfig, AdamState};
 use crate::task::{combine_members, Family, Member, Method, RepOutput, Task};
 
-/// Settings of the ensemble of MC-dropout networks.
+/// The ensemble of MC-dropout networks' own settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct EnsMcdConfig {
+pub struct EnsMcdSettings {
     /// Members M (10).
     pub members: usize,
     /// Drop rate p of every member (0.1).
     pub p: f64,
     /// Prediction passes T per member (20).
     pub passes: usize,
-    /// Hidden widths (128, 64, 32); dropout acts on the last hidden layer's output.
-    pub hidden: Vec<usize>,
-    /// Adam learning rate (1e-2).
-    pub lr: f64,
-    /// L2 factor λ on the weights (not the biases, as the engine and MATLAB); 1/N when not
-    /// set.
-    pub weight_decay: Option<f64>,
 }
 
-impl Default for EnsMcdConfig {
+impl Default for EnsMcdSettings {
     fn default() -> Self {
-        EnsMcdConfig {
+        EnsMcdSettings {
             members: 10,
             p: 0.1,
             passes: 20,
-            hidden: vec![128, 64, 32],
-            lr: 1e-2,
-            weight_decay: None,
         }
     }
 }
+
+/// Settings of the ensemble of MC-dropout networks: the shared network and optimiser
+/// (full batch only; λ on the weights, not the biases, as the engine and MATLAB) and
+/// [`EnsMcdSettings`].
+pub type EnsMcdConfig = MethodConfig<EnsMcdSettings>;
 
 /// R replicas of one linear layer.
 #[derive(Module, Debug)]
@@ -79,6 +75,9 @@ impl BatchedLinear {
 pub struct McdNet {
     /// The layers, input to output.
     pub layers: Vec<BatchedLinear>,
+    /// The leaky-ReLU slope: a constant of the network, not a parameter.
+    #[module(skip)]
+    pub negative_slope: f64,
 }
 
 impl McdNet {
@@ -95,7 +94,10 @@ impl McdNet {
                 bias: Param::from_data(TensorData::new(b, [r, 1, o]), device),
             })
             .collect();
-        McdNet { layers }
+        McdNet {
+            layers,
+            negative_slope: shape.negative_slope,
+        }
     }
 
     /// Which parameters take weight decay, in visiting order: each layer's weight, not its
@@ -122,7 +124,7 @@ impl McdNet {
         let last = self.layers.len() - 1;
         let mut h = x;
         for layer in &self.layers[..last] {
-            h = burn::tensor::activation::leaky_relu(layer.forward(h), 0.01);
+            h = burn::tensor::activation::leaky_relu(layer.forward(h), self.negative_slope);
         }
         if let Some(mask) = mask {
             h = h * mask;
@@ -149,13 +151,21 @@ impl EnsMcd {
             ));
         }
         Dropout::Bernoulli { p: config.p }.validate()?;
-        MlpShape {
-            d_in: 1,
-            hidden: config.hidden.clone(),
-            d_out: 1,
-            negative_slope: 0.01,
+        config.net.shape(1, 1).validate()?;
+        if config.net.hidden.is_empty() {
+            return Err(ModelError::invalid(
+                format!("{name}.hidden"),
+                "[]",
+                "at least one hidden layer to apply dropout to",
+            ));
         }
-        .validate()?;
+        if let Some(size) = config.optim.batch_size {
+            return Err(ModelError::invalid(
+                format!("{name}.batch_size"),
+                size,
+                "leave it out: EnsMCD trains full-batch",
+            ));
+        }
         Ok(EnsMcd {
             name: name.to_string(),
             config,
@@ -189,21 +199,17 @@ impl Method for EnsMcd {
             .iter()
             .flat_map(|&k| task.y_train[k].iter().map(|&v| v as f32))
             .collect();
+        let (x_train, x_test) = task.inputs_f32(c.net.standardize);
         let trainer = McdTrainer {
             config: c,
-            shape: MlpShape {
-                d_in: task.d,
-                hidden: c.hidden.clone(),
-                d_out: 1,
-                negative_slope: 0.01,
-            },
-            x_train: task.x_train_f32(),
-            x_test: task.x_test_f32(),
+            shape: c.net.shape(task.d, 1),
+            x_train,
+            x_test,
             y,
             init: &replicas.init,
             stream: &replicas.stream,
             epochs: task.epochs,
-            lambda: c.weight_decay.unwrap_or(1.0 / task.n_train() as f64),
+            lambda: c.optim.lambda(task.n_train()),
             device: resources.device.clone(),
             path: resources.kernel_path(),
         };
@@ -280,6 +286,7 @@ impl ChunkTrainer for McdTrainer<'_> {
         let (n, m) = self.points();
         let d = self.shape.d_in;
         let k = *c
+            .net
             .hidden
             .last()
             .expect("validated: at least one hidden layer");
@@ -294,10 +301,10 @@ impl ChunkTrainer for McdTrainer<'_> {
         let mut model = McdNet::init(&self.shape, &self.init[range.clone()], &device);
         let decay = model.decay_mask();
         let adam = AdamConfig {
-            lr: c.lr,
-            beta1: 0.9,
-            beta2: 0.999,
-            eps: 1e-8,
+            lr: c.optim.lr,
+            beta1: c.optim.beta1,
+            beta2: c.optim.beta2,
+            eps: c.optim.eps,
         };
         let mut optim = AdamState::new();
         let x = Tensor::<3>::from_data(TensorData::new(self.x_train.clone(), [1, n, d]), &device);

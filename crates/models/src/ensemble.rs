@@ -4,9 +4,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::MethodConfig;
 use crate::engine::{self, Batching, Job, Resources, TrainSettings};
 use crate::error::ModelError;
-use crate::mlp::MlpShape;
 use crate::task::{combine_members, IntervalSetting, Member, Method, RepOutput, Task};
 
 /// Which ensemble.
@@ -33,28 +33,12 @@ pub enum BootstrapScheme {
     Classic,
 }
 
-/// Settings of the ensemble methods, with [000]'s values as defaults.
+/// The ensemble methods' own settings, with [000]'s values as defaults.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct EnsembleConfig {
+pub struct EnsembleSettings {
     /// Members per ensemble (spec §3: 120).
     pub members: usize,
-    /// Hidden widths (spec §3: 128, 64, 32).
-    pub hidden: Vec<usize>,
-    /// Leaky-ReLU slope (0.01).
-    pub negative_slope: f64,
-    /// Adam learning rate (1e-2).
-    pub lr: f64,
-    /// Adam β₁ (0.9).
-    pub beta1: f64,
-    /// Adam β₂ (0.999).
-    pub beta2: f64,
-    /// Adam ε (1e-8).
-    pub eps: f64,
-    /// L2 factor on the weights; 1/N when not set (spec §3).
-    pub weight_decay: Option<f64>,
-    /// Mini-batch size for Ens and EnsAdvA; full batch when not set (spec §3).
-    pub batch_size: Option<usize>,
     /// EnsAdvA: ε as a fraction of each input dimension's training range (0.01).
     pub adversarial_fraction: f64,
     /// EnsBS: resampling scheme.
@@ -63,35 +47,27 @@ pub struct EnsembleConfig {
     pub batch_fraction: f64,
     /// EnsBS (paper scheme): mini-batches per epoch (2).
     pub batches_per_epoch: usize,
-    /// Standardise every input dimension by the training inputs' mean and sd before training
-    /// (and the test inputs by the same map).
-    pub standardize: bool,
     /// Intervals from mean ± z·std of the members (`normal`, [000]) or from their empirical
     /// quantiles (`empirical`).
     pub intervals: IntervalSetting,
 }
 
-impl Default for EnsembleConfig {
+impl Default for EnsembleSettings {
     fn default() -> Self {
-        EnsembleConfig {
+        EnsembleSettings {
             members: 120,
-            hidden: vec![128, 64, 32],
-            negative_slope: 0.01,
-            lr: 1e-2,
-            beta1: 0.9,
-            beta2: 0.999,
-            eps: 1e-8,
-            weight_decay: None,
-            batch_size: None,
             adversarial_fraction: 0.01,
             bootstrap: BootstrapScheme::Paper,
             batch_fraction: 0.5,
             batches_per_epoch: 2,
-            standardize: false,
             intervals: IntervalSetting::Normal,
         }
     }
 }
+
+/// Settings of the ensemble methods: network, optimiser (`batch_size` for Ens and EnsAdvA;
+/// EnsBS batches by its scheme) and [`EnsembleSettings`].
+pub type EnsembleConfig = MethodConfig<EnsembleSettings>;
 
 /// An ensemble method.
 #[derive(Debug, Clone)]
@@ -130,13 +106,7 @@ impl Ensemble {
                 "a fraction in (0, 1]",
             ));
         }
-        MlpShape {
-            d_in: 1,
-            hidden: config.hidden.clone(),
-            d_out: 1,
-            negative_slope: config.negative_slope,
-        }
-        .validate()?;
+        config.net.shape(1, 1).validate()?;
         Ok(Ensemble {
             name: name.to_string(),
             kind,
@@ -159,29 +129,18 @@ impl Ensemble {
                 per_epoch: c.batches_per_epoch,
             },
             (EnsembleKind::Bootstrap, BootstrapScheme::Classic) => Batching::Resample,
-            _ => match c.batch_size {
-                Some(size) if size < n => Batching::Shuffled { size },
-                _ => Batching::Full,
-            },
+            _ => c.optim.settings(task.epochs, n).batching,
         };
         let adversarial = (self.kind == EnsembleKind::Adversarial).then(|| {
-            task.input_range(c.standardize)
+            task.input_range(c.net.standardize)
                 .iter()
                 .map(|r| r * c.adversarial_fraction)
                 .collect()
         });
         TrainSettings {
-            epochs: task.epochs,
-            lr: c.lr,
-            beta1: c.beta1,
-            beta2: c.beta2,
-            eps: c.eps,
-            weight_decay: c.weight_decay.unwrap_or(1.0 / n as f64),
             batching,
             adversarial,
-            dropout: None,
-            heteroscedastic: false,
-            mc_passes: 1,
+            ..c.optim.settings(task.epochs, n)
         }
     }
 }
@@ -204,15 +163,10 @@ impl Method for Ensemble {
     ) -> Result<Vec<RepOutput>, ModelError> {
         task.validate()?;
         let members = self.config.members;
-        let shape = MlpShape {
-            d_in: task.d,
-            hidden: self.config.hidden.clone(),
-            d_out: 1,
-            negative_slope: self.config.negative_slope,
-        };
+        let shape = self.config.net.shape(task.d, 1);
         let reps = task.repetitions.len();
         let replicas = task.replicas(&self.name, members);
-        let (x_train, x_test) = task.inputs_f32(self.config.standardize);
+        let (x_train, x_test) = task.inputs_f32(self.config.net.standardize);
         let targets = task.y_train_f32();
         let job = Job {
             shape: &shape,

@@ -3,6 +3,7 @@
 //! as host arrays.
 
 pub mod backend;
+pub mod config;
 pub mod dropout;
 pub mod dropout_method;
 pub mod engine;
@@ -15,11 +16,12 @@ pub mod optim;
 pub mod task;
 
 pub use backend::{open_device, wgpu_status, BackendKind};
+pub use config::{MethodConfig, NetConfig, OptimConfig};
 pub use dropout::Dropout;
-pub use dropout_method::{DropoutConfig, DropoutKind, DropoutMethod, Tau};
+pub use dropout_method::{DropoutConfig, DropoutKind, DropoutMethod, DropoutSettings, Tau};
 pub use engine::{train, Batching, Job, Resources, TrainOutput, TrainSettings};
-pub use ens_mcd::{EnsMcd, EnsMcdConfig};
-pub use ensemble::{BootstrapScheme, Ensemble, EnsembleConfig, EnsembleKind};
+pub use ens_mcd::{EnsMcd, EnsMcdConfig, EnsMcdSettings};
+pub use ensemble::{BootstrapScheme, Ensemble, EnsembleConfig, EnsembleKind, EnsembleSettings};
 pub use error::ModelError;
 pub use mlp::{xavier_init, HostWeights, MlpShape};
 pub use task::{

@@ -50,9 +50,10 @@ fn run(
 }
 
 fn quick() -> DropoutConfig {
-    DropoutConfig {
-        passes: 50,
-        ..DropoutConfig::default()
+    {
+        let mut c: DropoutConfig = DropoutConfig::default();
+        c.passes = 50;
+        c
     }
 }
 
@@ -151,9 +152,10 @@ fn a_repetition_alone_equals_the_same_repetition_in_a_batch() {
         let batch = run(
             &p,
             kind,
-            DropoutConfig {
-                passes: 10,
-                ..quick()
+            {
+                let mut c: DropoutConfig = quick();
+                c.passes = 10;
+                c
             },
             &[0, 1, 2],
             true,
@@ -161,9 +163,10 @@ fn a_repetition_alone_equals_the_same_repetition_in_a_batch() {
         let alone = run(
             &p,
             kind,
-            DropoutConfig {
-                passes: 10,
-                ..quick()
+            {
+                let mut c: DropoutConfig = quick();
+                c.passes = 10;
+                c
             },
             &[1],
             true,
@@ -189,9 +192,10 @@ fn heteroscedastic_head_estimates_the_noise() {
     // cubic_hetero: σ(x) = 0.1 + x² on x ∈ [−0.5, 0.5], so σ ≈ 0.1 near 0 and ≈ 0.3 at the
     // ends; the estimated noise sd must follow (ends above the centre by a clear margin).
     let p = problem("cubic_hetero.toml", &[]);
-    let cfg = DropoutConfig {
-        heteroscedastic: true,
-        ..quick()
+    let cfg = {
+        let mut c: DropoutConfig = quick();
+        c.heteroscedastic = true;
+        c
     };
     let o = &run(&p, DropoutKind::Concrete, cfg, &[0], false)[0];
     let noise = o
@@ -219,35 +223,46 @@ fn bad_settings_are_clear_errors() {
     for (kind, cfg, needle) in [
         (
             DropoutKind::Bernoulli,
-            DropoutConfig { p: 0.0, ..quick() },
+            {
+                let mut c: DropoutConfig = quick();
+                c.p = 0.0;
+                c
+            },
             "dropout p = 0",
         ),
         (
             DropoutKind::Bernoulli,
-            DropoutConfig { p: 1.5, ..quick() },
+            {
+                let mut c: DropoutConfig = quick();
+                c.p = 1.5;
+                c
+            },
             "dropout p = 1.5",
         ),
         (
             DropoutKind::Bernoulli,
-            DropoutConfig {
-                passes: 0,
-                ..quick()
+            {
+                let mut c: DropoutConfig = quick();
+                c.passes = 0;
+                c
             },
             "BD.passes = 0",
         ),
         (
             DropoutKind::Concrete,
-            DropoutConfig {
-                init_p: 1.0,
-                ..quick()
+            {
+                let mut c: DropoutConfig = quick();
+                c.init_p = 1.0;
+                c
             },
             "concrete init_p = 1",
         ),
         (
             DropoutKind::Variational,
-            DropoutConfig {
-                init_alpha: -1.0,
-                ..quick()
+            {
+                let mut c: DropoutConfig = quick();
+                c.init_alpha = -1.0;
+                c
             },
             "init_alpha = -1",
         ),

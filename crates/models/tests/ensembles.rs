@@ -49,9 +49,10 @@ fn run(kind: EnsembleKind, config: EnsembleConfig, reps: &[u64], samples: bool) 
 }
 
 fn small() -> EnsembleConfig {
-    EnsembleConfig {
-        members: 8,
-        ..EnsembleConfig::default()
+    {
+        let mut c: EnsembleConfig = EnsembleConfig::default();
+        c.members = 8;
+        c
     }
 }
 
@@ -118,9 +119,10 @@ fn members_depend_only_on_their_own_seed() {
     // Member m of repetition r is the same network whether the ensemble has 4 or 8 members.
     let four = run(
         EnsembleKind::Plain,
-        EnsembleConfig {
-            members: 4,
-            ..small()
+        {
+            let mut c: EnsembleConfig = small();
+            c.members = 4;
+            c
         },
         &[3],
         true,
@@ -148,9 +150,10 @@ fn adversarial_and_bootstrap_variants_train_differently() {
     let bs = run(EnsembleKind::Bootstrap, small(), &[0], false);
     let classic = run(
         EnsembleKind::Bootstrap,
-        EnsembleConfig {
-            bootstrap: BootstrapScheme::Classic,
-            ..small()
+        {
+            let mut c: EnsembleConfig = small();
+            c.bootstrap = BootstrapScheme::Classic;
+            c
         },
         &[0],
         false,
@@ -183,25 +186,19 @@ fn adversarial_and_bootstrap_variants_train_differently() {
 
 #[test]
 fn bad_configs_are_clear_errors() {
-    let e = Ensemble::new(
-        "Ens",
-        EnsembleKind::Plain,
-        EnsembleConfig {
-            members: 0,
-            ..small()
-        },
-    )
+    let e = Ensemble::new("Ens", EnsembleKind::Plain, {
+        let mut c: EnsembleConfig = small();
+        c.members = 0;
+        c
+    })
     .unwrap_err()
     .to_string();
     assert!(e.contains("Ens.members = 0"), "{e}");
-    let e = Ensemble::new(
-        "EnsBS",
-        EnsembleKind::Bootstrap,
-        EnsembleConfig {
-            batch_fraction: 1.5,
-            ..small()
-        },
-    )
+    let e = Ensemble::new("EnsBS", EnsembleKind::Bootstrap, {
+        let mut c: EnsembleConfig = small();
+        c.batch_fraction = 1.5;
+        c
+    })
     .unwrap_err()
     .to_string();
     assert!(e.contains("batch_fraction = 1.5"), "{e}");
@@ -236,15 +233,11 @@ fn the_autodiff_route_runs_on_the_trainer_and_chunks_do_not_change_it() {
             setting: "f_main=1".into(),
         },
     };
-    let method = EnsMcd::new(
-        "EnsMCD",
-        EnsMcdConfig {
-            members: 3,
-            passes: 4,
-            hidden: vec![16, 8],
-            ..EnsMcdConfig::default()
-        },
-    )
+    let method = EnsMcd::new("EnsMCD", {
+        let mut c = EnsMcdConfig::default();
+        (c.members, c.passes, c.net.hidden) = (3, 4, vec![16, 8]);
+        c
+    })
     .unwrap();
     let device = open_device(BackendKind::Flex).unwrap();
     let mut one = Resources::new(BackendKind::Flex, device.clone());
