@@ -568,6 +568,31 @@ mod bench {
     }
 
     #[test]
+    fn the_autodiff_route_benchmarks_too() {
+        // EnsMCD through burn autodiff on the same trainer: its own figure, and it trains (the
+        // mean final objective ends below the ½·variance of the targets, about 0.25 for
+        // y = sin(x) + noise on [−4, 4], after 100 epochs).
+        let o = uqbench(&[
+            "bench",
+            "train",
+            "--replicas",
+            "8",
+            "--epochs",
+            "100",
+            "--route",
+            "autodiff",
+            "--json",
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(v["route"], "autodiff");
+        assert!(v["replica_epochs_per_s"].as_f64().unwrap() > 0.0);
+        let objective = v["final_objective"].as_f64().unwrap();
+        assert!(objective.is_finite() && objective < 0.2, "{v}");
+        assert_eq!(v["diverged"], 0);
+    }
+
+    #[test]
     fn wgpu_without_an_adapter_is_a_clear_error() {
         let o = Command::new(env!("CARGO_BIN_EXE_uqbench"))
             .args([

@@ -345,12 +345,14 @@ mod tests {
         // 5.25), p = 0.2 (p ln p + (1 − p) ln(1 − p) = −0.500402), l = 0.1, N = 50, τ = 1:
         // 2e-4·5.25/0.8 + 0.04·3·(−0.500402) = −0.0587357. Our data term is ½·MSE, so our
         // regulariser must be half of that: −0.0293679.
-        let cd = DropoutMethod::new("CD", DropoutKind::Concrete, {
-            let mut c = DropoutConfig::default();
-            c.length_scale = 0.1;
-            c
-        })
-        .unwrap();
+        let config = DropoutConfig {
+            own: DropoutSettings {
+                length_scale: 0.1,
+                ..DropoutSettings::default()
+            },
+            ..DropoutConfig::default()
+        };
+        let cd = DropoutMethod::new("CD", DropoutKind::Concrete, config).unwrap();
         let dropout = cd.dropout(50, 1.0);
         let device = burn::tensor::Device::flex();
         let w =
@@ -384,8 +386,13 @@ mod tests {
                 setting: String::new(),
             },
         };
-        let mut config = DropoutConfig::default();
-        config.tau = Tau::Known(KnownSigma::Known);
+        let config = DropoutConfig {
+            own: DropoutSettings {
+                tau: Tau::Known(KnownSigma::Known),
+                ..DropoutSettings::default()
+            },
+            ..DropoutConfig::default()
+        };
         let vd = DropoutMethod::new("VD", DropoutKind::Variational, config.clone()).unwrap();
         // σ = 0.75: τ = 1/0.5625, KL weight 1/(τN) = 0.5625/50.
         let tau = vd.tau(&make(Some(0.75))).unwrap();

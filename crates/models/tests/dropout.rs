@@ -4,8 +4,8 @@
 use uqbench_anchor::{Problem, ProblemSpec, Region, Setting};
 use uqbench_models::engine::Resources;
 use uqbench_models::{
-    open_device, BackendKind, DropoutConfig, DropoutKind, DropoutMethod, Method, RepOutput,
-    SeedBase, Task,
+    open_device, BackendKind, DropoutConfig, DropoutKind, DropoutMethod, DropoutSettings, Method,
+    RepOutput, SeedBase, Task,
 };
 
 fn problem(file: &str, setting: &[(&str, f64)]) -> Problem {
@@ -50,10 +50,12 @@ fn run(
 }
 
 fn quick() -> DropoutConfig {
-    {
-        let mut c: DropoutConfig = DropoutConfig::default();
-        c.passes = 50;
-        c
+    DropoutConfig {
+        own: DropoutSettings {
+            passes: 50,
+            ..DropoutSettings::default()
+        },
+        ..DropoutConfig::default()
     }
 }
 

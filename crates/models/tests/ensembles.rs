@@ -3,8 +3,8 @@
 use uqbench_anchor::{Problem, ProblemSpec, Region, Setting};
 use uqbench_models::engine::Resources;
 use uqbench_models::{
-    open_device, BackendKind, BootstrapScheme, Ensemble, EnsembleConfig, EnsembleKind, Method,
-    RepOutput, SeedBase, Task,
+    open_device, BackendKind, BootstrapScheme, Ensemble, EnsembleConfig, EnsembleKind,
+    EnsembleSettings, Method, RepOutput, SeedBase, Task,
 };
 
 fn e1() -> Problem {
@@ -49,10 +49,12 @@ fn run(kind: EnsembleKind, config: EnsembleConfig, reps: &[u64], samples: bool) 
 }
 
 fn small() -> EnsembleConfig {
-    {
-        let mut c: EnsembleConfig = EnsembleConfig::default();
-        c.members = 8;
-        c
+    EnsembleConfig {
+        own: EnsembleSettings {
+            members: 8,
+            ..EnsembleSettings::default()
+        },
+        ..EnsembleConfig::default()
     }
 }
 
@@ -215,7 +217,7 @@ fn the_autodiff_route_runs_on_the_trainer_and_chunks_do_not_change_it() {
     // one replica on two threads must equal one chunk, bit for bit, and progress must count
     // every replica.
     use std::sync::atomic::{AtomicUsize, Ordering};
-    use uqbench_models::{EnsMcd, EnsMcdConfig};
+    use uqbench_models::{EnsMcd, EnsMcdConfig, EnsMcdSettings, NetConfig};
     let p = e1();
     let reps = [0u64, 1];
     let y: Vec<Vec<f64>> = reps.iter().map(|&r| p.draw(r).train_y).collect();
@@ -233,12 +235,19 @@ fn the_autodiff_route_runs_on_the_trainer_and_chunks_do_not_change_it() {
             setting: "f_main=1".into(),
         },
     };
-    let method = EnsMcd::new("EnsMCD", {
-        let mut c = EnsMcdConfig::default();
-        (c.members, c.passes, c.net.hidden) = (3, 4, vec![16, 8]);
-        c
-    })
-    .unwrap();
+    let config = EnsMcdConfig {
+        own: EnsMcdSettings {
+            members: 3,
+            passes: 4,
+            ..EnsMcdSettings::default()
+        },
+        net: NetConfig {
+            hidden: vec![16, 8],
+            ..NetConfig::default()
+        },
+        ..EnsMcdConfig::default()
+    };
+    let method = EnsMcd::new("EnsMCD", config).unwrap();
     let device = open_device(BackendKind::Flex).unwrap();
     let mut one = Resources::new(BackendKind::Flex, device.clone());
     one.chunk = Some(6);

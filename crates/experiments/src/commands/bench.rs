@@ -7,7 +7,10 @@ use clap::{Args, Subcommand};
 use serde_json::json;
 use uqbench_anchor::{Rng, SeedPath};
 use uqbench_models::engine::{self, Job, Resources, TrainSettings};
-use uqbench_models::{open_device, BackendKind, MlpShape};
+use uqbench_models::{
+    open_device, BackendKind, EnsMcd, EnsMcdConfig, EnsMcdSettings, Method, MlpShape, SeedBase,
+    Task,
+};
 
 /// `uqbench bench …`.
 #[derive(Debug, Args)]
@@ -46,6 +49,20 @@ pub struct TrainBench {
     /// Print one JSON line instead of text.
     #[arg(long)]
     json: bool,
+    /// The training route: `engine` (the hand-written network) or `autodiff` (the README's
+    /// burn-module example, EnsMCD: the same network with MC dropout p = 0.1 on its last
+    /// hidden layer, trained through burn autodiff on the same trainer, one prediction pass).
+    #[arg(long, value_enum, default_value = "engine")]
+    route: Route,
+}
+
+/// How `bench train` trains.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Route {
+    /// The hand-written network (every built-in method).
+    Engine,
+    /// burn autodiff on a `#[derive(Module)]` network (EnsMCD).
+    Autodiff,
 }
 
 /// Runs `uqbench bench`.
@@ -99,12 +116,21 @@ fn train(args: &TrainBench) -> Result<()> {
         res.threads = t.max(1);
     }
     let start = Instant::now();
-    let out = engine::train(&job, &settings, &res, &|_| {})?;
+    let (chunk, final_objective, diverged) = match args.route {
+        Route::Engine => {
+            let out = engine::train(&job, &settings, &res, &|_| {})?;
+            let objective = out.final_objective.iter().sum::<f64>() / args.replicas as f64;
+            (
+                Some(out.chunk),
+                objective,
+                out.diverged.iter().filter(|d| **d).count(),
+            )
+        }
+        Route::Autodiff => autodiff(args, &x, &targets[0], &x_test, &res)?,
+    };
     let seconds = start.elapsed().as_secs_f64();
     let replica_epochs = (args.replicas * args.epochs) as f64;
     let flops = 6.0 * args.n as f64 * shape.macs_per_point() as f64 * replica_epochs;
-    let final_objective = out.final_objective.iter().sum::<f64>() / args.replicas as f64;
-    let diverged = out.diverged.iter().filter(|d| **d).count();
     if args.json {
         println!(
             "{}",
@@ -117,7 +143,8 @@ fn train(args: &TrainBench) -> Result<()> {
                 "replica_epochs_per_s": replica_epochs / seconds,
                 "gflops": flops / seconds / 1e9,
                 "final_objective": final_objective,
-                "chunk": out.chunk,
+                "chunk": chunk,
+                "route": format!("{:?}", args.route).to_lowercase(),
                 "threads": res.threads,
                 "diverged": diverged,
             })
@@ -125,13 +152,13 @@ fn train(args: &TrainBench) -> Result<()> {
     } else {
         println!(
             "{} replicas × {} epochs, N = {}, backend {} ({} threads, chunks of {}): {:.2} s, \
-             {:.0} replica-epochs/s, {:.1} GFLOP/s, mean final objective {:.6}{}",
+             {:.0} replica-epochs/s, {:.1} GFLOP/s, mean final objective {:.6}{}{}",
             args.replicas,
             args.epochs,
             args.n,
             args.backend,
             res.threads,
-            out.chunk,
+            chunk.map_or("auto".to_string(), |c| c.to_string()),
             seconds,
             replica_epochs / seconds,
             flops / seconds / 1e9,
@@ -140,8 +167,56 @@ fn train(args: &TrainBench) -> Result<()> {
                 format!(", {diverged} diverged")
             } else {
                 String::new()
+            },
+            if args.route == Route::Autodiff {
+                " (autodiff route: EnsMCD)"
+            } else {
+                ""
             }
         );
     }
     Ok(())
+}
+
+/// The autodiff route: EnsMCD with one member per replica on the same data, through the
+/// `Method` interface a spec uses. Returns (replicas per chunk if asked for, mean final
+/// objective, diverged replicas).
+fn autodiff(
+    args: &TrainBench,
+    x: &[f32],
+    y: &[f32],
+    x_test: &[f32],
+    res: &Resources,
+) -> Result<(Option<usize>, f64, usize)> {
+    let widen = |v: &[f32]| v.iter().map(|&a| f64::from(a)).collect::<Vec<f64>>();
+    let (x, y, x_test) = (widen(x), vec![widen(y)], widen(x_test));
+    let task = Task {
+        d: 1,
+        x_train: &x,
+        y_train: &y,
+        repetitions: &[0],
+        x_test: &x_test,
+        epochs: args.epochs,
+        known_sigma: None,
+        seeds: SeedBase {
+            base: 0,
+            experiment: "bench".into(),
+            setting: String::new(),
+        },
+    };
+    let config = EnsMcdConfig {
+        own: EnsMcdSettings {
+            members: args.replicas,
+            passes: 1,
+            ..EnsMcdSettings::default()
+        },
+        ..EnsMcdConfig::default()
+    };
+    let method = EnsMcd::new("EnsMCD", config)?;
+    let out = method.run(&task, res, false, &|_| {})?;
+    let scalars = &out[0].scalars;
+    let objective = scalars.get("final_objective").copied().unwrap_or(f64::NAN);
+    let diverged = scalars.get("diverged_members").copied().unwrap_or(0.0) as usize;
+    // EnsMCD does not report its chunk size; it is the one asked for, or the memory plan's.
+    Ok((res.chunk, objective, diverged))
 }
