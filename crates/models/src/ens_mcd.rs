@@ -9,7 +9,7 @@
 //! ([`McdNet`]), the training and prediction ([`EnsMcd::run`]); plus one line in the
 //! registry (`crates/experiments/src/registry.rs`).
 
-use burn::module::{Module, Param};
+use burn::module::Module;
 use burn::optim::GradientsParams;
 use burn::tensor::{Device, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
@@ -22,6 +22,7 @@ use crate::dropout::Dropout;
 use crate::engine::{run_chunks, ChunkOut, ChunkTrainer, Resources};
 use crate::error::ModelError;
 use crate::kernels::KernelPath;
+use crate::layers::{BatchedLinear, BatchedLinearConfig, LeakyRelu, McDropout};
 use crate::mlp::{xavier_init, MlpShape};
 use crate::optim::{AdamConfig, AdamState};
 use crate::task::{combine_members, Family, Member, Method, RepOutput, Task};
@@ -53,31 +54,15 @@ impl Default for EnsMcdSettings {
 /// [`EnsMcdSettings`].
 pub type EnsMcdConfig = MethodConfig<EnsMcdSettings>;
 
-/// R replicas of one linear layer.
-#[derive(Module, Debug)]
-pub struct BatchedLinear {
-    /// Weights `[R, in, out]`.
-    pub weight: Param<Tensor<3>>,
-    /// Biases `[R, 1, out]`.
-    pub bias: Param<Tensor<3>>,
-}
-
-impl BatchedLinear {
-    /// # Shapes
-    /// - `x`: `[1 or R, n, in]` → `[R, n, out]`
-    pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
-        x.matmul(self.weight.val()) + self.bias.val()
-    }
-}
-
 /// R replicas of the MLP, with MC dropout on the last hidden layer.
 #[derive(Module, Debug)]
 pub struct McdNet {
-    /// The layers, input to output.
+    /// The linear layers, input to output.
     pub layers: Vec<BatchedLinear>,
-    /// The leaky-ReLU slope: a constant of the network, not a parameter.
-    #[module(skip)]
-    pub negative_slope: f64,
+    /// The activation after every hidden layer.
+    pub activation: LeakyRelu,
+    /// MC dropout on the last hidden layer's output.
+    pub dropout: McDropout,
 }
 
 impl McdNet {
@@ -89,14 +74,16 @@ impl McdNet {
             .layers
             .into_iter()
             .zip(shape.layers())
-            .map(|((w, b), (i, o))| BatchedLinear {
-                weight: Param::from_data(TensorData::new(w, [r, i, o]), device),
-                bias: Param::from_data(TensorData::new(b, [r, 1, o]), device),
+            .map(|((w, b), (d_in, d_out))| {
+                BatchedLinearConfig { d_in, d_out }.from_host(w, b, r, device)
             })
             .collect();
         McdNet {
             layers,
-            negative_slope: shape.negative_slope,
+            activation: LeakyRelu {
+                slope: shape.negative_slope,
+            },
+            dropout: McDropout,
         }
     }
 
@@ -124,12 +111,9 @@ impl McdNet {
         let last = self.layers.len() - 1;
         let mut h = x;
         for layer in &self.layers[..last] {
-            h = burn::tensor::activation::leaky_relu(layer.forward(h), self.negative_slope);
+            h = self.activation.forward(layer.forward(h));
         }
-        if let Some(mask) = mask {
-            h = h * mask;
-        }
-        self.layers[last].forward(h)
+        self.layers[last].forward(self.dropout.forward(h, mask))
     }
 }
 

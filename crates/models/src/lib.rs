@@ -11,6 +11,7 @@ pub mod ens_mcd;
 pub mod ensemble;
 pub mod error;
 pub mod kernels;
+pub mod layers;
 pub mod mlp;
 pub mod optim;
 pub mod task;

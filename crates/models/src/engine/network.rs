@@ -19,6 +19,7 @@ use burn::tensor::{Device, Tensor, TensorData};
 use super::head::Head;
 use crate::dropout::{self, Dropout, LastCache};
 use crate::kernels::{self, AdamStep, KernelPath};
+use crate::layers::linear_backward;
 use crate::mlp::HostWeights;
 
 /// One chunk's parameters and Adam moments on the device.
@@ -227,17 +228,18 @@ impl Network {
                 }
                 _ => {
                     // A shared input [1, n, in] broadcasts against δ [R, n, out] to [R, in, out].
-                    gw[l] = Some(
-                        cache.inputs[l]
-                            .clone()
-                            .swap_dims(1, 2)
-                            .matmul(delta.clone()),
+                    let g = linear_backward(
+                        &cache.inputs[l],
+                        delta.clone(),
+                        &s.w[l],
+                        l > 0 || want_input,
                     );
-                    gb[l] = Some(delta.clone().sum_dim(1));
-                    if l == 0 && !want_input {
-                        break;
+                    gw[l] = Some(g.weight);
+                    gb[l] = Some(g.bias);
+                    match g.input {
+                        Some(back) => back,
+                        None => break,
                     }
-                    delta.clone().matmul(s.w[l].clone().swap_dims(1, 2))
                 }
             };
             if l == 0 {
