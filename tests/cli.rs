@@ -236,6 +236,45 @@ fn backends_lists_every_backend() {
     }
 }
 
+#[test]
+fn a_software_gpu_is_refused_unless_allowed() {
+    // The test machines' only Vulkan adapter is lavapipe (llvmpipe), a software rasterizer:
+    // `backends` names it as such, and a wgpu run on it is a clear error without
+    // --allow-software-gpu that leaves no run directory behind.
+    if std::env::var("UQBENCH_SKIP_WGPU").is_ok_and(|v| v == "1") {
+        return;
+    }
+    let o = uqbench(&["backends"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("software rasterizer"), "{out}");
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("run");
+    let o = Command::new(env!("CARGO_BIN_EXE_uqbench"))
+        .args([
+            "run",
+            "experiments/e1.toml",
+            "--profile",
+            "quick",
+            "--backend",
+            "wgpu",
+            "--out",
+            dir.to_str().unwrap(),
+        ])
+        .current_dir(root())
+        .env_remove("UQBENCH_ALLOW_SOFTWARE_GPU")
+        .output()
+        .unwrap();
+    assert_clean_error(
+        &o,
+        &[
+            "software rasterizer",
+            "--allow-software-gpu",
+            "--backend flex",
+        ],
+    );
+    assert!(!dir.exists(), "a refused run must not create its directory");
+}
+
 mod metrics_command {
     use super::*;
 
@@ -516,6 +555,7 @@ mod bench {
     use super::*;
 
     fn bench_json(backend: &str) -> serde_json::Value {
+        // CI's wgpu adapter is lavapipe, a software rasterizer: allowed here on purpose.
         let o = uqbench(&[
             "bench",
             "train",
@@ -528,6 +568,7 @@ mod bench {
             "--backend",
             backend,
             "--json",
+            "--allow-software-gpu",
         ]);
         assert!(o.status.success(), "{backend}: {}", stderr(&o));
         let text = String::from_utf8_lossy(&o.stdout);

@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
 use burn::tensor::wgpu::WgpuBackend;
@@ -69,27 +70,89 @@ fn wgpu_device() -> &'static Result<Device, String> {
     })
 }
 
-/// Whether a wgpu (Vulkan) adapter is present: its name, or why not.
-pub fn wgpu_status() -> Result<String, String> {
+/// The wgpu adapter a device runs on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WgpuAdapter {
+    /// The adapter's name, as the driver reports it.
+    pub name: String,
+    /// A software rasterizer on the CPU (lavapipe/llvmpipe, SwiftShader, WARP) rather than a
+    /// GPU: no physical device behind it, or a known software driver's name.
+    pub software: bool,
+}
+
+impl fmt::Display for WgpuAdapter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "`{}` ({})",
+            self.name,
+            if self.software {
+                "software rasterizer on the CPU"
+            } else {
+                "GPU"
+            }
+        )
+    }
+}
+
+/// Whether a name is a known software Vulkan/D3D driver's.
+fn software_name(name: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    [
+        "llvmpipe",
+        "lavapipe",
+        "swiftshader",
+        "softpipe",
+        "microsoft basic render",
+    ]
+    .iter()
+    .any(|s| n.contains(s))
+}
+
+/// Whether a wgpu (Vulkan) adapter is present: which, or why not.
+pub fn wgpu_status() -> Result<WgpuAdapter, String> {
     match wgpu_device() {
-        Ok(device) => Ok(device
-            .identity()
-            .map(|id| id.name.to_string())
-            .unwrap_or_else(|| "unnamed adapter".to_string())),
+        Ok(device) => Ok(match device.identity() {
+            Some(id) => WgpuAdapter {
+                software: id.physical.is_none() || software_name(&id.name),
+                name: id.name.to_string(),
+            },
+            None => WgpuAdapter {
+                name: "unnamed adapter".to_string(),
+                software: false,
+            },
+        }),
         Err(e) => Err(e.clone()),
     }
 }
 
-/// Opens the (non-autodiff) device of a backend.
+static ALLOW_SOFTWARE_GPU: AtomicBool = AtomicBool::new(false);
+
+/// Lets `--backend wgpu` run on a software adapter (lavapipe in CI and tests), for the rest of
+/// the process. Without it, or `UQBENCH_ALLOW_SOFTWARE_GPU=1`, a software adapter is an
+/// error: it is hundreds of times slower than a GPU and far slower than `--backend flex`.
+pub fn allow_software_gpu() {
+    ALLOW_SOFTWARE_GPU.store(true, Ordering::SeqCst);
+}
+
+fn software_gpu_allowed() -> bool {
+    ALLOW_SOFTWARE_GPU.load(Ordering::SeqCst)
+        || std::env::var("UQBENCH_ALLOW_SOFTWARE_GPU").is_ok_and(|v| v == "1")
+}
+
+/// Opens the (non-autodiff) device of a backend. On wgpu, a software adapter is an error
+/// unless [`allow_software_gpu`] was called.
 pub fn open_device(kind: BackendKind) -> Result<Device, ModelError> {
     match kind {
         BackendKind::Flex => Ok(Device::flex()),
         #[allow(deprecated)]
         BackendKind::Ndarray => Ok(Device::ndarray()),
         BackendKind::Wgpu => {
-            wgpu_device()
-                .clone()
-                .map_err(|reason| ModelError::BackendUnavailable {
+            let device =
+                wgpu_device()
+                    .clone()
+                    .map_err(|reason| {
+                        ModelError::BackendUnavailable {
                     backend: "wgpu".into(),
                     reason: format!("no Vulkan adapter could be opened ({reason})"),
                     hint:
@@ -97,7 +160,27 @@ pub fn open_device(kind: BackendKind) -> Result<Device, ModelError> {
                    mesa-vulkan-drivers` for the lavapipe software driver), or run on the CPU \
                    with `--backend flex`"
                             .into(),
-                })
+                }
+                    })?;
+            let adapter = wgpu_status().map_err(|reason| ModelError::BackendUnavailable {
+                backend: "wgpu".into(),
+                reason,
+                hint: "run on the CPU with `--backend flex`".into(),
+            })?;
+            if adapter.software && !software_gpu_allowed() {
+                return Err(ModelError::BackendUnavailable {
+                    backend: "wgpu".into(),
+                    reason: format!(
+                        "wgpu's Vulkan adapter is {adapter}, not a GPU (is the GPU's Vulkan \
+                         driver installed, e.g. NVIDIA's in a container?)"
+                    ),
+                    hint: "Run on the CPU with `--backend flex` (much faster than a software \
+                           adapter), or pass `--allow-software-gpu` (or set \
+                           UQBENCH_ALLOW_SOFTWARE_GPU=1) to use it anyway, as the tests do"
+                        .into(),
+                });
+            }
+            Ok(device)
         }
     }
 }

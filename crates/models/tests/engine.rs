@@ -61,6 +61,8 @@ fn run(
         stream_seeds: &batch,
         x_test: &d.x_test,
     };
+    // CI's wgpu adapter is lavapipe, a software rasterizer: allowed here on purpose.
+    uqbench_models::allow_software_gpu();
     let mut res = Resources::new(backend, open_device(backend).unwrap());
     res.chunk = chunk;
     res.threads = threads;

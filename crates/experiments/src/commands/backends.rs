@@ -13,7 +13,11 @@ pub fn run() -> Result<()> {
                 "available: CPU backend (deprecated by burn, kept selectable)".to_string()
             }
             BackendKind::Wgpu => match wgpu_status() {
-                Ok(adapter) => format!("available: Vulkan adapter `{adapter}`"),
+                Ok(adapter) if adapter.software => format!(
+                    "Vulkan adapter {adapter}: refused unless --allow-software-gpu \
+                     (use --backend flex instead)"
+                ),
+                Ok(adapter) => format!("available: Vulkan adapter {adapter}"),
                 Err(reason) => format!(
                     "no Vulkan adapter ({reason}); install a Vulkan driver (no GPU: \
                      `apt-get install -y mesa-vulkan-drivers`) or use --backend flex"

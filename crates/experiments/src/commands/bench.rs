@@ -8,8 +8,8 @@ use serde_json::json;
 use uqbench_anchor::{Rng, SeedPath};
 use uqbench_models::engine::{self, Job, Resources, TrainSettings};
 use uqbench_models::{
-    open_device, BackendKind, EnsMcd, EnsMcdConfig, EnsMcdSettings, Method, MlpShape, SeedBase,
-    Task,
+    allow_software_gpu, open_device, BackendKind, EnsMcd, EnsMcdConfig, EnsMcdSettings, Method,
+    MlpShape, SeedBase, Task,
 };
 
 /// `uqbench bench …`.
@@ -49,6 +49,9 @@ pub struct TrainBench {
     /// Print one JSON line instead of text.
     #[arg(long)]
     json: bool,
+    /// Let --backend wgpu run on a software adapter (lavapipe, llvmpipe, SwiftShader).
+    #[arg(long)]
+    allow_software_gpu: bool,
     /// The training route: `engine` (the hand-written network) or `autodiff` (the README's
     /// burn-module example, EnsMCD: the same network with MC dropout p = 0.1 on its last
     /// hidden layer, trained through burn autodiff on the same trainer, one prediction pass).
@@ -73,6 +76,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
 }
 
 fn train(args: &TrainBench) -> Result<()> {
+    if args.allow_software_gpu {
+        allow_software_gpu();
+    }
     let device = open_device(args.backend)?;
     let shape = MlpShape::paper(1);
     let seed = |member: usize, purpose: &str| {

@@ -8,7 +8,7 @@ use std::time::Instant;
 use anyhow::{bail, Result};
 use clap::Args;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
-use uqbench_models::{open_device, BackendKind, Resources};
+use uqbench_models::{allow_software_gpu, open_device, BackendKind, Resources};
 
 use crate::runner::{self, Plan, Resolved};
 use crate::spec::ExperimentSpec;
@@ -45,9 +45,21 @@ pub struct RunArgs {
     /// Worker threads for training (default: all cores on the CPU).
     #[arg(long)]
     pub threads: Option<usize>,
-    /// Memory budget per training chunk, in MiB (default 2048).
+    /// Memory budget per training chunk, in MiB (default: 2048 on the CPU; on wgpu, half of
+    /// --device-memory-mb when given, else 2048).
     #[arg(long)]
     pub memory_mb: Option<usize>,
+    /// The GPU's memory in MiB, for the chunk plan on wgpu (burn does not report it): the
+    /// budget defaults to half of it.
+    #[arg(long)]
+    pub device_memory_mb: Option<usize>,
+    /// Replicas per training chunk (default: from the memory plan).
+    #[arg(long)]
+    pub chunk: Option<usize>,
+    /// Let --backend wgpu run on a software adapter (lavapipe, llvmpipe, SwiftShader); tests
+    /// and CI use it. Without it a software adapter is an error.
+    #[arg(long)]
+    pub allow_software_gpu: bool,
 }
 
 fn parse_shard(s: &str) -> Result<(usize, usize)> {
@@ -79,6 +91,12 @@ pub fn run(args: &RunArgs) -> Result<()> {
             None => plan.spec.name.clone(),
         })
     });
+    // Open the device before touching the run directory: a missing or refused adapter leaves
+    // nothing behind.
+    if args.allow_software_gpu {
+        allow_software_gpu();
+    }
+    let device = open_device(args.backend)?;
     prepare_dir(&dir, &plan.spec.resolved_toml()?, args.resume)?;
     let meta = RunMeta {
         profile: args.profile.clone(),
@@ -88,14 +106,17 @@ pub fn run(args: &RunArgs) -> Result<()> {
     };
     meta.write(&dir)?;
 
-    let device = open_device(args.backend)?;
     let mut resources = Resources::new(args.backend, device);
     if let Some(t) = args.threads {
         resources.threads = t.max(1);
     }
+    if let Some(mb) = args.device_memory_mb {
+        resources = resources.with_device_memory(mb << 20);
+    }
     if let Some(mb) = args.memory_mb {
         resources.memory_budget = mb << 20;
     }
+    resources.chunk = args.chunk;
 
     let todo: Vec<&runner::Unit> = plan
         .units

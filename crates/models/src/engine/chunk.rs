@@ -10,7 +10,7 @@ use uqbench_anchor::Rng;
 
 use super::batches;
 use super::job::Job;
-use super::memory::bytes_per_replica;
+use super::memory::{bytes_per_replica, largest_tensor_per_replica};
 use super::network::{download, upload, Network, State};
 use super::pool::{ChunkOut, ChunkTrainer};
 use super::settings::{Batching, TrainSettings};
@@ -241,6 +241,15 @@ impl ChunkTrainer for Trainer<'_> {
 
     fn bytes_per_replica(&self) -> usize {
         bytes_per_replica(
+            self.job.shape,
+            self.settings,
+            self.job.n_train(),
+            self.job.n_test(),
+        )
+    }
+
+    fn largest_tensor_per_replica(&self) -> usize {
+        largest_tensor_per_replica(
             self.job.shape,
             self.settings,
             self.job.n_train(),

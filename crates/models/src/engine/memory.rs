@@ -22,7 +22,19 @@ pub struct Resources {
     /// Replicas per chunk; `None` chooses from the memory budget (and, on the CPU, from
     /// [`CPU_CHUNK_BYTES`], to keep a chunk's working set in cache).
     pub chunk: Option<usize>,
+    /// The largest single tensor the device can bind, in bytes ([`WGPU_MAX_BINDING`] on
+    /// wgpu; unbounded on the CPU). No chunk makes a tensor larger.
+    pub max_tensor_bytes: usize,
 }
+
+/// The largest storage buffer wgpu binds (its `max_storage_buffer_binding_size` ceiling on
+/// Vulkan desktop GPUs, 2 GiB): a tensor above it cannot be used by a kernel.
+pub const WGPU_MAX_BINDING: usize = 2 << 30;
+
+/// The fraction of a GPU's memory the chunk budget takes when the device memory is given
+/// (`with_device_memory`): the rest is left to burn's allocator pools, the prediction passes'
+/// buffers and fragmentation.
+pub const DEVICE_MEMORY_FRACTION: f64 = 0.5;
 
 /// Working-set target of one chunk on a CPU backend, in bytes. A chunk's parameters, Adam
 /// moments and activations are touched several times per step; keeping them within about one
@@ -45,7 +57,18 @@ impl Resources {
             threads,
             memory_budget: 2 << 30,
             chunk: None,
+            max_tensor_bytes: if backend == BackendKind::Wgpu {
+                WGPU_MAX_BINDING
+            } else {
+                usize::MAX
+            },
         }
+    }
+
+    /// The chunk budget for a device with `bytes` of memory: [`DEVICE_MEMORY_FRACTION`] of it.
+    pub fn with_device_memory(mut self, bytes: usize) -> Resources {
+        self.memory_budget = (bytes as f64 * DEVICE_MEMORY_FRACTION) as usize;
+        self
     }
 
     /// The element-wise kernels for this backend: fused loops on flex, tensor ops elsewhere.
@@ -85,12 +108,59 @@ pub fn bytes_per_replica(
     4 * (params + activations.max(test) + points * (shape.d_in + 1))
 }
 
-/// Replicas per chunk for this job and these resources.
+/// Bytes per replica of the largest single tensor of a step or of prediction: an activation
+/// or δ (`[R, points, widest]`, the test forward pass's `[R, M, widest]`), a weight matrix
+/// (`[R, in, out]`), a batch of inputs, or one prediction pass's outputs.
+pub fn largest_tensor_per_replica(
+    shape: &MlpShape,
+    settings: &TrainSettings,
+    n_train: usize,
+    n_test: usize,
+) -> usize {
+    let widest = shape
+        .hidden
+        .iter()
+        .copied()
+        .max()
+        .unwrap_or(1)
+        .max(shape.d_in)
+        .max(shape.d_out);
+    let points = match &settings.batching {
+        Batching::Full | Batching::Resample => n_train,
+        Batching::Shuffled { size } | Batching::WithReplacement { size, .. } => *size,
+    };
+    let weights = shape
+        .layers()
+        .iter()
+        .map(|&(i, o)| i * o)
+        .max()
+        .unwrap_or(1);
+    4 * (points * widest)
+        .max(n_test * widest)
+        .max(weights)
+        .max(n_train * shape.d_in)
+}
+
+/// Replicas per chunk for this job and these resources: within the memory budget, no tensor
+/// above the device's binding cap (`largest` bytes per replica), and on the CPU cache-sized.
 pub fn chunk_size(
     job_replicas: usize,
     per_replica: usize,
+    largest: usize,
     res: &Resources,
 ) -> Result<usize, ModelError> {
+    let cap = res.max_tensor_bytes / largest.max(1);
+    if cap == 0 {
+        return Err(ModelError::invalid(
+            "largest tensor of one replica",
+            format!("{} MiB", largest >> 20),
+            format!(
+                "at most the device's binding limit, {} MiB: fewer training points per step \
+                 (batch_size) or a narrower network",
+                res.max_tensor_bytes >> 20
+            ),
+        ));
+    }
     let fit = res.memory_budget / per_replica.max(1);
     if fit == 0 {
         return Err(ModelError::invalid(
@@ -110,5 +180,50 @@ pub fn chunk_size(
             (CPU_CHUNK_BYTES / per_replica.max(1)).min(job_replicas.div_ceil(res.threads.max(1)))
         }
     };
-    Ok(chunk.min(fit).min(job_replicas).max(1))
+    Ok(chunk.min(fit).min(cap).min(job_replicas).max(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// E2 at d = 4: N = 100·9³ = 72 900 training points, 1000 test points, the paper's
+    /// 4-128-64-32-1 network, full batch.
+    fn e2_d4() -> (MlpShape, TrainSettings, usize, usize) {
+        let n = 100 * 9usize.pow(3);
+        (MlpShape::paper(4), TrainSettings::paper(600, n), n, 1000)
+    }
+
+    #[test]
+    fn a_gpu_chunk_keeps_every_tensor_under_the_binding_cap() {
+        // A simulated 80 GiB wgpu device: the budget is half of it, and the binding cap of
+        // 2 GiB limits the chunk: an activation [R, 72 900, 128] in f32 is 37.3 MB per
+        // replica, so ⌊2³¹ / 37 324 800⌋ = 57 replicas, not the 10 of the 2 GiB default.
+        let (shape, settings, n, m) = e2_d4();
+        let res = Resources::new(BackendKind::Wgpu, Device::flex()).with_device_memory(80 << 30);
+        let per = bytes_per_replica(&shape, &settings, n, m);
+        let largest = largest_tensor_per_replica(&shape, &settings, n, m);
+        assert_eq!(largest, 72_900 * 128 * 4);
+        let chunk = chunk_size(6000, per, largest, &res).unwrap();
+        assert_eq!(chunk, (2usize << 30) / (72_900 * 128 * 4));
+        assert!(chunk >= 40, "{chunk}");
+        assert!(chunk * largest <= WGPU_MAX_BINDING);
+        assert!(chunk * per <= res.memory_budget);
+        // The same job with the default 2 GiB budget: memory, not the cap, limits it.
+        let small = Resources::new(BackendKind::Wgpu, Device::flex());
+        assert!(chunk_size(6000, per, largest, &small).unwrap() < chunk);
+    }
+
+    #[test]
+    fn a_replica_above_the_binding_cap_is_a_clear_error() {
+        let (shape, settings, n, m) = e2_d4();
+        let mut res = Resources::new(BackendKind::Wgpu, Device::flex());
+        res.max_tensor_bytes = 1 << 20;
+        let largest = largest_tensor_per_replica(&shape, &settings, n, m);
+        let e = chunk_size(10, 1, largest, &res).unwrap_err().to_string();
+        assert!(
+            e.contains("binding limit") && e.contains("batch_size"),
+            "{e}"
+        );
+    }
 }

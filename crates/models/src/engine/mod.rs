@@ -36,7 +36,10 @@ pub mod settings;
 
 pub use head::Head;
 pub use job::Job;
-pub use memory::{bytes_per_replica, chunk_size, Resources, CPU_CHUNK_BYTES};
+pub use memory::{
+    bytes_per_replica, chunk_size, largest_tensor_per_replica, Resources, CPU_CHUNK_BYTES,
+    DEVICE_MEMORY_FRACTION, WGPU_MAX_BINDING,
+};
 pub use pool::{run_chunks, ChunkOut, ChunkTrainer, TrainOutput};
 pub use settings::{Batching, TrainSettings};
 

@@ -60,6 +60,11 @@ pub trait ChunkTrainer: Sync {
     fn has_rates(&self) -> bool;
     /// Device bytes one replica needs during training and prediction (the memory plan).
     fn bytes_per_replica(&self) -> usize;
+    /// Bytes per replica of the model's largest single tensor (the device's binding cap
+    /// limits a chunk by it); by default all of [`ChunkTrainer::bytes_per_replica`].
+    fn largest_tensor_per_replica(&self) -> usize {
+        self.bytes_per_replica()
+    }
     /// Trains replicas `range` of the job and predicts; a replica's numbers must not depend
     /// on which other replicas share its chunk.
     fn train_chunk(&self, range: Range<usize>) -> Result<ChunkOut, ModelError>;
@@ -75,7 +80,12 @@ pub fn run_chunks(
     let r = model.replicas();
     let (n, m) = model.points();
     let (dout, passes) = model.outputs();
-    let chunk = chunk_size(r, model.bytes_per_replica(), res)?;
+    let chunk = chunk_size(
+        r,
+        model.bytes_per_replica(),
+        model.largest_tensor_per_replica(),
+        res,
+    )?;
     let chunks: Vec<Range<usize>> = (0..r)
         .step_by(chunk)
         .map(|s| s..(s + chunk).min(r))

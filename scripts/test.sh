@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The README's test command, for a fresh machine with only the Rust toolchain: installs
+# lavapipe (Mesa's software Vulkan driver, so the wgpu tests really run) when no Vulkan
+# driver is present, then runs the whole test suite in release mode. Extra arguments go to
+# `cargo test` (e.g. `bash scripts/test.sh -p uqbench-models`). `.ci/run` calls it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Reuse a warm build when one exists (a cold release build of burn takes ~27 minutes on two
+# cores); set CARGO_TARGET_DIR to build elsewhere.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/uqbench-target}"
+
+if ! ls /usr/share/vulkan/icd.d/*.json >/dev/null 2>&1 && [ "${UQBENCH_SKIP_WGPU:-0}" != "1" ]; then
+    echo "scripts/test.sh: no Vulkan driver; installing mesa-vulkan-drivers (lavapipe)" >&2
+    sudo=""
+    if [ "$(id -u)" -ne 0 ]; then
+        if command -v sudo >/dev/null 2>&1; then
+            sudo="sudo"
+        else
+            echo "scripts/test.sh: not root and no sudo: install mesa-vulkan-drivers, or set" \
+                "UQBENCH_SKIP_WGPU=1 to leave the wgpu tests out deliberately" >&2
+            exit 1
+        fi
+    fi
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq mesa-vulkan-drivers
+fi
+
+# Mesa wants a writable runtime directory; without one it only warns, noisily.
+if [ -z "${XDG_RUNTIME_DIR:-}" ] || [ ! -w "${XDG_RUNTIME_DIR}" ]; then
+    XDG_RUNTIME_DIR="$(mktemp -d)"
+    export XDG_RUNTIME_DIR
+fi
+
+exec cargo test --release --workspace "$@"
