@@ -10,6 +10,7 @@
 use burn::module::{Module, Param};
 use burn::tensor::{Device, Tensor, TensorData};
 
+use crate::dropout::{self, Dropout};
 use crate::mlp::{xavier_init, MlpShape};
 
 /// The shape of a [`BatchedLinear`] layer.
@@ -154,6 +155,92 @@ impl McDropout {
     }
 }
 
+/// The stochastic last layer as a burn module: a [`BatchedLinear`] with Bernoulli, concrete
+/// or variational dropout in front (`crate::Dropout` says which and holds its constants), and
+/// the learnable rate as a parameter: concrete dropout's θ = logit p, variational dropout's
+/// log α, `[R, 1, 1]` each (none for Bernoulli). The noise is an explicit input
+/// (`Dropout::draw`), so the layer is stochastic at prediction by construction. Its forward
+/// pass, hand-written backward pass and regulariser are those of the built-in network
+/// (`crate::dropout`, with the equations there); burn autodiff through [`Self::forward`] and
+/// [`Self::regularizer`] gives the same gradients (tested).
+#[derive(Module, Debug)]
+pub struct StochasticLinear {
+    /// The linear layer the noisy units feed.
+    pub linear: BatchedLinear,
+    /// θ = logit p (concrete) or log α (variational), `[R, 1, 1]`.
+    pub rate: Option<Param<Tensor<3>>>,
+    /// Which dropout, with its constants (a setting, not a parameter).
+    #[module(skip)]
+    pub kind: Dropout,
+}
+
+/// Gradients of a [`StochasticLinear`] layer (data term plus regulariser).
+#[derive(Debug, Clone)]
+pub struct StochasticGrads {
+    /// ∂/∂W, ∂/∂b and ∂/∂h.
+    pub linear: LinearGrads,
+    /// ∂/∂θ `[R, 1, 1]`, for concrete and variational dropout.
+    pub rate: Option<Tensor<3>>,
+}
+
+impl StochasticLinear {
+    /// The layer for R replicas: `linear`, and the rate at the dropout's initial value.
+    pub fn new(kind: Dropout, linear: BatchedLinear, device: &Device) -> StochasticLinear {
+        let r = linear.weight.val().dims()[0];
+        let rate = kind
+            .initial_param()
+            .map(|v| Param::from_tensor(Tensor::<3>::full([r, 1, 1], v, device)));
+        StochasticLinear { linear, rate, kind }
+    }
+
+    /// out = noisy(h)·W + b; without noise, the expectation h·W + b.
+    ///
+    /// # Shapes
+    /// - `h`: `[R, n, k]`, `noise`: from `Dropout::draw` → `[R, n, o]`
+    pub fn forward(&self, h: Tensor<3>, noise: Option<Tensor<3>>) -> Tensor<3> {
+        match noise {
+            Some(noise) => {
+                let rate = self.rate.as_ref().map(|p| p.val());
+                dropout::forward_last(
+                    &self.kind,
+                    h,
+                    &self.linear.weight.val(),
+                    &self.linear.bias.val(),
+                    rate.as_ref(),
+                    noise,
+                )
+                .0
+            }
+            None => self.linear.forward(h),
+        }
+    }
+
+    /// The regulariser per replica `[R, 1, 1]` (concrete dropout's, or variational
+    /// dropout's KL); `None` for Bernoulli dropout.
+    pub fn regularizer(&self) -> Option<Tensor<3>> {
+        let rate = self.rate.as_ref().map(|p| p.val());
+        dropout::regularizer_value(&self.kind, &self.linear.weight.val(), rate.as_ref())
+    }
+
+    /// The hand-written backward pass from δ at the output, for the pass with `noise`,
+    /// including the regulariser's gradients.
+    pub fn backward(&self, h: &Tensor<3>, noise: Tensor<3>, delta: Tensor<3>) -> StochasticGrads {
+        let (w, b) = (self.linear.weight.val(), self.linear.bias.val());
+        let rate = self.rate.as_ref().map(|p| p.val());
+        let (_, cache) = dropout::forward_last(&self.kind, h.clone(), &w, &b, rate.as_ref(), noise);
+        let mut g = dropout::backward_last(&self.kind, &cache, &w, delta);
+        dropout::regularize(&self.kind, &w, rate.as_ref(), &mut g);
+        StochasticGrads {
+            linear: LinearGrads {
+                weight: g.gw,
+                bias: g.gb,
+                input: Some(g.dh),
+            },
+            rate: g.gparam,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use burn::tensor::Device;
@@ -211,6 +298,95 @@ mod tests {
                     (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
                     "{name}: {a} vs {b}"
                 );
+            }
+        }
+    }
+
+    #[test]
+    fn stochastic_layers_backward_matches_autodiff() {
+        // loss = Σ (out ⊙ c) + Σ_r regulariser_r for fixed noise: the hand-written gradients
+        // of W, b, h and the rate must equal burn's autodiff to f32 rounding, for Bernoulli,
+        // concrete and variational dropout.
+        let plain = Device::flex();
+        let device = plain.clone().autodiff();
+        let kinds = [
+            Dropout::Bernoulli { p: 0.3 },
+            Dropout::Concrete {
+                init_p: 0.2,
+                temperature: 0.1,
+                weight_reg: 0.05,
+                dropout_reg: 0.4,
+            },
+            Dropout::Variational {
+                init_alpha: 0.3,
+                kl_weight: 0.2,
+            },
+        ];
+        let (r, n, k, o) = (2, 5, 3, 2);
+        for kind in kinds {
+            let mut rngs = [uqbench_anchor::Rng::new(1), uqbench_anchor::Rng::new(2)];
+            let noise = host(kind.draw(&mut rngs, n, k, o, &plain));
+            let width = if matches!(kind, Dropout::Variational { .. }) {
+                o
+            } else {
+                k
+            };
+            let h_values: Vec<f32> = (0..r * n * k)
+                .map(|i| ((i * 5 % 9) as f32 - 4.0) / 3.0)
+                .collect();
+            let c_values: Vec<f32> = (0..r * n * o)
+                .map(|i| ((i * 3 % 7) as f32 - 3.0) / 2.0)
+                .collect();
+            let make = |dev: &Device| {
+                let linear = BatchedLinearConfig { d_in: k, d_out: o }.init(&[3, 4], dev);
+                StochasticLinear::new(kind.clone(), linear, dev)
+            };
+            let layer = make(&device);
+            let h = Tensor::<3>::from_data(TensorData::new(h_values.clone(), [r, n, k]), &device)
+                .require_grad();
+            let c = Tensor::<3>::from_data(TensorData::new(c_values.clone(), [r, n, o]), &device);
+            let eps =
+                Tensor::<3>::from_data(TensorData::new(noise.clone(), [r, n, width]), &device);
+            let mut loss = (layer.forward(h.clone(), Some(eps)) * c).sum();
+            if let Some(reg) = layer.regularizer() {
+                loss = loss + reg.sum();
+            }
+            let grads = loss.backward();
+            let auto = [
+                host(layer.linear.weight.val().grad(&grads).unwrap()),
+                host(layer.linear.bias.val().grad(&grads).unwrap()),
+                host(h.grad(&grads).unwrap()),
+            ];
+            let auto_rate = layer
+                .rate
+                .as_ref()
+                .map(|p| host(p.val().grad(&grads).unwrap()));
+
+            let hand_layer = make(&plain);
+            let hp = Tensor::<3>::from_data(TensorData::new(h_values, [r, n, k]), &plain);
+            let cp = Tensor::<3>::from_data(TensorData::new(c_values, [r, n, o]), &plain);
+            let ep = Tensor::<3>::from_data(TensorData::new(noise, [r, n, width]), &plain);
+            let g = hand_layer.backward(&hp, ep, cp);
+            let hand = [
+                host(g.linear.weight),
+                host(g.linear.bias),
+                host(g.linear.input.unwrap()),
+            ];
+            let close = |what: &str, a: &[f32], b: &[f32]| {
+                assert_eq!(a.len(), b.len(), "{kind:?} {what}");
+                for (x, y) in a.iter().zip(b) {
+                    assert!(
+                        (x - y).abs() <= 1e-4 * (1.0 + y.abs()),
+                        "{kind:?} {what}: {x} vs {y}"
+                    );
+                }
+            };
+            for ((name, a), b) in ["weight", "bias", "input"].iter().zip(&hand).zip(&auto) {
+                close(name, a, b);
+            }
+            assert_eq!(auto_rate.is_some(), g.rate.is_some(), "{kind:?}");
+            if let (Some(a), Some(b)) = (g.rate, auto_rate) {
+                close("rate", &host(a), &b);
             }
         }
     }
