@@ -609,6 +609,50 @@ mod bench {
     }
 
     #[test]
+    fn uploads_and_reads_do_not_grow_with_the_epochs() {
+        // Full-batch training keeps the data, weights and moments on the device: per chunk, the
+        // weights and biases (8), x, y and the test inputs (3) go up once, and the objective,
+        // the predictions and the training fit (3) come back once, whatever the number of
+        // epochs. On flex and,
+        // unless deliberately skipped, on wgpu (lavapipe).
+        let mut backends = vec!["flex"];
+        if std::env::var("UQBENCH_SKIP_WGPU").map_or(true, |v| v != "1") {
+            backends.push("wgpu");
+        }
+        for backend in backends {
+            let run = |epochs: &str| -> serde_json::Value {
+                let o = uqbench(&[
+                    "bench",
+                    "train",
+                    "--replicas",
+                    "8",
+                    "--epochs",
+                    epochs,
+                    "--backend",
+                    backend,
+                    "--chunk",
+                    "4",
+                    "--json",
+                    "--allow-software-gpu",
+                ]);
+                assert!(o.status.success(), "{backend}: {}", stderr(&o));
+                serde_json::from_slice(&o.stdout).unwrap()
+            };
+            let (short, long) = (run("2"), run("6"));
+            assert_eq!(short["chunks"], 2, "{backend}: {short}");
+            assert_eq!(long["steps"], 2 * 6, "{backend}: {long}");
+            for key in ["uploads", "reads"] {
+                assert_eq!(
+                    short[key], long[key],
+                    "{backend}: {key} grew with the epochs"
+                );
+            }
+            assert_eq!(short["uploads"], 2 * (8 + 3), "{backend}: {short}");
+            assert_eq!(short["reads"], 2 * 3, "{backend}: {short}");
+        }
+    }
+
+    #[test]
     fn the_autodiff_route_benchmarks_too() {
         // EnsMCD through burn autodiff on the same trainer: its own figure, and it trains (the
         // mean final objective ends below the ½·variance of the targets, about 0.25 for

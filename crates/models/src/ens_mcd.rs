@@ -342,6 +342,10 @@ impl ChunkTrainer for McdTrainer<'_> {
             train_pred: train,
             objective,
             rates: Vec::new(),
+            steps: self.epochs as u64,
+            // Not counted on this route (its masks are uploaded every step).
+            uploads: 0,
+            reads: 0,
         })
     }
 }

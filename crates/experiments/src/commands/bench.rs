@@ -122,9 +122,11 @@ fn train(args: &TrainBench) -> Result<()> {
         res.threads = t.max(1);
     }
     let start = Instant::now();
+    let mut transfers = None;
     let (chunk, final_objective, diverged) = match args.route {
         Route::Engine => {
             let out = engine::train(&job, &settings, &res, &|_| {})?;
+            transfers = Some(out.transfers);
             let objective = out.final_objective.iter().sum::<f64>() / args.replicas as f64;
             (
                 Some(out.chunk),
@@ -153,6 +155,12 @@ fn train(args: &TrainBench) -> Result<()> {
                 "route": format!("{:?}", args.route).to_lowercase(),
                 "threads": res.threads,
                 "diverged": diverged,
+                // Host↔device traffic of the whole run (the engine route counts it): chunks,
+                // optimiser steps per chunk summed, uploads and reads.
+                "chunks": transfers.map(|t| t.chunks),
+                "steps": transfers.map(|t| t.steps),
+                "uploads": transfers.map(|t| t.uploads),
+                "reads": transfers.map(|t| t.reads),
             })
         );
     } else {

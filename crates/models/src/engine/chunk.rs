@@ -2,6 +2,7 @@
 //! dropout noise, the adversarial pass, Adam), then its final objective, predictions and
 //! training fit.
 
+use std::cell::Cell;
 use std::ops::Range;
 
 use burn::tensor::{Device, Tensor};
@@ -27,38 +28,61 @@ pub(crate) struct Trainer<'a> {
     pub net: Network,
 }
 
+/// Host↔device transfers of one chunk, counted where they happen.
+#[derive(Default)]
+struct Transfers {
+    uploads: Cell<u64>,
+    reads: Cell<u64>,
+}
+
+impl Transfers {
+    fn up(&self, values: Vec<f32>, shape: [usize; 3], device: &Device) -> Tensor<3> {
+        self.uploads.set(self.uploads.get() + 1);
+        upload(values, shape, device)
+    }
+
+    fn down(&self, t: Tensor<3>) -> Vec<f32> {
+        self.reads.set(self.reads.get() + 1);
+        download(t)
+    }
+}
+
 impl Trainer<'_> {
     /// The stochastic layer's input width K (the last hidden width).
     fn k(&self) -> usize {
         *self.job.shape.hidden.last().unwrap_or(&self.job.shape.d_in)
     }
 
-    /// One pass's noise for the replicas' streams, or `None` without dropout.
-    fn noise(&self, rngs: &mut [Rng], n: usize) -> Option<Tensor<3>> {
-        self.settings
-            .dropout
-            .as_ref()
-            .map(|d| d.draw(rngs, n, self.k(), self.job.shape.d_out, &self.device))
+    /// One pass's noise for the replicas' streams (drawn on the host and uploaded), or
+    /// `None` without dropout.
+    fn noise(&self, io: &Transfers, rngs: &mut [Rng], n: usize) -> Option<Tensor<3>> {
+        self.settings.dropout.as_ref().map(|d| {
+            io.uploads.set(io.uploads.get() + 1);
+            d.draw(rngs, n, self.k(), self.job.shape.d_out, &self.device)
+        })
     }
 
     /// One optimiser step on a batch: forward, head, backward (plus the adversarial pass on
     /// x' = x + ε·sign(∇ₓ loss) for EnsAdvA, whose loss adds to the step's), then Adam.
-    fn step(&self, s: &mut State, x: Tensor<3>, y: &Tensor<3>, t: u64, rngs: &mut [Rng]) {
-        let adversarial = self.settings.adversarial.as_ref();
+    #[allow(clippy::too_many_arguments)]
+    fn step(
+        &self,
+        io: &Transfers,
+        s: &mut State,
+        x: Tensor<3>,
+        y: &Tensor<3>,
+        eps: Option<&Tensor<3>>,
+        t: u64,
+        rngs: &mut [Rng],
+    ) {
         let n = x.dims()[1];
-        let (out, cache) = self.net.forward(s, x.clone(), self.noise(rngs, n));
+        let (out, cache) = self.net.forward(s, x.clone(), self.noise(io, rngs, n));
         let delta = self.net.head.delta(out, y);
-        let (mut grads, input_grad) = self.net.backward(s, &cache, delta, adversarial.is_some());
-        if let (Some(eps), Some(gx)) = (adversarial, input_grad) {
-            // ε per input dimension.
-            let d = eps.len();
-            let eps_t = upload(
-                eps.iter().map(|&e| e as f32).collect(),
-                [1, 1, d],
-                &self.device,
-            );
-            let x_adv = x + gx.sign() * eps_t;
-            let (out2, cache2) = self.net.forward(s, x_adv, self.noise(rngs, n));
+        let (mut grads, input_grad) = self.net.backward(s, &cache, delta, eps.is_some());
+        if let (Some(eps), Some(gx)) = (eps, input_grad) {
+            // ε per input dimension `[1, 1, d]`, uploaded once per chunk.
+            let x_adv = x + gx.sign() * eps.clone();
+            let (out2, cache2) = self.net.forward(s, x_adv, self.noise(io, rngs, n));
             let delta2 = self.net.head.delta(out2, y);
             let (g2, _) = self.net.backward(s, &cache2, delta2, false);
             grads.add(g2);
@@ -81,15 +105,23 @@ impl Trainer<'_> {
             .dropout
             .as_ref()
             .and_then(Dropout::initial_param);
+        let io = Transfers::default();
         let mut s = State::new(&host, &shape.layers(), param, true, dev);
+        // The initial weights and biases (the scalar and the moments are made on the device).
+        io.uploads.set(2 * shape.layers().len() as u64);
+        let eps = self
+            .settings
+            .adversarial
+            .as_ref()
+            .map(|eps| io.up(eps.iter().map(|&e| e as f32).collect(), [1, 1, d], dev));
 
         // Per-replica targets [rc, N, 1] and the shared inputs [1, N, d].
         let mut y_host = Vec::with_capacity(rc * n);
         for r in range.clone() {
             y_host.extend_from_slice(&job.targets[job.replica_targets[r]]);
         }
-        let x_full = upload(job.x_train.to_vec(), [1, n, d], dev);
-        let y_full = upload(y_host.clone(), [rc, n, 1], dev);
+        let x_full = io.up(job.x_train.to_vec(), [1, n, d], dev);
+        let y_full = io.up(y_host.clone(), [rc, n, 1], dev);
         let mut rngs: Vec<Rng> = job.stream_seeds[range.clone()]
             .iter()
             .map(|&s| Rng::new(s))
@@ -106,7 +138,7 @@ impl Trainer<'_> {
                     yb.push(y_host[k * n + i]);
                 }
             }
-            (upload(xb, [rc, b, d], dev), upload(yb, [rc, b, 1], dev))
+            (io.up(xb, [rc, b, d], dev), io.up(yb, [rc, b, 1], dev))
         };
 
         let resampled = match self.settings.batching {
@@ -119,18 +151,26 @@ impl Trainer<'_> {
             match &self.settings.batching {
                 Batching::Full => {
                     t += 1;
-                    self.step(&mut s, x_full.clone(), &y_full, t, &mut rngs);
+                    self.step(
+                        &io,
+                        &mut s,
+                        x_full.clone(),
+                        &y_full,
+                        eps.as_ref(),
+                        t,
+                        &mut rngs,
+                    );
                 }
                 Batching::Resample => {
                     let (xb, yb) = resampled.as_ref().expect("drawn above");
                     t += 1;
-                    self.step(&mut s, xb.clone(), yb, t, &mut rngs);
+                    self.step(&io, &mut s, xb.clone(), yb, eps.as_ref(), t, &mut rngs);
                 }
                 Batching::WithReplacement { size, per_epoch } => {
                     for _ in 0..*per_epoch {
                         let (xb, yb) = gather(&batches::with_replacement(&mut rngs, n, *size));
                         t += 1;
-                        self.step(&mut s, xb, &yb, t, &mut rngs);
+                        self.step(&io, &mut s, xb, &yb, eps.as_ref(), t, &mut rngs);
                     }
                 }
                 Batching::Shuffled { size } => {
@@ -141,7 +181,7 @@ impl Trainer<'_> {
                             perms.iter().map(|p| p[start..end].to_vec()).collect();
                         let (xb, yb) = gather(&idx);
                         t += 1;
-                        self.step(&mut s, xb, &yb, t, &mut rngs);
+                        self.step(&io, &mut s, xb, &yb, eps.as_ref(), t, &mut rngs);
                     }
                 }
             }
@@ -155,9 +195,10 @@ impl Trainer<'_> {
         let objective = self
             .net
             .objective(&s, out, &y_full, self.settings.weight_decay);
-        let objective: Vec<f64> = download(objective).into_iter().map(f64::from).collect();
+        let objective: Vec<f64> = io.down(objective).into_iter().map(f64::from).collect();
         let rates: Vec<f64> = match (&self.settings.dropout, &s.param) {
-            (Some(dropout), Some(p)) => download(p.clone())
+            (Some(dropout), Some(p)) => io
+                .down(p.clone())
                 .into_iter()
                 .map(|v| dropout.rate_of(f64::from(v)))
                 .collect(),
@@ -167,7 +208,7 @@ impl Trainer<'_> {
 
         // Predictions: the hidden layers once, then T passes of the (stochastic) last layer,
         // from a prediction stream of each replica's own (splitmix64 of its stream seed).
-        let x_test = upload(job.x_test.to_vec(), [1, m, d], dev);
+        let x_test = io.up(job.x_test.to_vec(), [1, m, d], dev);
         let passes = self.settings.mc_passes;
         let dout = shape.d_out;
         let mut pred = vec![0.0f32; rc * passes * m * dout];
@@ -177,9 +218,9 @@ impl Trainer<'_> {
             .map(|&s| Rng::new(splitmix64(s)))
             .collect();
         for pass in 0..passes {
-            let noise = self.noise(&mut predict_rngs, m);
+            let noise = self.noise(&io, &mut predict_rngs, m);
             let (out, _) = self.net.last(&s, h.clone(), noise);
-            let values = download(out);
+            let values = io.down(out);
             for k in 0..rc {
                 let dst = ((k * passes + pass) * m) * dout;
                 pred[dst..dst + m * dout]
@@ -193,7 +234,7 @@ impl Trainer<'_> {
         // depend on it.
         let train_pred: Vec<f32> = match fitted {
             Some(out) => {
-                let v = download(out);
+                let v = io.down(out);
                 (0..rc * n).map(|i| v[i * dout]).collect()
             }
             None => {
@@ -204,9 +245,9 @@ impl Trainer<'_> {
                     .collect();
                 let mut sum = vec![0.0f64; rc * n];
                 for _ in 0..passes {
-                    let noise = self.noise(&mut fit_rngs, n);
+                    let noise = self.noise(&io, &mut fit_rngs, n);
                     let (out, _) = self.net.last(&s, h.clone(), noise);
-                    for (acc, v) in sum.iter_mut().zip(download(out).iter().step_by(dout)) {
+                    for (acc, v) in sum.iter_mut().zip(io.down(out).iter().step_by(dout)) {
                         *acc += f64::from(*v);
                     }
                 }
@@ -218,6 +259,9 @@ impl Trainer<'_> {
             train_pred,
             objective,
             rates,
+            steps: t,
+            uploads: io.uploads.get(),
+            reads: io.reads.get(),
         }
     }
 }

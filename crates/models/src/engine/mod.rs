@@ -40,7 +40,7 @@ pub use memory::{
     bytes_per_replica, chunk_size, largest_tensor_per_replica, Resources, CPU_CHUNK_BYTES,
     DEVICE_MEMORY_FRACTION, WGPU_MAX_BINDING,
 };
-pub use pool::{run_chunks, ChunkOut, ChunkTrainer, TrainOutput};
+pub use pool::{run_chunks, ChunkOut, ChunkTrainer, TrainOutput, Transfers};
 pub use settings::{Batching, TrainSettings};
 
 use crate::error::ModelError;

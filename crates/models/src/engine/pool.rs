@@ -34,7 +34,24 @@ pub struct TrainOutput {
     pub diverged: Vec<bool>,
     /// Replicas per chunk that were used.
     pub chunk: usize,
+    /// Host↔device traffic, summed over chunks.
+    pub transfers: Transfers,
 }
+/// Host↔device traffic of a job, summed over its chunks: what a GPU waits on. Training that
+/// keeps the device busy uploads and reads a number of tensors per chunk that does not grow
+/// with the epochs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Transfers {
+    /// Chunks run.
+    pub chunks: u64,
+    /// Optimiser steps, summed over chunks.
+    pub steps: u64,
+    /// Host→device uploads.
+    pub uploads: u64,
+    /// Device→host reads.
+    pub reads: u64,
+}
+
 /// A chunk's result, for replicas `range` of the job.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ChunkOut {
@@ -46,6 +63,13 @@ pub struct ChunkOut {
     pub objective: Vec<f64>,
     /// The stochastic layer's rate per replica, or empty.
     pub rates: Vec<f64>,
+    /// Optimiser steps the chunk took (each a step of all its replicas).
+    pub steps: u64,
+    /// Host→device uploads the chunk made (tensors created from host data), counted where
+    /// they happen; 0 where a model does not count.
+    pub uploads: u64,
+    /// Device→host reads the chunk made.
+    pub reads: u64,
 }
 
 /// A model the trainer can run chunk by chunk.
@@ -98,6 +122,7 @@ pub fn run_chunks(
         vec![0.0f32; r * n],
         None::<ModelError>,
     ));
+    let counts = Mutex::new(Transfers::default());
     let next = AtomicUsize::new(0);
     let done = AtomicUsize::new(0);
     let threads = res.threads.clamp(1, chunks.len());
@@ -111,6 +136,12 @@ pub fn run_chunks(
             let mut guard = out.lock().expect("no panics while holding the lock");
             match result {
                 Ok(chunk_out) => {
+                    let mut c = counts.lock().expect("no panics while holding the lock");
+                    c.chunks += 1;
+                    c.steps += chunk_out.steps;
+                    c.uploads += chunk_out.uploads;
+                    c.reads += chunk_out.reads;
+                    drop(c);
                     guard.0[range.start * per_replica_out..range.end * per_replica_out]
                         .copy_from_slice(&chunk_out.pred);
                     guard.1[range.clone()].copy_from_slice(&chunk_out.objective);
@@ -164,5 +195,6 @@ pub fn run_chunks(
         rates: has_rates.then_some(rates),
         diverged,
         chunk,
+        transfers: counts.into_inner().expect("workers finished"),
     })
 }
