@@ -21,11 +21,25 @@ pub enum BackendKind {
     Ndarray,
     /// burn's wgpu with the Vulkan API pinned.
     Wgpu,
+    /// burn's CUDA backend (cargo feature `cuda`).
+    #[cfg(feature = "cuda")]
+    Cuda,
 }
 
 impl BackendKind {
     /// Every backend compiled into this build.
-    pub const ALL: [BackendKind; 3] = [BackendKind::Flex, BackendKind::Ndarray, BackendKind::Wgpu];
+    pub const ALL: &'static [BackendKind] = &[
+        BackendKind::Flex,
+        BackendKind::Ndarray,
+        BackendKind::Wgpu,
+        #[cfg(feature = "cuda")]
+        BackendKind::Cuda,
+    ];
+
+    /// Whether the backend runs on a GPU (one worker thread, chunks from the memory plan).
+    pub fn is_gpu(self) -> bool {
+        !matches!(self, BackendKind::Flex | BackendKind::Ndarray)
+    }
 
     /// The name used on the command line.
     pub fn name(self) -> &'static str {
@@ -33,6 +47,8 @@ impl BackendKind {
             BackendKind::Flex => "flex",
             BackendKind::Ndarray => "ndarray",
             BackendKind::Wgpu => "wgpu",
+            #[cfg(feature = "cuda")]
+            BackendKind::Cuda => "cuda",
         }
     }
 }
@@ -51,6 +67,16 @@ impl FromStr for BackendKind {
             "flex" => Ok(BackendKind::Flex),
             "ndarray" => Ok(BackendKind::Ndarray),
             "wgpu" => Ok(BackendKind::Wgpu),
+            #[cfg(feature = "cuda")]
+            "cuda" => Ok(BackendKind::Cuda),
+            #[cfg(not(feature = "cuda"))]
+            "cuda" => Err(ModelError::BackendUnavailable {
+                backend: "cuda".into(),
+                reason: "this build has no CUDA backend".into(),
+                hint: "build with `cargo build --release -p uqbench --features cuda`, or use \
+                       --backend wgpu (any GPU with a Vulkan driver) or flex"
+                    .into(),
+            }),
             _ => Err(ModelError::UnknownBackend(s.to_string())),
         }
     }
@@ -182,5 +208,8 @@ pub fn open_device(kind: BackendKind) -> Result<Device, ModelError> {
             }
             Ok(device)
         }
+        // Device 0. burn opens it lazily; without the NVIDIA driver the first operation fails.
+        #[cfg(feature = "cuda")]
+        BackendKind::Cuda => Ok(Device::cuda(0)),
     }
 }

@@ -6,7 +6,7 @@ use uqbench_models::{wgpu_status, BackendKind};
 /// Runs `uqbench backends`.
 pub fn run() -> Result<()> {
     println!("backends in this build (choose with --backend NAME):");
-    for kind in BackendKind::ALL {
+    for &kind in BackendKind::ALL {
         let status = match kind {
             BackendKind::Flex => "available: pure-Rust CPU backend (default)".to_string(),
             BackendKind::Ndarray => {
@@ -23,8 +23,14 @@ pub fn run() -> Result<()> {
                      `apt-get install -y mesa-vulkan-drivers`) or use --backend flex"
                 ),
             },
+            #[cfg(feature = "cuda")]
+            BackendKind::Cuda => "compiled in: burn's CUDA backend on device 0 (needs the NVIDIA \
+                                  driver; f32 matmuls may run on TF32 tensor cores)"
+                .to_string(),
         };
         println!("  {:<8} {status}", kind.name());
     }
+    #[cfg(not(feature = "cuda"))]
+    println!("  cuda     not in this build (cargo build --release -p uqbench --features cuda)");
     Ok(())
 }

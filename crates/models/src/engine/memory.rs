@@ -46,7 +46,7 @@ pub const CPU_CHUNK_BYTES: usize = 3 << 19;
 impl Resources {
     /// Defaults for a backend: all cores on the CPU, 2 GiB per chunk.
     pub fn new(backend: BackendKind, device: Device) -> Resources {
-        let threads = if backend == BackendKind::Wgpu {
+        let threads = if backend.is_gpu() {
             1
         } else {
             std::thread::available_parallelism().map_or(1, |n| n.get())
@@ -174,7 +174,7 @@ pub fn chunk_size(
     }
     let chunk = match res.chunk {
         Some(c) => c,
-        None if res.backend == BackendKind::Wgpu => usize::MAX,
+        None if res.backend.is_gpu() => usize::MAX,
         // Cache-sized, but never so large that a thread would sit idle.
         None => {
             (CPU_CHUNK_BYTES / per_replica.max(1)).min(job_replicas.div_ceil(res.threads.max(1)))
