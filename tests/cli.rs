@@ -237,6 +237,39 @@ fn backends_lists_every_backend() {
 }
 
 #[test]
+fn a_wgpu_run_merges_small_jobs_and_completes() {
+    // E1 quick with BD on wgpu (lavapipe in CI, allowed on purpose): the dropout method's
+    // blocks of 5 repetitions (5 replicas each) are merged into one job per setting, and the
+    // run writes every output; the anchor still covers.
+    if std::env::var("UQBENCH_SKIP_WGPU").is_ok_and(|v| v == "1") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("run");
+    let o = uqbench(&[
+        "run",
+        "experiments/e1.toml",
+        "--profile",
+        "quick",
+        "--methods",
+        "BD",
+        "--backend",
+        "wgpu",
+        "--allow-software-gpu",
+        "--quiet",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains("f_main=1 BD repetitions 0..20"), "{err}");
+    assert!(dir.join("summary.csv").is_file());
+    let run: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap();
+    assert_eq!(run["backend"], "wgpu");
+}
+
+#[test]
 fn a_software_gpu_is_refused_unless_allowed() {
     // The test machines' only Vulkan adapter is lavapipe (llvmpipe), a software rasterizer:
     // `backends` names it as such, and a wgpu run on it is a clear error without

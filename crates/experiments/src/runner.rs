@@ -159,6 +159,38 @@ impl Resolved {
     }
 }
 
+/// Replicas a GPU job should reach before units stop being merged (see [`merge_for_gpu`]).
+pub const GPU_MIN_REPLICAS: usize = 256;
+
+/// On a GPU, one work unit of a method with few replicas per repetition (a dropout method:
+/// one) is too small a job to fill the device: consecutive units of the same setting and
+/// method with contiguous repetitions are merged until a job has at least `min_replicas`
+/// replicas. Seeds are per repetition, so merging changes no number; `--resume` then keeps
+/// finished merged units. `replicas_per_rep(method)` gives a method's replicas per repetition.
+pub fn merge_for_gpu(
+    units: &[&Unit],
+    replicas_per_rep: &dyn Fn(&str) -> usize,
+    min_replicas: usize,
+) -> Vec<Unit> {
+    let mut out: Vec<Unit> = Vec::new();
+    for unit in units {
+        let per = replicas_per_rep(&unit.method).max(1);
+        match out.last_mut() {
+            Some(last)
+                if last.setting == unit.setting
+                    && last.method == unit.method
+                    && last.reps.end == unit.reps.start
+                    && ((last.reps.end - last.reps.start) as usize).saturating_mul(per)
+                        < min_replicas =>
+            {
+                last.reps.end = unit.reps.end;
+            }
+            _ => out.push((*unit).clone()),
+        }
+    }
+    out
+}
+
 /// Runs one unit and writes its files. `progress` receives the fraction of the unit done.
 pub fn run_unit(
     dir: &Path,
@@ -344,4 +376,47 @@ pub fn finish(dir: &Path, plan: &Plan, meta: &RunMeta) -> Result<()> {
         dir.display()
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unit(setting: usize, method: &str, reps: Range<u64>) -> Unit {
+        Unit {
+            setting,
+            method: method.into(),
+            reps,
+        }
+    }
+
+    #[test]
+    fn gpu_merging_fills_small_jobs_only() {
+        // Blocks of 5 repetitions: BD (1 replica per repetition) merges up to ≥ 12 replicas,
+        // Ens (120 per repetition) never; different settings, methods or a gap never merge.
+        let units = [
+            unit(0, "BD", 0..5),
+            unit(0, "BD", 5..10),
+            unit(0, "BD", 10..15),
+            unit(0, "BD", 15..20),
+            unit(0, "Ens", 0..5),
+            unit(0, "Ens", 5..10),
+            unit(1, "BD", 0..5),
+            unit(1, "BD", 10..15),
+        ];
+        let refs: Vec<&Unit> = units.iter().collect();
+        let per = |m: &str| if m == "Ens" { 120 } else { 1 };
+        let merged = merge_for_gpu(&refs, &per, 12);
+        assert_eq!(
+            merged,
+            vec![
+                unit(0, "BD", 0..15),
+                unit(0, "BD", 15..20),
+                unit(0, "Ens", 0..5),
+                unit(0, "Ens", 5..10),
+                unit(1, "BD", 0..5),
+                unit(1, "BD", 10..15),
+            ]
+        );
+    }
 }

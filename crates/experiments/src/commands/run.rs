@@ -10,9 +10,11 @@ use clap::Args;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use uqbench_models::{allow_software_gpu, open_device, BackendKind, Resources};
 
+use crate::registry;
 use crate::runner::{self, Plan, Resolved};
 use crate::spec::ExperimentSpec;
 use crate::store::{prepare_dir, RunMeta};
+use crate::summary::ANCHOR;
 
 /// Arguments of `uqbench run`.
 #[derive(Debug, Args)]
@@ -126,6 +128,24 @@ pub fn run(args: &RunArgs) -> Result<()> {
         .map(|(_, u)| u)
         .filter(|u| !runner::unit_done(&dir, &plan, u))
         .collect();
+    // On a GPU, small jobs (the dropout methods: one replica per repetition) are merged so that
+    // a chunk can hold as many replicas as memory allows.
+    let todo: Vec<runner::Unit> = if args.backend.is_gpu() {
+        let per_rep = |method: &str| -> usize {
+            if method == ANCHOR {
+                return usize::MAX;
+            }
+            let setting = &plan.settings[0];
+            plan.spec
+                .method_table(method, setting)
+                .ok()
+                .and_then(|t| registry::build(method, t.as_ref()).ok())
+                .map_or(1, |m| m.replicas_per_repetition())
+        };
+        runner::merge_for_gpu(&todo, &per_rep, runner::GPU_MIN_REPLICAS)
+    } else {
+        todo.into_iter().cloned().collect()
+    };
     let k = plan.repetitions();
     let multi = MultiProgress::with_draw_target(if args.quiet {
         ProgressDrawTarget::hidden()
