@@ -12,6 +12,7 @@ use burn::tensor::{Device, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 use uqbench_anchor::Rng;
 
+use crate::engine::device_rng::DeviceRng;
 use crate::error::ModelError;
 
 /// The stochastic layer.
@@ -181,6 +182,27 @@ impl Dropout {
                 }
                 Tensor::from_data(TensorData::new(v, [r, n, o]), device)
             }
+        }
+    }
+
+    /// Like [`Dropout::draw`], computed on the device from counter-based streams: draw
+    /// `counter` of the replicas' streams `rng` (what the engine uses; no host work).
+    pub(crate) fn draw_device(
+        &self,
+        rng: &DeviceRng,
+        counter: u64,
+        n: usize,
+        k: usize,
+        o: usize,
+    ) -> Tensor<3> {
+        match self {
+            Dropout::Bernoulli { p } => rng
+                .uniform(counter, n, k)
+                .greater_equal_elem(*p)
+                .float()
+                .mul_scalar(1.0 / (1.0 - p)),
+            Dropout::Concrete { .. } => rng.uniform(counter, n, k).clamp(U_EPS, 1.0 - U_EPS),
+            Dropout::Variational { .. } => rng.normal(counter, n, o),
         }
     }
 }

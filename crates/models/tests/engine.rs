@@ -3,7 +3,7 @@
 
 use uqbench_anchor::Rng;
 use uqbench_models::engine::{self, Batching, Job, Resources, TrainOutput, TrainSettings};
-use uqbench_models::{open_device, BackendKind, MlpShape};
+use uqbench_models::{open_device, BackendKind, Dropout, MlpShape};
 
 fn skip_wgpu() -> bool {
     std::env::var("UQBENCH_SKIP_WGPU").is_ok_and(|v| v == "1")
@@ -292,4 +292,48 @@ fn bad_settings_are_clear_errors() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("targets[0]") && e.contains("N = 40"), "{e}");
+}
+
+#[test]
+fn no_host_transfers_grow_with_the_epochs() {
+    // Every batching scheme, the adversarial pass and each dropout layer: noise and batches
+    // come from the device's counter-based streams, so the uploads and reads of a job are the
+    // same for 3 and for 12 epochs (and the steps are 4× as many).
+    let mut all = variants();
+    for dropout in [
+        Dropout::Bernoulli { p: 0.2 },
+        Dropout::Concrete {
+            init_p: 0.1,
+            temperature: 0.1,
+            weight_reg: 1e-6,
+            dropout_reg: 0.05,
+        },
+        Dropout::Variational {
+            init_alpha: 0.1,
+            kl_weight: 0.02,
+        },
+    ] {
+        all.push(TrainSettings {
+            dropout: Some(dropout),
+            mc_passes: 4,
+            batching: Batching::Shuffled { size: 16 },
+            ..TrainSettings::paper(60, 40)
+        });
+    }
+    for settings in all {
+        let at = |epochs: usize| {
+            let s = TrainSettings {
+                epochs,
+                ..settings.clone()
+            };
+            run(BackendKind::Flex, &ALL, &s, Some(3), 1).transfers
+        };
+        let (short, long) = (at(3), at(12));
+        assert_eq!(long.steps, 4 * short.steps, "{settings:?}");
+        assert_eq!(
+            (short.uploads, short.reads),
+            (long.uploads, long.reads),
+            "{settings:?}"
+        );
+    }
 }

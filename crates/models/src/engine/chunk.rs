@@ -1,15 +1,15 @@
 //! The built-in network on the trainer: one chunk of replicas trained step by step (batches,
 //! dropout noise, the adversarial pass, Adam), then its final objective, predictions and
-//! training fit.
+//! training fit. Nothing inside the epoch loop runs on the host: noise and mini-batch indices
+//! come from [`DeviceRng`] and batches are gathered on the device; the data, the keys and ε
+//! are uploaded once per chunk.
 
 use std::cell::Cell;
 use std::ops::Range;
 
-use burn::tensor::{Device, Tensor};
-use uqbench_anchor::seed::splitmix64;
-use uqbench_anchor::Rng;
+use burn::tensor::{Device, Int, Tensor};
 
-use super::batches;
+use super::device_rng::DeviceRng;
 use super::job::Job;
 use super::memory::{bytes_per_replica, largest_tensor_per_replica};
 use super::network::{download, upload, Network, State};
@@ -19,6 +19,12 @@ use crate::dropout::Dropout;
 use crate::error::ModelError;
 use crate::kernels::AdamStep;
 use crate::mlp::xavier_init;
+
+/// The purposes of a replica's device streams (see [`DeviceRng::new`]).
+const PURPOSE_NOISE: u64 = 1;
+const PURPOSE_BATCH: u64 = 2;
+const PURPOSE_PREDICT: u64 = 3;
+const PURPOSE_FIT: u64 = 4;
 
 /// The built-in network's trainer for one job.
 pub(crate) struct Trainer<'a> {
@@ -53,36 +59,33 @@ impl Trainer<'_> {
         *self.job.shape.hidden.last().unwrap_or(&self.job.shape.d_in)
     }
 
-    /// One pass's noise for the replicas' streams (drawn on the host and uploaded), or
-    /// `None` without dropout.
-    fn noise(&self, io: &Transfers, rngs: &mut [Rng], n: usize) -> Option<Tensor<3>> {
-        self.settings.dropout.as_ref().map(|d| {
-            io.uploads.set(io.uploads.get() + 1);
-            d.draw(rngs, n, self.k(), self.job.shape.d_out, &self.device)
-        })
+    /// Draw `counter` of the replicas' noise, computed on the device, or `None` without
+    /// dropout.
+    fn noise(&self, rng: Option<&DeviceRng>, counter: u64, n: usize) -> Option<Tensor<3>> {
+        let (d, rng) = (self.settings.dropout.as_ref()?, rng?);
+        Some(d.draw_device(rng, counter, n, self.k(), self.job.shape.d_out))
     }
 
     /// One optimiser step on a batch: forward, head, backward (plus the adversarial pass on
     /// x' = x + ε·sign(∇ₓ loss) for EnsAdvA, whose loss adds to the step's), then Adam.
-    #[allow(clippy::too_many_arguments)]
+    /// Step t's noise is draw 2t of the noise stream (2t + 1 for the adversarial pass).
     fn step(
         &self,
-        io: &Transfers,
         s: &mut State,
         x: Tensor<3>,
         y: &Tensor<3>,
         eps: Option<&Tensor<3>>,
         t: u64,
-        rngs: &mut [Rng],
+        rng: Option<&DeviceRng>,
     ) {
         let n = x.dims()[1];
-        let (out, cache) = self.net.forward(s, x.clone(), self.noise(io, rngs, n));
+        let (out, cache) = self.net.forward(s, x.clone(), self.noise(rng, 2 * t, n));
         let delta = self.net.head.delta(out, y);
         let (mut grads, input_grad) = self.net.backward(s, &cache, delta, eps.is_some());
         if let (Some(eps), Some(gx)) = (eps, input_grad) {
             // ε per input dimension `[1, 1, d]`, uploaded once per chunk.
             let x_adv = x + gx.sign() * eps.clone();
-            let (out2, cache2) = self.net.forward(s, x_adv, self.noise(io, rngs, n));
+            let (out2, cache2) = self.net.forward(s, x_adv, self.noise(rng, 2 * t + 1, n));
             let delta2 = self.net.head.delta(out2, y);
             let (g2, _) = self.net.backward(s, &cache2, delta2, false);
             grads.add(g2);
@@ -121,67 +124,70 @@ impl Trainer<'_> {
             y_host.extend_from_slice(&job.targets[job.replica_targets[r]]);
         }
         let x_full = io.up(job.x_train.to_vec(), [1, n, d], dev);
-        let y_full = io.up(y_host.clone(), [rc, n, 1], dev);
-        let mut rngs: Vec<Rng> = job.stream_seeds[range.clone()]
-            .iter()
-            .map(|&s| Rng::new(s))
-            .collect();
-
-        // Builds per-replica batches from per-replica index lists.
-        let gather = |idx: &[Vec<usize>]| -> (Tensor<3>, Tensor<3>) {
-            let b = idx[0].len();
-            let mut xb = Vec::with_capacity(rc * b * d);
-            let mut yb = Vec::with_capacity(rc * b);
-            for (k, rows) in idx.iter().enumerate() {
-                for &i in rows {
-                    xb.extend_from_slice(&job.x_train[i * d..(i + 1) * d]);
-                    yb.push(y_host[k * n + i]);
-                }
-            }
-            (io.up(xb, [rc, b, d], dev), io.up(yb, [rc, b, 1], dev))
+        let y_full = io.up(y_host, [rc, n, 1], dev);
+        // The replicas' streams, keyed on the device (one upload each): the training noise,
+        // the mini-batch draws, and (below) the prediction passes' noise.
+        let seeds = &job.stream_seeds[range.clone()];
+        let noise_rng = self.settings.dropout.as_ref().map(|_| {
+            io.uploads.set(io.uploads.get() + 1);
+            DeviceRng::new(seeds, PURPOSE_NOISE, dev)
+        });
+        let batch_rng = (!matches!(self.settings.batching, Batching::Full)).then(|| {
+            io.uploads.set(io.uploads.get() + 1);
+            DeviceRng::new(seeds, PURPOSE_BATCH, dev)
+        });
+        let x_rows = x_full.clone().reshape([n, d]);
+        let y_flat = y_full.clone().reshape([rc * n]);
+        // Row offsets of the replicas in `y_flat`, `[rc, 1]`.
+        let offsets = Tensor::<1, Int>::arange(0..rc as i64, dev)
+            .mul_scalar(n as i64)
+            .reshape([rc, 1]);
+        // A batch from per-replica indices `[rc, b]`, gathered on the device.
+        let gather = |idx: Tensor<2, Int>| -> (Tensor<3>, Tensor<3>) {
+            let b = idx.dims()[1];
+            let xb = x_rows.clone().select(0, idx.clone().reshape([rc * b]));
+            let yb = y_flat.clone().select(
+                0,
+                (offsets.clone().cast(idx.dtype()) + idx).reshape([rc * b]),
+            );
+            (xb.reshape([rc, b, d]), yb.reshape([rc, b, 1]))
         };
+        let rng = noise_rng.as_ref();
 
         let resampled = match self.settings.batching {
-            Batching::Resample => Some(gather(&batches::with_replacement(&mut rngs, n, n))),
+            Batching::Resample => {
+                Some(gather(batch_rng.as_ref().expect("batching").below(0, n, n)))
+            }
             _ => None,
         };
 
         let mut t = 0u64;
-        for _ in 0..self.settings.epochs {
+        for epoch in 0..self.settings.epochs as u64 {
             match &self.settings.batching {
                 Batching::Full => {
                     t += 1;
-                    self.step(
-                        &io,
-                        &mut s,
-                        x_full.clone(),
-                        &y_full,
-                        eps.as_ref(),
-                        t,
-                        &mut rngs,
-                    );
+                    self.step(&mut s, x_full.clone(), &y_full, eps.as_ref(), t, rng);
                 }
                 Batching::Resample => {
                     let (xb, yb) = resampled.as_ref().expect("drawn above");
                     t += 1;
-                    self.step(&io, &mut s, xb.clone(), yb, eps.as_ref(), t, &mut rngs);
+                    self.step(&mut s, xb.clone(), yb, eps.as_ref(), t, rng);
                 }
                 Batching::WithReplacement { size, per_epoch } => {
                     for _ in 0..*per_epoch {
-                        let (xb, yb) = gather(&batches::with_replacement(&mut rngs, n, *size));
                         t += 1;
-                        self.step(&io, &mut s, xb, &yb, eps.as_ref(), t, &mut rngs);
+                        let idx = batch_rng.as_ref().expect("batching").below(t, n, *size);
+                        let (xb, yb) = gather(idx);
+                        self.step(&mut s, xb, &yb, eps.as_ref(), t, rng);
                     }
                 }
                 Batching::Shuffled { size } => {
-                    let perms = batches::permutations(&mut rngs, n);
+                    let perm = batch_rng.as_ref().expect("batching").permutation(epoch, n);
                     for start in (0..n).step_by(*size) {
                         let end = (start + size).min(n);
-                        let idx: Vec<Vec<usize>> =
-                            perms.iter().map(|p| p[start..end].to_vec()).collect();
-                        let (xb, yb) = gather(&idx);
+                        let (xb, yb) = gather(perm.clone().slice([0..rc, start..end]));
                         t += 1;
-                        self.step(&io, &mut s, xb, &yb, eps.as_ref(), t, &mut rngs);
+                        self.step(&mut s, xb, &yb, eps.as_ref(), t, rng);
                     }
                 }
             }
@@ -207,18 +213,20 @@ impl Trainer<'_> {
         };
 
         // Predictions: the hidden layers once, then T passes of the (stochastic) last layer,
-        // from a prediction stream of each replica's own (splitmix64 of its stream seed).
+        // from a prediction stream of each replica's own.
         let x_test = io.up(job.x_test.to_vec(), [1, m, d], dev);
         let passes = self.settings.mc_passes;
         let dout = shape.d_out;
         let mut pred = vec![0.0f32; rc * passes * m * dout];
         let (h, _) = self.net.hidden(&s, x_test);
-        let mut predict_rngs: Vec<Rng> = job.stream_seeds[range.clone()]
-            .iter()
-            .map(|&s| Rng::new(splitmix64(s)))
-            .collect();
+        let predict_rng = self.settings.dropout.as_ref().map(|_| {
+            io.uploads.set(io.uploads.get() + 1);
+            DeviceRng::new(seeds, PURPOSE_PREDICT, dev)
+        });
         for pass in 0..passes {
-            let noise = self.noise(&io, &mut predict_rngs, m);
+            let noise = predict_rng
+                .as_ref()
+                .and_then(|g| self.noise(Some(g), pass as u64, m));
             let (out, _) = self.net.last(&s, h.clone(), noise);
             let values = io.down(out);
             for k in 0..rc {
@@ -230,7 +238,7 @@ impl Trainer<'_> {
 
         // The mean prediction at the training inputs (the training fit): without a stochastic
         // layer the deterministic forward pass above; with one, the mean of T passes drawn from
-        // a stream of their own (splitmix64 twice), so the test predictions above do not
+        // a stream of their own, so the test predictions above do not
         // depend on it.
         let train_pred: Vec<f32> = match fitted {
             Some(out) => {
@@ -239,13 +247,11 @@ impl Trainer<'_> {
             }
             None => {
                 let (h, _) = self.net.hidden(&s, x_full);
-                let mut fit_rngs: Vec<Rng> = job.stream_seeds[range.clone()]
-                    .iter()
-                    .map(|&s| Rng::new(splitmix64(splitmix64(s))))
-                    .collect();
+                io.uploads.set(io.uploads.get() + 1);
+                let fit_rng = DeviceRng::new(seeds, PURPOSE_FIT, dev);
                 let mut sum = vec![0.0f64; rc * n];
-                for _ in 0..passes {
-                    let noise = self.noise(&io, &mut fit_rngs, n);
+                for pass in 0..passes {
+                    let noise = self.noise(Some(&fit_rng), pass as u64, n);
                     let (out, _) = self.net.last(&s, h.clone(), noise);
                     for (acc, v) in sum.iter_mut().zip(io.down(out).iter().step_by(dout)) {
                         *acc += f64::from(*v);

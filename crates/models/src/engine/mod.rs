@@ -15,7 +15,7 @@
 //!   threads, progress, divergence per replica; burn-autodiff modules run on it too;
 //! - `network`: the built-in network's forward, hand-written backward, objective and Adam step;
 //! - [`head`]: the loss on the output and its gradient;
-//! - `batches`: the batching schemes' index draws;
+//! - `device_rng`: the counter-based generator on the device (noise, mini-batch indices);
 //! - `chunk`: the built-in network's training of one chunk;
 //! - `probe` (tests): the objective's gradient against finite differences.
 //!
@@ -23,8 +23,8 @@
 //! ½·mean_n (f(x_n) − y_n)² + (λ/2)·Σ‖W‖², with λ on weights only (biases are not
 //! regularised), optimised by Adam, plus the stochastic layer's regulariser.
 
-mod batches;
 mod chunk;
+pub(crate) mod device_rng;
 pub mod head;
 pub mod job;
 pub mod memory;
