@@ -50,6 +50,12 @@ pub struct EnsembleSettings {
     /// Intervals from mean ± z·std of the members (`normal`, [000]) or from their empirical
     /// quantiles (`empirical`).
     pub intervals: IntervalSetting,
+    /// Mean–variance members (Lakshminarayanan et al. 2017, the original deep ensembles):
+    /// each member outputs a mean and a log variance and is trained on the Gaussian NLL; the
+    /// ensemble reports the std of the members' means as the uncertainty of f and
+    /// sqrt(mean of their variances) as the noise sd, so prediction intervals use
+    /// σ²_f + σ²_noise, the mixture's variance.
+    pub heteroscedastic: bool,
 }
 
 impl Default for EnsembleSettings {
@@ -61,6 +67,7 @@ impl Default for EnsembleSettings {
             batch_fraction: 0.5,
             batches_per_epoch: 2,
             intervals: IntervalSetting::Normal,
+            heteroscedastic: false,
         }
     }
 }
@@ -140,6 +147,7 @@ impl Ensemble {
         TrainSettings {
             batching,
             adversarial,
+            heteroscedastic: c.heteroscedastic,
             ..c.optim.settings(task.epochs, n)
         }
     }
@@ -163,7 +171,8 @@ impl Method for Ensemble {
     ) -> Result<Vec<RepOutput>, ModelError> {
         task.validate()?;
         let members = self.config.members;
-        let shape = self.config.net.shape(task.d, 1);
+        let het = self.config.heteroscedastic;
+        let shape = self.config.net.shape(task.d, if het { 2 } else { 1 });
         let reps = task.repetitions.len();
         let replicas = task.replicas(&self.name, members);
         let (x_train, x_test) = task.inputs_f32(self.config.net.standardize);
@@ -179,20 +188,44 @@ impl Method for Ensemble {
         };
         let out = engine::train(&job, &self.train_settings(task), resources, progress)?;
         let (mt, n) = (task.n_test(), task.n_train());
+        // Per replica, the means `[M]` and (mean–variance members) the variances `[M]`: the
+        // outputs are `[R, 1, M, 2]` (mean, log variance) then.
+        let (means, variances): (Vec<f32>, Vec<f32>) = if het {
+            out.test_out.chunks(2).map(|o| (o[0], o[1].exp())).unzip()
+        } else {
+            (out.test_out.clone(), Vec::new())
+        };
         Ok((0..reps)
             .map(|k| {
-                let members: Vec<Member<'_>> = (0..members)
-                    .map(|m| {
-                        let r = k * members + m;
-                        Member {
-                            passes: vec![&out.test_out[r * mt..(r + 1) * mt]],
-                            train: &out.train_pred[r * n..(r + 1) * n],
-                            objective: out.final_objective[r],
-                            diverged: out.diverged[r],
-                        }
+                let replicas = k * members..(k + 1) * members;
+                let members: Vec<Member<'_>> = replicas
+                    .clone()
+                    .map(|r| Member {
+                        passes: vec![&means[r * mt..(r + 1) * mt]],
+                        train: &out.train_pred[r * n..(r + 1) * n],
+                        objective: out.final_objective[r],
+                        diverged: out.diverged[r],
                     })
                     .collect();
-                combine_members(&members, self.config.intervals.family(), keep_samples)
+                let mut o = combine_members(&members, self.config.intervals.family(), keep_samples);
+                if het {
+                    // The noise variance: the mean of the members' variances (those kept, or
+                    // all of them for a diverged repetition, as `combine_members`).
+                    let kept: Vec<usize> = replicas
+                        .clone()
+                        .filter(|&r| o.diverged || !out.diverged[r])
+                        .collect();
+                    o.noise_std = Some(
+                        (0..mt)
+                            .map(|i| {
+                                let sum: f64 =
+                                    kept.iter().map(|&r| f64::from(variances[r * mt + i])).sum();
+                                (sum / kept.len() as f64).sqrt()
+                            })
+                            .collect(),
+                    );
+                }
+                o
             })
             .collect())
     }

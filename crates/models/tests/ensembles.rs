@@ -280,3 +280,64 @@ fn the_autodiff_route_runs_on_the_trainer_and_chunks_do_not_change_it() {
     );
     assert!(a.iter().all(|r| r.mean.iter().all(|v| v.is_finite())));
 }
+
+#[test]
+fn mean_variance_members_estimate_the_noise() {
+    // [004]'s cubic_hetero, σ(x) = 0.1 + x² on x ∈ [−0.5, 0.5]: σ ≈ 0.1 near 0 and ≈ 0.3 at
+    // the ends. A mean–variance ensemble (Gaussian NLL members) must report a noise sd that
+    // follows it (ends above the centre by a clear margin, the centre near 0.1), and a
+    // prediction interval wider than its confidence interval.
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../experiments/cubic_hetero.toml"
+    ))
+    .unwrap();
+    let table: toml::Table = toml::from_str(&text).unwrap();
+    let spec: ProblemSpec = table["problem"].clone().try_into().unwrap();
+    let p = Problem::resolve("cubic_hetero", 7, &spec, &Setting { values: vec![] }).unwrap();
+    let y = vec![p.draw(0).train_y];
+    let task = Task {
+        d: 1,
+        x_train: p.train.inputs.as_slice(),
+        y_train: &y,
+        repetitions: &[0],
+        x_test: p.test.inputs.as_slice(),
+        epochs: 300,
+        known_sigma: None,
+        seeds: SeedBase {
+            base: 1,
+            experiment: "cubic_hetero".into(),
+            setting: String::new(),
+        },
+    };
+    let config = EnsembleConfig {
+        own: EnsembleSettings {
+            members: 5,
+            heteroscedastic: true,
+            ..EnsembleSettings::default()
+        },
+        ..EnsembleConfig::default()
+    };
+    let method = Ensemble::new("Ens", EnsembleKind::Plain, config).unwrap();
+    let res = Resources::new(BackendKind::Flex, open_device(BackendKind::Flex).unwrap());
+    let o = &method.run(&task, &res, false, &|_| {}).unwrap()[0];
+    assert!(!o.diverged);
+    let noise = o
+        .noise_std
+        .as_ref()
+        .expect("mean–variance members report the noise sd");
+    let x: Vec<f64> = p.test.inputs.rows().map(|r| r[0]).collect();
+    let avg = |f: &dyn Fn(f64) -> bool| {
+        let idx: Vec<usize> = (0..x.len()).filter(|&i| f(x[i])).collect();
+        idx.iter().map(|&i| noise[i]).sum::<f64>() / idx.len() as f64
+    };
+    let (centre, ends) = (avg(&|v| v.abs() < 0.1), avg(&|v| v.abs() > 0.4));
+    assert!(
+        ends > 1.5 * centre,
+        "noise sd at the ends {ends}, at the centre {centre}"
+    );
+    assert!(
+        centre > 0.05 && centre < 0.2,
+        "noise sd at the centre {centre}, true ≈ 0.10"
+    );
+}
