@@ -360,6 +360,25 @@ impl Anchor {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn t_quantiles_match_reference_values() {
+        // Two-sided quantiles t_{1−α/2, ν} from standard tables (R's qt): the naive bootstrap
+        // uses ν = M members, the anchor ν = N − p.
+        for (level, dof, q) in [
+            (0.95, 5.0, 2.570_582),
+            (0.95, 50.0, 2.008_559),
+            (0.90, 7.0, 1.894_579),
+            (0.80, 10.0, 1.372_184),
+        ] {
+            let got = central_quantile(level, Some(dof));
+            assert!(
+                (got - q).abs() < 1e-5,
+                "t({level}, {dof}) = {got}, reference {q}"
+            );
+        }
+        assert!((central_quantile(0.95, None) - 1.959_964).abs() < 1e-6);
+    }
     use super::*;
     use crate::features::Term;
 

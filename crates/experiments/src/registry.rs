@@ -25,6 +25,12 @@ fn classic_bootstrap(name: &str, s: toml::Value) -> Result<Box<dyn Method>> {
     Ok(Box::new(Ensemble::new(name, EnsembleKind::Bootstrap, c)?))
 }
 
+fn naive_bootstrap(name: &str, s: toml::Value) -> Result<Box<dyn Method>> {
+    let mut c: EnsembleConfig = config(name, s)?;
+    (c.bootstrap, c.student_t, c.validation_noise) = (BootstrapScheme::Classic, true, true);
+    Ok(Box::new(Ensemble::new(name, EnsembleKind::Bootstrap, c)?))
+}
+
 fn dropout(name: &str, s: toml::Value, kind: DropoutKind) -> Result<Box<dyn Method>> {
     Ok(Box::new(DropoutMethod::new(name, kind, config(name, s)?)?))
 }
@@ -37,6 +43,7 @@ pub const KINDS: &[(&str, Builder)] = &[
     ("EnsAdvA", |n, s| ensemble(n, s, EnsembleKind::Adversarial)),
     ("EnsBS", |n, s| ensemble(n, s, EnsembleKind::Bootstrap)),
     ("EnsBSClassic", classic_bootstrap),
+    ("NaiveBootstrap", naive_bootstrap),
     ("BD", |n, s| dropout(n, s, DropoutKind::Bernoulli)),
     ("CD", |n, s| dropout(n, s, DropoutKind::Concrete)),
     ("VD", |n, s| dropout(n, s, DropoutKind::Variational)),

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use uqbench_anchor::{Anchor, Problem, Setting};
-use uqbench_models::{Method, RepOutput, Resources, SeedBase, Task};
+use uqbench_models::{Method, RepOutput, Resources, SeedBase, Task, Validation};
 
 use crate::figures::{FigureInput, SettingFigures};
 use crate::registry;
@@ -212,7 +212,12 @@ pub fn run_unit(
             &unit.method,
             plan.spec.method_table(&unit.method, setting)?.as_ref(),
         )?;
-        let y: Vec<Vec<f64>> = reps.iter().map(|&r| problem.draw(r).train_y).collect();
+        let draws: Vec<_> = reps.iter().map(|&r| problem.draw(r)).collect();
+        let valid_y: Vec<Vec<f64>> = draws
+            .iter()
+            .filter_map(|d| d.validation_y.clone())
+            .collect();
+        let y: Vec<Vec<f64>> = draws.into_iter().map(|d| d.train_y).collect();
         let task = Task {
             d: problem.d(),
             x_train: problem.train.inputs.as_slice(),
@@ -226,6 +231,10 @@ pub fn run_unit(
                 experiment: plan.spec.name.clone(),
                 setting: setting.label(),
             },
+            validation: problem.validation.as_ref().map(|(x, _, _)| Validation {
+                x: x.as_slice(),
+                y: &valid_y,
+            }),
         };
         let total = (reps.len() * method.replicas_per_repetition()) as f64;
         let outputs = method

@@ -385,6 +385,7 @@ mod tests {
                 experiment: "t".into(),
                 setting: String::new(),
             },
+            validation: None,
         };
         let config = DropoutConfig {
             own: DropoutSettings {

@@ -27,4 +27,5 @@ pub use error::ModelError;
 pub use mlp::{xavier_init, HostWeights, MlpShape};
 pub use task::{
     combine_members, Family, IntervalSetting, Member, Method, RepOutput, Replicas, SeedBase, Task,
+    Validation,
 };

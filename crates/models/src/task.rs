@@ -55,6 +55,18 @@ pub struct Task<'a> {
     pub known_sigma: Option<f64>,
     /// Seed context.
     pub seeds: SeedBase,
+    /// A validation set, when the problem declares one (`problem.validation`): what
+    /// [004]'s naive bootstrap estimates the noise from.
+    pub validation: Option<Validation<'a>>,
+}
+
+/// Validation inputs and each repetition's validation targets.
+#[derive(Debug, Clone, Copy)]
+pub struct Validation<'a> {
+    /// Inputs `[V, d]`, row-major.
+    pub x: &'a [f64],
+    /// Targets of each repetition of the task, in the task's order.
+    pub y: &'a [Vec<f64>],
 }
 
 impl Task<'_> {

@@ -43,6 +43,7 @@ fn run(
             experiment: p.name.clone(),
             setting: p.setting.label(),
         },
+        validation: None,
     };
     let method = DropoutMethod::new("D", kind, config).unwrap();
     let res = Resources::new(BackendKind::Flex, open_device(BackendKind::Flex).unwrap());

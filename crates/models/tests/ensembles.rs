@@ -42,6 +42,7 @@ fn run(kind: EnsembleKind, config: EnsembleConfig, reps: &[u64], samples: bool) 
             experiment: "e1".into(),
             setting: "f_main=1".into(),
         },
+        validation: None,
     };
     let method = Ensemble::new("Ens", kind, config).unwrap();
     let res = Resources::new(BackendKind::Flex, open_device(BackendKind::Flex).unwrap());
@@ -90,6 +91,7 @@ fn plain_ensemble_fits_and_is_less_certain_out_of_distribution() {
             experiment: "cubic".into(),
             setting: String::new(),
         },
+        validation: None,
     };
     let method = Ensemble::new("Ens", EnsembleKind::Plain, small()).unwrap();
     let res = Resources::new(BackendKind::Flex, open_device(BackendKind::Flex).unwrap());
@@ -234,6 +236,7 @@ fn the_autodiff_route_runs_on_the_trainer_and_chunks_do_not_change_it() {
             experiment: "e1".into(),
             setting: "f_main=1".into(),
         },
+        validation: None,
     };
     let config = EnsMcdConfig {
         own: EnsMcdSettings {
@@ -309,6 +312,7 @@ fn mean_variance_members_estimate_the_noise() {
             experiment: "cubic_hetero".into(),
             setting: String::new(),
         },
+        validation: None,
     };
     let config = EnsembleConfig {
         own: EnsembleSettings {
@@ -339,5 +343,54 @@ fn mean_variance_members_estimate_the_noise() {
     assert!(
         centre > 0.05 && centre < 0.2,
         "noise sd at the centre {centre}, true ≈ 0.10"
+    );
+}
+
+#[test]
+fn the_naive_bootstrap_needs_two_members_and_a_validation_set() {
+    let naive = |members: usize| EnsembleConfig {
+        own: EnsembleSettings {
+            members,
+            bootstrap: BootstrapScheme::Classic,
+            student_t: true,
+            validation_noise: true,
+            ..EnsembleSettings::default()
+        },
+        ..EnsembleConfig::default()
+    };
+    let e = Ensemble::new("Boot", EnsembleKind::Bootstrap, naive(1))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("Boot.members") && e.contains("at least 2"),
+        "{e}"
+    );
+    // E1 declares no validation design: a clear error naming the setting.
+    let method = Ensemble::new("Boot", EnsembleKind::Bootstrap, naive(2)).unwrap();
+    let p = e1();
+    let y = vec![p.draw(0).train_y];
+    let task = Task {
+        d: 1,
+        x_train: p.train.inputs.as_slice(),
+        y_train: &y,
+        repetitions: &[0],
+        x_test: p.test.inputs.as_slice(),
+        epochs: 2,
+        known_sigma: None,
+        seeds: SeedBase {
+            base: 1,
+            experiment: "e1".into(),
+            setting: "f_main=1".into(),
+        },
+        validation: None,
+    };
+    let res = Resources::new(BackendKind::Flex, open_device(BackendKind::Flex).unwrap());
+    let e = method
+        .run(&task, &res, false, &|_| {})
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("Boot.validation_noise") && e.contains("problem.validation"),
+        "{e}"
     );
 }

@@ -217,6 +217,7 @@ fn autodiff(
             experiment: "bench".into(),
             setting: String::new(),
         },
+        validation: None,
     };
     let config = EnsMcdConfig {
         own: EnsMcdSettings {
