@@ -785,6 +785,8 @@ mod run {
             "bands_f_main=1",
             "bands_f_main=2",
             "coverage_hist_f_main=1",
+            "picf_hist_f_main=1",
+            "coverage_along_f_main=2",
             "complexity",
         ] {
             for ext in ["svg", "png"] {

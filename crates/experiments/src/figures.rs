@@ -382,9 +382,94 @@ impl Figure for HeatMaps {
     }
 }
 
-/// Histograms of pointwise coverage per method, with the nominal 0.95 marked.
+/// Points (coord, value) of a line, sorted by coord.
+type Curve2 = Vec<(f64, f64)>;
+
+/// [004]'s pointwise coverage along a 1-D test design: per method (a row), CICF (left) and
+/// PICF (right) against the coordinate, one line per interval level, each level's nominal
+/// value dashed in the same colour.
+struct CoverageAlong {
+    title: String,
+    coord_name: String,
+    /// The interval levels, in line order.
+    levels: Vec<f64>,
+    /// Method → per level, (CICF, PICF) as (coord, value) sorted by coord.
+    methods: Vec<(String, Vec<(Curve2, Curve2)>)>,
+}
+
+impl Figure for CoverageAlong {
+    fn size(&self) -> (u32, u32) {
+        (2 * 420, 240 * self.methods.len() as u32 + 70)
+    }
+
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()> {
+        let root = root.titled(&self.title, (FONT, 20)).map_err(pe)?;
+        let (body, foot) = root.split_vertically(root.dim_in_pixel().1 - 30);
+        let names: Vec<String> = self.levels.iter().map(|l| format!("level {l}")).collect();
+        let refs: Vec<&str> = names.iter().map(|s| s.as_str()).collect();
+        legend_row(&foot, &refs)?;
+        let xmin = self
+            .methods
+            .iter()
+            .flat_map(|(_, ls)| ls.iter().flat_map(|(c, _)| c.first().map(|p| p.0)))
+            .fold(f64::INFINITY, f64::min);
+        let xmax = self
+            .methods
+            .iter()
+            .flat_map(|(_, ls)| ls.iter().flat_map(|(c, _)| c.last().map(|p| p.0)))
+            .fold(f64::NEG_INFINITY, f64::max);
+        let (xmin, xmax) = if xmin < xmax {
+            (xmin, xmax)
+        } else {
+            (0.0, 1.0)
+        };
+        let cells = body.split_evenly((self.methods.len(), 2));
+        for (row, (name, levels)) in self.methods.iter().enumerate() {
+            for (col, which) in ["CICF", "PICF"].iter().enumerate() {
+                let mut chart = ChartBuilder::on(&cells[row * 2 + col])
+                    .caption(format!("{name}: {which}"), (FONT, 14))
+                    .margin(8)
+                    .x_label_area_size(28)
+                    .y_label_area_size(40)
+                    .build_cartesian_2d(xmin..xmax, 0.0..1.02)
+                    .map_err(pe)?;
+                chart
+                    .configure_mesh()
+                    .disable_mesh()
+                    .x_desc(self.coord_name.as_str())
+                    .label_style((FONT, 10))
+                    .draw()
+                    .map_err(pe)?;
+                for (i, (level, (ci, pi))) in self.levels.iter().zip(levels).enumerate() {
+                    let c = colour(i);
+                    let line = if col == 0 { ci } else { pi };
+                    chart
+                        .draw_series(LineSeries::new(
+                            line.iter().map(|&(x, v)| (x, finite_or_zero(v))),
+                            c.stroke_width(1),
+                        ))
+                        .map_err(pe)?;
+                    chart
+                        .draw_series(DashedLineSeries::new(
+                            [(xmin, *level), (xmax, *level)],
+                            5,
+                            4,
+                            c.stroke_width(1),
+                        ))
+                        .map_err(pe)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Histograms over test inputs of a pointwise coverage per method, with the nominal level
+/// marked.
 struct CoverageHistogram {
     title: String,
+    /// The nominal level.
+    nominal: f64,
     methods: Vec<(String, Vec<f64>)>,
 }
 
@@ -436,7 +521,7 @@ impl Figure for CoverageHistogram {
                 .map_err(pe)?;
             chart
                 .draw_series(DashedLineSeries::new(
-                    [(0.95, 0.0), (0.95, top)],
+                    [(self.nominal, 0.0), (self.nominal, top)],
                     4,
                     4,
                     RED.stroke_width(2),
@@ -454,6 +539,19 @@ fn heading(name: &str, label: &str) -> String {
     } else {
         format!("{name} {label}")
     }
+}
+
+/// The interval levels with pointwise CICF in the summary, ascending.
+fn coverage_levels(s: &SettingSummary, methods: &[String]) -> Vec<f64> {
+    let mut levels: Vec<f64> = methods
+        .iter()
+        .filter_map(|m| s.methods.get(m))
+        .flat_map(|m| m.points.keys())
+        .filter_map(|k| k.strip_prefix("cicf_")?.parse::<f64>().ok())
+        .collect();
+    levels.sort_by(f64::total_cmp);
+    levels.dedup();
+    levels
 }
 
 fn point_values(s: &SettingSummary, method: &str, metric: &str) -> Option<(Vec<f64>, Vec<f64>)> {
@@ -579,28 +677,84 @@ pub fn draw_all(dir: &Path, input: &FigureInput<'_>) -> Result<Vec<Written>> {
                 })?;
             }
         }
-        // Coverage histogram.
-        let methods: Vec<(String, Vec<f64>)> = input
-            .methods
-            .iter()
-            .filter_map(|m| {
-                point_values(s, m, "coverage")
-                    .map(|(v, _)| (m.clone(), design.iter().map(|&i| v[i]).collect()))
-            })
-            .collect();
-        let fig = CoverageHistogram {
-            title: format!(
-                "{}: pointwise coverage of the 95% interval",
-                heading(input.experiment, &sf.setting.label())
-            ),
-            methods,
+        // CICF and PICF along a 1-D test design, for every level ([004]).
+        // The coordinate: the design's own, or x itself for any 1-D design.
+        let along_x = match (&test.coord, sf.d) {
+            (Some((name, coord)), 1) => Some((name.clone(), coord.clone())),
+            (None, 1) => Some(("x".to_string(), test.x.iter().map(|x| x[0]).collect())),
+            _ => None,
         };
-        push(&|| {
-            Ok((
-                fig.title.clone(),
-                render(&fig, &out, &format!("coverage_hist_{label}"))?,
-            ))
-        })?;
+        if let Some((coord_name, coord)) = &along_x {
+            let mut order = design.clone();
+            order.sort_by(|&a, &b| coord[a].total_cmp(&coord[b]));
+            let levels = coverage_levels(s, input.methods);
+            let along = |v: &[f64]| -> Vec<(f64, f64)> {
+                order.iter().map(|&i| (coord[i], v[i])).collect()
+            };
+            let methods: Vec<_> = input
+                .methods
+                .iter()
+                .filter_map(|m| {
+                    let lines: Option<Vec<_>> = levels
+                        .iter()
+                        .map(|l| {
+                            let (ci, _) = point_values(s, m, &format!("cicf_{l}"))?;
+                            let (pi, _) = point_values(s, m, &format!("picf_{l}"))?;
+                            Some((along(&ci), along(&pi)))
+                        })
+                        .collect();
+                    Some((m.clone(), lines?))
+                })
+                .collect();
+            if !levels.is_empty() && !methods.is_empty() {
+                let fig = CoverageAlong {
+                    title: format!(
+                        "{}: pointwise coverage of f (CICF) and y (PICF) along {coord_name}",
+                        heading(input.experiment, &sf.setting.label())
+                    ),
+                    coord_name: coord_name.clone(),
+                    levels,
+                    methods,
+                };
+                push(&|| {
+                    Ok((
+                        fig.title.clone(),
+                        render(&fig, &out, &format!("coverage_along_{label}"))?,
+                    ))
+                })?;
+            }
+        }
+        // Histograms over the test inputs of the CICF (`coverage`) and the PICF at 0.95.
+        for (metric, what, stem) in [
+            ("coverage", "f (CICF)", "coverage_hist"),
+            ("picf_0.95", "y (PICF)", "picf_hist"),
+        ] {
+            let methods: Vec<(String, Vec<f64>)> = input
+                .methods
+                .iter()
+                .filter_map(|m| {
+                    point_values(s, m, metric)
+                        .map(|(v, _)| (m.clone(), design.iter().map(|&i| v[i]).collect()))
+                })
+                .collect();
+            if methods.is_empty() {
+                continue;
+            }
+            let fig = CoverageHistogram {
+                title: format!(
+                    "{}: pointwise coverage of {what} by the 95% interval",
+                    heading(input.experiment, &sf.setting.label())
+                ),
+                nominal: 0.95,
+                methods,
+            };
+            push(&|| {
+                Ok((
+                    fig.title.clone(),
+                    render(&fig, &out, &format!("{stem}_{label}"))?,
+                ))
+            })?;
+        }
     }
     for fig in against_variables(input) {
         push(&|| Ok((fig.1.title.clone(), render(&fig.1, &out, &fig.0)?)))?;
