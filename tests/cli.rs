@@ -786,6 +786,7 @@ mod run {
             "bands_f_main=2",
             "coverage_hist_f_main=1",
             "picf_hist_f_main=1",
+            "marginal_picp_hist_f_main=1",
             "coverage_along_f_main=2",
             "complexity",
         ] {

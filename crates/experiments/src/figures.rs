@@ -470,6 +470,8 @@ struct CoverageHistogram {
     title: String,
     /// The nominal level.
     nominal: f64,
+    /// What one value is: a test input, or a repetition.
+    per: &'static str,
     methods: Vec<(String, Vec<f64>)>,
 }
 
@@ -483,10 +485,21 @@ impl Figure for CoverageHistogram {
         let root = root.titled(&self.title, (FONT, 20)).map_err(pe)?;
         let (rows, cols) = grid_shape(self.methods.len());
         const BINS: usize = 20;
+        // The x range: [0, 1], or for values all near the top (marginal coverages) from a
+        // multiple of 0.05 below the smallest value or the nominal level, so the bins resolve
+        // them.
+        let smallest = self
+            .methods
+            .iter()
+            .flat_map(|(_, v)| v.iter().copied())
+            .filter(|v| v.is_finite())
+            .fold(self.nominal, f64::min);
+        let lo = ((smallest * 20.0).floor() / 20.0 - 0.05).clamp(0.0, 0.9);
+        let bin = (1.0 - lo) / BINS as f64;
         for (area, (name, values)) in root.split_evenly((rows, cols)).iter().zip(&self.methods) {
             let mut counts = [0usize; BINS];
-            for v in values {
-                counts[((v * BINS as f64).floor() as usize).min(BINS - 1)] += 1;
+            for v in values.iter().filter(|v| v.is_finite()) {
+                counts[(((v - lo) / bin).floor().max(0.0) as usize).min(BINS - 1)] += 1;
             }
             let total = values.len().max(1) as f64;
             let top = counts
@@ -500,21 +513,21 @@ impl Figure for CoverageHistogram {
                 .margin(8)
                 .x_label_area_size(30)
                 .y_label_area_size(45)
-                .build_cartesian_2d(0.0..1.0, 0.0..top)
+                .build_cartesian_2d(lo..1.0, 0.0..top)
                 .map_err(pe)?;
             chart
                 .configure_mesh()
                 .disable_mesh()
                 .x_desc("coverage")
-                .y_desc("fraction of test inputs")
+                .y_desc(format!("fraction of {}", self.per))
                 .label_style((FONT, 10))
                 .draw()
                 .map_err(pe)?;
             chart
                 .draw_series(counts.iter().enumerate().map(|(b, &c)| {
-                    let x0 = b as f64 / BINS as f64;
+                    let x0 = lo + b as f64 * bin;
                     Rectangle::new(
-                        [(x0, 0.0), (x0 + 1.0 / BINS as f64, c as f64 / total)],
+                        [(x0, 0.0), (x0 + bin, c as f64 / total)],
                         BLUE.mix(0.6).filled(),
                     )
                 }))
@@ -677,6 +690,39 @@ pub fn draw_all(dir: &Path, input: &FigureInput<'_>) -> Result<Vec<Written>> {
                 })?;
             }
         }
+        // Histograms over the repetitions of their marginal coverage ([004] §3: near nominal
+        // on average while the pointwise coverage varies).
+        for (metric, what, stem) in [
+            ("cicp_0.95", "f (CICP)", "marginal_cicp_hist"),
+            ("picp_0.95", "y (PICP)", "marginal_picp_hist"),
+        ] {
+            let methods: Vec<(String, Vec<f64>)> = input
+                .methods
+                .iter()
+                .filter_map(|m| {
+                    let v = s.methods.get(m)?.per_repetition.get(metric)?;
+                    Some((m.clone(), v.clone()))
+                })
+                .collect();
+            if methods.is_empty() {
+                continue;
+            }
+            let fig = CoverageHistogram {
+                title: format!(
+                    "{}: marginal coverage of {what} by the 95% interval, per repetition",
+                    heading(input.experiment, &sf.setting.label())
+                ),
+                nominal: 0.95,
+                per: "repetitions",
+                methods,
+            };
+            push(&|| {
+                Ok((
+                    fig.title.clone(),
+                    render(&fig, &out, &format!("{stem}_{label}"))?,
+                ))
+            })?;
+        }
         // CICF and PICF along a 1-D test design, for every level ([004]).
         // The coordinate: the design's own, or x itself for any 1-D design.
         let along_x = match (&test.coord, sf.d) {
@@ -746,6 +792,7 @@ pub fn draw_all(dir: &Path, input: &FigureInput<'_>) -> Result<Vec<Written>> {
                     heading(input.experiment, &sf.setting.label())
                 ),
                 nominal: 0.95,
+                per: "test inputs",
                 methods,
             };
             push(&|| {

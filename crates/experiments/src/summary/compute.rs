@@ -118,6 +118,7 @@ pub fn summarize_method(
     let k = ok.len();
     let mut points: BTreeMap<String, PointMetric> = BTreeMap::new();
     let mut aggregate: BTreeMap<String, BTreeMap<String, Scalar>> = BTreeMap::new();
+    let mut per_repetition: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     if k == 0 {
         return Ok(MethodSummary {
             repetitions: 0,
@@ -125,6 +126,7 @@ pub fn summarize_method(
             points,
             aggregate,
             flags: Vec::new(),
+            per_repetition: BTreeMap::new(),
         });
     }
     let in_context =
@@ -203,6 +205,16 @@ pub fn summarize_method(
             .collect();
         let cicf = coverage::cicf(&ci_iv, &test.truth)?;
         let picf = coverage::picf(&pi_iv, &test.truth, &test.sigma)?;
+        // Each repetition's marginal coverage over all test inputs.
+        let mut cicp_r = Vec::with_capacity(k);
+        let mut picp_r = Vec::with_capacity(k);
+        for r in 0..k {
+            cicp_r.push(mean_of(&coverage::cicf(&ci_iv[r..r + 1], &test.truth)?).value);
+            picp_r
+                .push(mean_of(&coverage::picf(&pi_iv[r..r + 1], &test.truth, &test.sigma)?).value);
+        }
+        per_repetition.insert(format!("cicp_{name}"), cicp_r);
+        per_repetition.insert(format!("picp_{name}"), picp_r);
         let widths = as_iv(&ci);
         let width: Vec<f64> = (0..m)
             .map(|i| widths.iter().map(|w| w[i]).sum::<f64>() / k as f64)
@@ -293,6 +305,7 @@ pub fn summarize_method(
         points,
         aggregate,
         flags: Vec::new(),
+        per_repetition,
     })
 }
 
@@ -507,6 +520,9 @@ mod tests {
         assert!(close(s.points["cicf_0.9"].value[0], 2.0 / 3.0));
         let z = 1.644_853_626_951_472_2;
         assert!(close(s.points["width_0.9"].value[0], 2.0 * z * 1.1 / 3.0));
+        // Each repetition's marginal CICP at 0.9 over both points: point 1 is covered by
+        // repetitions 0 (0 ≤ 0.164) and 2 (0.3 ≤ 0.493), not 1 (1.0 > 0.329); so 1, 0, 1.
+        assert_eq!(s.per_repetition["cicp_0.9"], vec![1.0, 0.0, 1.0]);
         // Aggregates: the mean deviation over both points, (0.53333 + 0.43333)/2; per region
         // `in` is point 0 alone; scalars are means over the three repetitions.
         assert!(close(
