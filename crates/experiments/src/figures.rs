@@ -690,39 +690,6 @@ pub fn draw_all(dir: &Path, input: &FigureInput<'_>) -> Result<Vec<Written>> {
                 })?;
             }
         }
-        // Histograms over the repetitions of their marginal coverage ([004] §3: near nominal
-        // on average while the pointwise coverage varies).
-        for (metric, what, stem) in [
-            ("cicp_0.95", "f (CICP)", "marginal_cicp_hist"),
-            ("picp_0.95", "y (PICP)", "marginal_picp_hist"),
-        ] {
-            let methods: Vec<(String, Vec<f64>)> = input
-                .methods
-                .iter()
-                .filter_map(|m| {
-                    let v = s.methods.get(m)?.per_repetition.get(metric)?;
-                    Some((m.clone(), v.clone()))
-                })
-                .collect();
-            if methods.is_empty() {
-                continue;
-            }
-            let fig = CoverageHistogram {
-                title: format!(
-                    "{}: marginal coverage of {what} by the 95% interval, per repetition",
-                    heading(input.experiment, &sf.setting.label())
-                ),
-                nominal: 0.95,
-                per: "repetitions",
-                methods,
-            };
-            push(&|| {
-                Ok((
-                    fig.title.clone(),
-                    render(&fig, &out, &format!("{stem}_{label}"))?,
-                ))
-            })?;
-        }
         // CICF and PICF along a 1-D test design, for every level ([004]).
         // The coordinate: the design's own, or x itself for any 1-D design.
         let along_x = match (&test.coord, sf.d) {
@@ -770,17 +737,46 @@ pub fn draw_all(dir: &Path, input: &FigureInput<'_>) -> Result<Vec<Written>> {
                 })?;
             }
         }
-        // Histograms over the test inputs of the CICF (`coverage`) and the PICF at 0.95.
-        for (metric, what, stem) in [
-            ("coverage", "f (CICF)", "coverage_hist"),
-            ("picf_0.95", "y (PICF)", "picf_hist"),
+        // Histograms of coverage at 0.95: over the test inputs of the pointwise CICF
+        // (`coverage`) and PICF, and over the repetitions of their marginal CICP and PICP
+        // ([004] §3: near nominal on average while the pointwise coverage varies).
+        for (metric, what, stem, per_rep) in [
+            (
+                "coverage",
+                "pointwise coverage of f (CICF)",
+                "coverage_hist",
+                false,
+            ),
+            (
+                "picf_0.95",
+                "pointwise coverage of y (PICF)",
+                "picf_hist",
+                false,
+            ),
+            (
+                "cicp_0.95",
+                "marginal coverage of f (CICP)",
+                "marginal_cicp_hist",
+                true,
+            ),
+            (
+                "picp_0.95",
+                "marginal coverage of y (PICP)",
+                "marginal_picp_hist",
+                true,
+            ),
         ] {
             let methods: Vec<(String, Vec<f64>)> = input
                 .methods
                 .iter()
                 .filter_map(|m| {
-                    point_values(s, m, metric)
-                        .map(|(v, _)| (m.clone(), design.iter().map(|&i| v[i]).collect()))
+                    let values = if per_rep {
+                        s.methods.get(m)?.per_repetition.get(metric)?.clone()
+                    } else {
+                        let (v, _) = point_values(s, m, metric)?;
+                        design.iter().map(|&i| v[i]).collect()
+                    };
+                    Some((m.clone(), values))
                 })
                 .collect();
             if methods.is_empty() {
@@ -788,11 +784,16 @@ pub fn draw_all(dir: &Path, input: &FigureInput<'_>) -> Result<Vec<Written>> {
             }
             let fig = CoverageHistogram {
                 title: format!(
-                    "{}: pointwise coverage of {what} by the 95% interval",
-                    heading(input.experiment, &sf.setting.label())
+                    "{}: {what} by the 95% interval{}",
+                    heading(input.experiment, &sf.setting.label()),
+                    if per_rep { ", per repetition" } else { "" }
                 ),
                 nominal: 0.95,
-                per: "test inputs",
+                per: if per_rep {
+                    "repetitions"
+                } else {
+                    "test inputs"
+                },
                 methods,
             };
             push(&|| {
