@@ -34,14 +34,15 @@ pub(crate) struct Trainer<'a> {
     pub net: Network,
 }
 
-/// Host↔device transfers of one chunk, counted where they happen.
+/// Host↔device transfers of one chunk, counted where they happen (summed into
+/// [`super::pool::Transfers`]).
 #[derive(Default)]
-struct Transfers {
+struct ChunkIo {
     uploads: Cell<u64>,
     reads: Cell<u64>,
 }
 
-impl Transfers {
+impl ChunkIo {
     fn up(&self, values: Vec<f32>, shape: [usize; 3], device: &Device) -> Tensor<3> {
         self.uploads.set(self.uploads.get() + 1);
         upload(values, shape, device)
@@ -108,7 +109,7 @@ impl Trainer<'_> {
             .dropout
             .as_ref()
             .and_then(Dropout::initial_param);
-        let io = Transfers::default();
+        let io = ChunkIo::default();
         let mut s = State::new(&host, &shape.layers(), param, true, dev);
         // The initial weights and biases (the scalar and the moments are made on the device).
         io.uploads.set(2 * shape.layers().len() as u64);

@@ -81,6 +81,25 @@ impl Resources {
     }
 }
 
+/// The widest layer input: the largest hidden width, or the input width.
+fn widest_layer_input(shape: &MlpShape) -> usize {
+    shape
+        .hidden
+        .iter()
+        .copied()
+        .max()
+        .unwrap_or(1)
+        .max(shape.d_in)
+}
+
+/// Training points one step sees: all N, or the mini-batch size.
+fn points_per_step(settings: &TrainSettings, n_train: usize) -> usize {
+    match &settings.batching {
+        Batching::Full | Batching::Resample => n_train,
+        Batching::Shuffled { size } | Batching::WithReplacement { size, .. } => *size,
+    }
+}
+
 /// Bytes a chunk needs per replica: parameters with gradients and Adam moments, and the
 /// activations of a step's forward and backward pass (and of the test forward pass).
 pub fn bytes_per_replica(
@@ -91,17 +110,8 @@ pub fn bytes_per_replica(
 ) -> usize {
     let params = shape.params_per_replica() * 5;
     let widths: usize = shape.hidden.iter().sum::<usize>() + shape.d_in + shape.d_out;
-    let widest = shape
-        .hidden
-        .iter()
-        .copied()
-        .max()
-        .unwrap_or(1)
-        .max(shape.d_in);
-    let points = match &settings.batching {
-        Batching::Full | Batching::Resample => n_train,
-        Batching::Shuffled { size } | Batching::WithReplacement { size, .. } => *size,
-    };
+    let widest = widest_layer_input(shape);
+    let points = points_per_step(settings, n_train);
     let step = if settings.adversarial.is_some() { 2 } else { 1 };
     let activations = points * (widths * 2 + widest * 2) * step;
     let test = n_test * widest * 2 + n_test * shape.d_out * settings.mc_passes;
@@ -117,18 +127,8 @@ pub fn largest_tensor_per_replica(
     n_train: usize,
     n_test: usize,
 ) -> usize {
-    let widest = shape
-        .hidden
-        .iter()
-        .copied()
-        .max()
-        .unwrap_or(1)
-        .max(shape.d_in)
-        .max(shape.d_out);
-    let points = match &settings.batching {
-        Batching::Full | Batching::Resample => n_train,
-        Batching::Shuffled { size } | Batching::WithReplacement { size, .. } => *size,
-    };
+    let widest = widest_layer_input(shape).max(shape.d_out);
+    let points = points_per_step(settings, n_train);
     let weights = shape
         .layers()
         .iter()

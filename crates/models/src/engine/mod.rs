@@ -63,11 +63,7 @@ pub fn train(
             path: res.kernel_path(),
             slope: job.shape.negative_slope,
             dropout: settings.dropout.clone(),
-            head: if settings.heteroscedastic {
-                Head::GaussianNll
-            } else {
-                Head::HalfMse
-            },
+            head: settings.head(),
         },
     };
     run_chunks(&trainer, res, progress)

@@ -1,5 +1,6 @@
 //! Optimisation settings shared by all replicas of a job, and the batching schemes.
 
+use super::head::Head;
 use crate::dropout::Dropout;
 use crate::error::ModelError;
 use crate::mlp::MlpShape;
@@ -76,6 +77,15 @@ impl TrainSettings {
         }
     }
 
+    /// The head the settings train: the Gaussian NLL for a heteroscedastic network, else ½·MSE.
+    pub fn head(&self) -> Head {
+        if self.heteroscedastic {
+            Head::GaussianNll
+        } else {
+            Head::HalfMse
+        }
+    }
+
     /// Checks the settings against the number of training points and the network.
     pub fn validate(&self, n_train: usize, shape: &MlpShape) -> Result<(), ModelError> {
         let d_in = shape.d_in;
@@ -92,7 +102,7 @@ impl TrainSettings {
         if let Some(d) = &self.dropout {
             d.validate()?;
         }
-        let want = if self.heteroscedastic { 2 } else { 1 };
+        let want = self.head().outputs();
         if shape.d_out != want {
             return Err(ModelError::invalid(
                 "network outputs",
