@@ -770,6 +770,75 @@ mod run {
     }
 
     #[test]
+    fn the_boston_surrogate_runs_without_an_anchor() {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("boston");
+        let o = uqbench(&[
+            "run",
+            "experiments/boston.toml",
+            "--profile",
+            "quick",
+            "--quiet",
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let summary: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap())
+                .unwrap();
+        let methods = summary["settings"][0]["methods"].as_object().unwrap();
+        let names: Vec<&str> = methods.keys().map(String::as_str).collect();
+        assert_eq!(
+            names,
+            ["Bootstrap", "CD", "EnsNLL"],
+            "no BLR: there is no anchor"
+        );
+        // [004]'s 80% level comes first: the histograms are drawn at it, and every method has
+        // a marginal PICP per repetition.
+        for m in names {
+            let picp = methods[m]["per_repetition"]["picp_0.8"].as_array().unwrap();
+            assert_eq!(picp.len(), 10, "{m}");
+            assert!(picp
+                .iter()
+                .all(|v| (0.0..=1.0).contains(&v.as_f64().unwrap())));
+        }
+        let figure = out.join("figures/marginal_picp_hist_default.png");
+        assert!(figure.is_file());
+        let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+        assert!(report.contains("by the 80% interval"), "{report}");
+        // The recorded spec lists every method run (none is taken for the anchor), so the
+        // run directory re-summarises.
+        let o = uqbench(&["report", out.to_str().unwrap()]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        // `anchor` prints the data, f and σ(x) with a null anchor.
+        let o = uqbench(&["anchor", "experiments/boston.toml", "--json"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert!(v["anchor"].is_null());
+        assert_eq!(v["train_x"].as_array().unwrap().len(), 366);
+        assert_eq!(v["train_x"][0].as_array().unwrap().len(), 13);
+        assert_eq!(v["validation_y"].as_array().unwrap().len(), 40);
+        assert_eq!(v["truth"].as_array().unwrap().len(), 100);
+        assert_eq!(v["sigma"].as_array().unwrap().len(), 100);
+        // A data file with a missing value names the file, line and column.
+        let text = std::fs::read_to_string(root().join("experiments/boston.toml")).unwrap();
+        let csv = tmp.path().join("holes.csv");
+        std::fs::write(&csv, "a,b,MEDV\n1,2,3\n4,,6\n7,8,9\n").unwrap();
+        let spec = tmp.path().join("holes.toml");
+        std::fs::write(
+            &spec,
+            text.replace("assets/boston/boston.csv", csv.to_str().unwrap()),
+        )
+        .unwrap();
+        let o = uqbench(&["check", spec.to_str().unwrap()]);
+        assert_clean_error(&o, &["holes.csv, line 3, column b", "empty field"]);
+        // A split larger than the data names the key and the data's size.
+        std::fs::write(&spec, text.replace("train = 366", "train = 500")).unwrap();
+        let o = uqbench(&["check", spec.to_str().unwrap()]);
+        assert_clean_error(&o, &["surrogate.split", "506 rows"]);
+    }
+
+    #[test]
     fn e1_quick_produces_every_output_and_the_anchor_covers() {
         let tmp = tempfile::tempdir().unwrap();
         let out = tmp.path().join("run");

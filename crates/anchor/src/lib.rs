@@ -10,6 +10,9 @@
 //! - [`Anchor::fit`] factorises the design once; [`Anchor::posterior`] gives the exact
 //!   posterior mean and standard deviation of f(x*) for one repetition's targets.
 //!
+//! - [`SurrogateSpec`] and [`Problem::from_surrogate`] build [004]'s simulation from a real
+//!   data set (random forests as f and σ²(x), the real inputs kept); it has no anchor.
+//!
 //! This crate never depends on burn: it is the reference the deep methods are judged by.
 
 pub mod design;
@@ -19,11 +22,16 @@ pub mod features;
 pub mod posterior;
 pub mod problem;
 pub mod seed;
+pub mod surrogate;
 
 pub use design::{Bound, Design, DesignSpec, Inputs, MixtureComponent, Region};
 pub use error::AnchorError;
 pub use expr::{Expr, Num};
 pub use features::{FeatureMap, FeatureSpec, Term};
 pub use posterior::{central_quantile, Anchor, Posterior, RANK_TOLERANCE};
-pub use problem::{Draw, GammaSpec, Noise, Problem, ProblemSpec, ReportPoint, Setting, TestSet};
+pub use problem::{
+    Draw, GammaSpec, Model, Noise, Problem, ProblemSpec, ReportPoint, Setting, SurrogateInfo,
+    TestSet,
+};
 pub use seed::{Rng, SeedPath};
+pub use surrogate::SurrogateSpec;

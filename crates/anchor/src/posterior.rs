@@ -129,10 +129,18 @@ pub fn central_quantile(level: f64, dof: Option<f64>) -> f64 {
 }
 
 impl Anchor {
-    /// Fits the anchor for a resolved problem.
+    /// Fits the anchor for a resolved problem; an error for a surrogate problem, which has
+    /// none (check [`Problem::linear`] first).
     pub fn fit(problem: &Problem) -> Result<Anchor, AnchorError> {
+        let Some((features, _)) = problem.linear() else {
+            return Err(AnchorError::invalid(
+                "problem",
+                format!("`{}`, a surrogate of a data set", problem.name),
+                "a problem linear in known features: a surrogate problem has no anchor",
+            ));
+        };
         Anchor::from_design(
-            &problem.features,
+            features,
             &problem.train.inputs,
             &problem.train_sigma,
             &problem.test.inputs,

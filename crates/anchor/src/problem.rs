@@ -10,6 +10,7 @@ use crate::error::AnchorError;
 use crate::expr::{Expr, Num};
 use crate::features::{FeatureMap, FeatureSpec};
 use crate::seed::{purpose, Rng, SeedPath};
+use crate::surrogate::{self, SurrogateSpec, Table};
 
 /// The parameters γ as written in a spec.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -162,6 +163,41 @@ pub enum Noise {
     Constant(f64),
     /// σ(x) given by an expression.
     Function(Expr),
+    /// σ(x) from a forest fitted to a data set, known only at the data's rows (tabulated in
+    /// the problem's training, validation and test sets).
+    Surrogate,
+}
+
+/// What the true f is.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Model {
+    /// f = G(x)ᵀγ: linear in known features, so the anchor exists.
+    Linear {
+        /// G.
+        features: FeatureMap,
+        /// γ.
+        gamma: Vec<f64>,
+    },
+    /// f and σ² are random forests fitted to a real data set ([004] §5.5): no anchor.
+    Surrogate(SurrogateInfo),
+}
+
+/// What a surrogate problem was built from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SurrogateInfo {
+    /// The data file.
+    pub data: String,
+    /// The target column.
+    pub target: String,
+    /// The covariates, in input order.
+    pub covariates: Vec<String>,
+    /// Rows in the data.
+    pub rows: usize,
+    /// The target's mean and sd in the data's units ((0, 1) when not standardised): results
+    /// are in units of the sd.
+    pub target_scale: (f64, f64),
+    /// Out-of-bag R² of the forest that is f.
+    pub oob_r2: f64,
 }
 
 /// A problem resolved for one setting: feature map, γ, σ and designs are fixed numbers.
@@ -173,10 +209,10 @@ pub struct Problem {
     pub seed: u64,
     /// The setting.
     pub setting: Setting,
-    /// G.
-    pub features: FeatureMap,
-    /// γ.
-    pub gamma: Vec<f64>,
+    /// Input dimension d.
+    pub d: usize,
+    /// The true f: G(x)ᵀγ, or a surrogate forest.
+    pub model: Model,
     /// σ.
     pub noise: Noise,
     /// Whether the anchor treats σ as known.
@@ -292,8 +328,8 @@ impl Problem {
             name: name.to_string(),
             seed,
             setting: setting.clone(),
-            features,
-            gamma,
+            d,
+            model: Model::Linear { features, gamma },
             noise,
             sigma_known: spec.sigma_known,
             train_sigma: Vec::new(),
@@ -310,14 +346,117 @@ impl Problem {
             validation: None,
         };
         problem.train_sigma = problem.sigma_at(&problem.train.inputs, "training")?;
-        problem.train_truth = problem.truth_at(&problem.train.inputs);
+        problem.train_truth = problem.truth_at(&problem.train.inputs)?;
         problem.test = problem.test_set(test_design, &spec.report)?;
         if let Some(v) = validation {
             let sigma = problem.sigma_at(&v.inputs, "validation")?;
-            let truth = problem.truth_at(&v.inputs);
+            let truth = problem.truth_at(&v.inputs)?;
             problem.validation = Some((v.inputs, sigma, truth));
         }
         Ok(problem)
+    }
+
+    /// [004] §5.5's simulation from a real data set (see [`crate::surrogate`]): random
+    /// forests fitted to the data are f and σ²(x), the data's rows are split once into
+    /// training, validation and test inputs, and [`Problem::draw`] draws new targets at them.
+    /// The forests' and the split's seeds derive from (seed, name) like every other draw.
+    pub fn from_surrogate(
+        name: &str,
+        seed: u64,
+        spec: &SurrogateSpec,
+        setting: &Setting,
+    ) -> Result<Problem, AnchorError> {
+        let label = setting.label();
+        let path = |what: &'static str| SeedPath {
+            base: seed,
+            experiment: name,
+            setting: &label,
+            repetition: 0,
+            member: 0,
+            purpose: what,
+        };
+        let table = Table::read_csv(std::path::Path::new(&spec.data))?;
+        let fitted = surrogate::fit(
+            spec,
+            &table,
+            (
+                path(purpose::FOREST_MEAN).seed(),
+                path(purpose::FOREST_VARIANCE).seed(),
+            ),
+        )?;
+        let (train_rows, validation_rows, test_rows) =
+            surrogate::split(&spec.split, fitted.rows(), &mut path(purpose::SPLIT).rng())?;
+        let d = fitted.d();
+        let take = |rows: &[usize]| {
+            let inputs = Inputs::new(
+                d,
+                rows.iter()
+                    .flat_map(|&i| fitted.x[i * d..(i + 1) * d].iter().copied())
+                    .collect(),
+            );
+            let truth: Vec<f64> = rows.iter().map(|&i| fitted.f[i]).collect();
+            let sigma: Vec<f64> = rows.iter().map(|&i| fitted.sigma[i]).collect();
+            (inputs, truth, sigma)
+        };
+        let (train_inputs, train_truth, train_sigma) = take(&train_rows);
+        let low: Vec<f64> = (0..d)
+            .map(|j| {
+                train_inputs
+                    .rows()
+                    .map(|x| x[j])
+                    .fold(f64::INFINITY, f64::min)
+            })
+            .collect();
+        let high: Vec<f64> = (0..d)
+            .map(|j| {
+                train_inputs
+                    .rows()
+                    .map(|x| x[j])
+                    .fold(f64::NEG_INFINITY, f64::max)
+            })
+            .collect();
+        // The training rows' bounding box is the "in" region: a test row outside it in some
+        // covariate is an extrapolation ("out").
+        let train = Design {
+            inputs: train_inputs,
+            coord: None,
+            support: vec![(low, high)],
+            diagonal: None,
+        };
+        let (test_inputs, truth, sigma) = take(&test_rows);
+        let test = TestSet {
+            region: test_inputs.rows().map(|x| train.region_of(x)).collect(),
+            label: vec![None; test_inputs.len()],
+            coord: None,
+            inputs: test_inputs,
+            truth,
+            sigma,
+        };
+        let validation = (!validation_rows.is_empty()).then(|| {
+            let (inputs, truth, sigma) = take(&validation_rows);
+            (inputs, sigma, truth)
+        });
+        Ok(Problem {
+            name: name.to_string(),
+            seed,
+            setting: setting.clone(),
+            d,
+            model: Model::Surrogate(SurrogateInfo {
+                data: spec.data.clone(),
+                target: spec.target.clone(),
+                covariates: fitted.covariates.clone(),
+                rows: fitted.rows(),
+                target_scale: fitted.target_scale,
+                oob_r2: fitted.oob_r2,
+            }),
+            noise: Noise::Surrogate,
+            sigma_known: false,
+            train,
+            train_sigma,
+            train_truth,
+            test,
+            validation,
+        })
     }
 
     /// σ when the problem declares it known (`sigma_known`) and constant: what a method may
@@ -331,7 +470,16 @@ impl Problem {
 
     /// Input dimension.
     pub fn d(&self) -> usize {
-        self.features.d()
+        self.d
+    }
+
+    /// G and γ when f is linear in known features (the anchor exists); `None` for a
+    /// surrogate problem.
+    pub fn linear(&self) -> Option<(&FeatureMap, &[f64])> {
+        match &self.model {
+            Model::Linear { features, gamma } => Some((features, gamma)),
+            Model::Surrogate(_) => None,
+        }
     }
 
     /// A label for messages: `e1 (setting f_main=2)`.
@@ -344,11 +492,15 @@ impl Problem {
         }
     }
 
-    fn truth_at(&self, inputs: &Inputs) -> Vec<f64> {
-        inputs
-            .rows()
-            .map(|x| self.features.dot(x, &self.gamma))
-            .collect()
+    fn truth_at(&self, inputs: &Inputs) -> Result<Vec<f64>, AnchorError> {
+        let Some((features, gamma)) = self.linear() else {
+            return Err(AnchorError::invalid(
+                "problem",
+                "a surrogate problem",
+                "a problem whose f can be evaluated away from its data's rows",
+            ));
+        };
+        Ok(inputs.rows().map(|x| features.dot(x, gamma)).collect())
     }
 
     /// σ(x) at every point; an error if σ is not positive and finite somewhere.
@@ -387,6 +539,11 @@ impl Problem {
                 }
                 Ok(out)
             }
+            Noise::Surrogate => Err(AnchorError::invalid(
+                "problem.sigma",
+                format!("σ(x) of a surrogate problem at {which} inputs"),
+                "inputs among the data's rows (σ(x) is known there only)",
+            )),
         }
     }
 
@@ -451,7 +608,7 @@ impl Problem {
         }
         let inputs = Inputs::new(d, data);
         let region = inputs.rows().map(|x| self.train.region_of(x)).collect();
-        let truth = self.truth_at(&inputs);
+        let truth = self.truth_at(&inputs)?;
         let sigma = self.sigma_at(&inputs, "test")?;
         Ok(TestSet {
             inputs,

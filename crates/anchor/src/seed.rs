@@ -22,6 +22,12 @@ pub mod purpose {
     pub const NOISE: &str = "noise";
     /// Noise on the validation targets of one repetition.
     pub const VALIDATION_NOISE: &str = "validation-noise";
+    /// The split of a surrogate problem's rows into training, validation and test parts.
+    pub const SPLIT: &str = "split";
+    /// The random forest that is a surrogate problem's f.
+    pub const FOREST_MEAN: &str = "forest-mean";
+    /// The random forest that is a surrogate problem's σ²(x).
+    pub const FOREST_VARIANCE: &str = "forest-variance";
 }
 
 /// Where in an experiment a random draw happens. [`SeedPath::seed`] maps it to a u64.

@@ -84,7 +84,7 @@ fn e1_covers_95_percent_at_every_point() {
 fn e2_d2_covers_95_percent_at_every_point() {
     let p = problem("e2.toml", &[("d", 2.0)]);
     assert_eq!(p.train.inputs.len(), 900);
-    assert_eq!(p.features.p(), 6);
+    assert_eq!(p.linear().unwrap().0.p(), 6);
     assert_binomial("e2 d=2", &coverage(&p, K, 0.95), K, 0.95);
 }
 
@@ -136,7 +136,11 @@ fn scaling_gamma_scales_the_mean_and_noise_free_data_are_recovered() {
     let c = -3.5;
     let draw = p.draw(0);
     let mut scaled = p.clone();
-    scaled.gamma = p.gamma.iter().map(|g| c * g).collect();
+    let (features, gamma) = p.linear().unwrap();
+    scaled.model = uqbench_anchor::Model::Linear {
+        features: features.clone(),
+        gamma: gamma.iter().map(|g| c * g).collect(),
+    };
     let noise: Vec<f64> = draw
         .train_y
         .iter()
@@ -148,7 +152,10 @@ fn scaling_gamma_scales_the_mean_and_noise_free_data_are_recovered() {
         .inputs
         .rows()
         .zip(&noise)
-        .map(|(x, e)| scaled.features.dot(x, &scaled.gamma) + c * e)
+        .map(|(x, e)| {
+            let (features, gamma) = scaled.linear().unwrap();
+            features.dot(x, gamma) + c * e
+        })
         .collect();
     let a = anchor.posterior(&draw.train_y).unwrap();
     let b = Anchor::fit(&scaled).unwrap().posterior(&y_scaled).unwrap();
@@ -204,11 +211,65 @@ fn same_seed_same_data_different_setting_different_data() {
     let a = problem("e1.toml", &[("f_main", 2.0)]);
     let b = problem("e1.toml", &[("f_main", 2.0)]);
     assert_eq!(a.draw(3), b.draw(3));
-    assert_eq!(a.gamma, b.gamma);
+    assert_eq!(a.linear().unwrap().1, b.linear().unwrap().1);
     assert_ne!(a.draw(3).train_y, a.draw(4).train_y);
     let c = problem("e1.toml", &[("f_main", 3.0)]);
     assert_ne!(a.train.inputs, c.train.inputs);
     // Designs are drawn inside their declared range.
     assert!(a.train.inputs.rows().all(|x| (-4.0..4.0).contains(&x[0])));
-    assert!(a.gamma.iter().all(|g| (0.0..1.0).contains(g)));
+    assert!(a.linear().unwrap().1.iter().all(|g| (0.0..1.0).contains(g)));
+}
+
+/// [004] §5.5's Boston simulation as `experiments/boston.toml` declares it (the data path made
+/// absolute, since tests run in the crate's directory).
+fn boston() -> Problem {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let text = std::fs::read_to_string(root.join("experiments/boston.toml")).unwrap();
+    let table: toml::Table = toml::from_str(&text).unwrap();
+    let mut spec: uqbench_anchor::SurrogateSpec = table["surrogate"].clone().try_into().unwrap();
+    spec.data = root.join(&spec.data).to_str().unwrap().to_string();
+    let seed = table["seed"].as_integer().unwrap() as u64;
+    Problem::from_surrogate("boston", seed, &spec, &Setting::default()).unwrap()
+}
+
+#[test]
+fn the_boston_surrogate_is_deterministic_split_as_004_and_draws_its_own_noise() {
+    let p = boston();
+    assert_eq!(p, boston(), "same seed, same forests and split");
+    assert_eq!(p.d(), 13);
+    assert_eq!(p.train.inputs.len(), 366);
+    assert_eq!(p.validation.as_ref().unwrap().0.len(), 40);
+    assert_eq!(p.test.truth.len(), 100);
+    assert!(
+        p.linear().is_none() && Anchor::fit(&p).is_err(),
+        "no anchor"
+    );
+    for s in p.train_sigma.iter().chain(&p.test.sigma) {
+        assert!(s.is_finite() && *s > 0.0, "σ(x) = {s}");
+    }
+    // A depth-15 forest explains most of MEDV (out-of-bag R² ≈ 0.87 is the usual figure for
+    // this data); the truth is in standard units.
+    let uqbench_anchor::Model::Surrogate(info) = &p.model else {
+        unreachable!()
+    };
+    assert!(info.oob_r2 > 0.8 && info.oob_r2 < 0.95, "{}", info.oob_r2);
+    assert!((info.target_scale.1 - 9.197).abs() < 1e-3, "MEDV's sd");
+    // The targets are N(f, σ²) at the training rows: over 20 repetitions × 366 rows the
+    // standardised residuals z have E z² = 1 with sd √(2/7320) = 0.0165; checked at 5 sd.
+    let mut sum = 0.0;
+    let mut n = 0.0;
+    for r in 0..20 {
+        let y = p.draw(r).train_y;
+        for ((y, f), s) in y.iter().zip(&p.train_truth).zip(&p.train_sigma) {
+            sum += ((y - f) / s).powi(2);
+            n += 1.0;
+        }
+    }
+    assert!(
+        (sum / n - 1.0).abs() < 5.0 * (2.0 / n).sqrt(),
+        "{}",
+        sum / n
+    );
+    assert_ne!(p.draw(0).train_y, p.draw(1).train_y);
+    assert_eq!(p.draw(3), p.draw(3));
 }

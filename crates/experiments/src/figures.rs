@@ -737,35 +737,41 @@ pub fn draw_all(dir: &Path, input: &FigureInput<'_>) -> Result<Vec<Written>> {
                 })?;
             }
         }
-        // Histograms of coverage at 0.95: over the test inputs of the pointwise CICF
-        // (`coverage`) and PICF, and over the repetitions of their marginal CICP and PICP
-        // ([004] §3: near nominal on average while the pointwise coverage varies).
+        // Histograms of coverage at the run's first interval level (`run.levels`, 0.95 by
+        // default): over the test inputs of the pointwise CICF and PICF, and over the
+        // repetitions of their marginal CICP and PICP ([004] §3: near nominal on average while
+        // the pointwise coverage varies).
+        let Some(&level) = input.summary.levels.first() else {
+            continue;
+        };
+        let name = crate::summary::level_name(level);
         for (metric, what, stem, per_rep) in [
             (
-                "coverage",
+                format!("cicf_{name}"),
                 "pointwise coverage of f (CICF)",
                 "coverage_hist",
                 false,
             ),
             (
-                "picf_0.95",
+                format!("picf_{name}"),
                 "pointwise coverage of y (PICF)",
                 "picf_hist",
                 false,
             ),
             (
-                "cicp_0.95",
+                format!("cicp_{name}"),
                 "marginal coverage of f (CICP)",
                 "marginal_cicp_hist",
                 true,
             ),
             (
-                "picp_0.95",
+                format!("picp_{name}"),
                 "marginal coverage of y (PICP)",
                 "marginal_picp_hist",
                 true,
             ),
         ] {
+            let metric = metric.as_str();
             let methods: Vec<(String, Vec<f64>)> = input
                 .methods
                 .iter()
@@ -784,11 +790,12 @@ pub fn draw_all(dir: &Path, input: &FigureInput<'_>) -> Result<Vec<Written>> {
             }
             let fig = CoverageHistogram {
                 title: format!(
-                    "{}: {what} by the 95% interval{}",
+                    "{}: {what} by the {}% interval{}",
                     heading(input.experiment, &sf.setting.label()),
+                    (level * 1000.0).round() / 10.0,
                     if per_rep { ", per repetition" } else { "" }
                 ),
-                nominal: 0.95,
+                nominal: level,
                 per: if per_rep {
                     "repetitions"
                 } else {

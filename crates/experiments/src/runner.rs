@@ -39,7 +39,7 @@ pub struct Plan {
     pub spec: ExperimentSpec,
     /// Settings of the sweep.
     pub settings: Vec<Setting>,
-    /// Method names, the anchor first.
+    /// Method names, the anchor first when the problem has one.
     pub methods: Vec<String>,
     /// The work units, in order.
     pub units: Vec<Unit>,
@@ -49,7 +49,19 @@ impl Plan {
     /// The plan of `spec`, optionally restricted to `only` (names from `run.methods`).
     pub fn new(spec: ExperimentSpec, only: Option<&[String]>) -> Result<Plan> {
         let run = spec.run_spec()?.clone();
-        let mut methods = vec![ANCHOR.to_string()];
+        // A surrogate problem has no anchor; `BLR` may then not be listed either.
+        let has_anchor = spec.problem.is_some();
+        if !has_anchor && run.methods.iter().any(|m| m == ANCHOR) {
+            bail!(
+                "run.methods lists {ANCHOR}, the anchor, but a [surrogate] problem has none \
+                 (its f is a random forest)"
+            );
+        }
+        let mut methods = if has_anchor {
+            vec![ANCHOR.to_string()]
+        } else {
+            Vec::new()
+        };
         for m in &run.methods {
             if m != ANCHOR && !methods.contains(m) {
                 methods.push(m.clone());
@@ -67,7 +79,7 @@ impl Plan {
             methods.retain(|m| m == ANCHOR || only.contains(m));
         }
         let settings = spec.settings();
-        for m in methods.iter().skip(1) {
+        for m in methods.iter().filter(|m| *m != ANCHOR) {
             for s in &settings {
                 registry::build(m, spec.method_table(m, s)?.as_ref()).with_context(|| {
                     if s.values.is_empty() {
@@ -145,16 +157,21 @@ pub fn unit_done(dir: &Path, plan: &Plan, unit: &Unit) -> bool {
 pub struct Resolved {
     /// The problem.
     pub problem: Problem,
-    /// Its anchor.
-    pub anchor: Anchor,
+    /// Its anchor; `None` for a surrogate problem, which has none.
+    pub anchor: Option<Anchor>,
 }
 
 impl Resolved {
     /// Resolves `setting` of `spec`.
     pub fn new(spec: &ExperimentSpec, setting: &Setting) -> Result<Resolved> {
         let problem = spec.resolve(setting)?;
-        let anchor = Anchor::fit(&problem)
-            .with_context(|| format!("anchor of {}", problem.display_name()))?;
+        let anchor = match problem.linear() {
+            Some(_) => Some(
+                Anchor::fit(&problem)
+                    .with_context(|| format!("anchor of {}", problem.display_name()))?,
+            ),
+            None => None,
+        };
         Ok(Resolved { problem, anchor })
     }
 }
@@ -204,8 +221,12 @@ pub fn run_unit(
     let problem = &resolved.problem;
     let reps: Vec<u64> = unit.reps.clone().collect();
     let results: Vec<RepResult> = if unit.method == ANCHOR {
+        let anchor = resolved
+            .anchor
+            .as_ref()
+            .context("the anchor of a problem without one (a surrogate problem)")?;
         reps.iter()
-            .map(|&r| summary::anchor_rep(problem, &resolved.anchor, r))
+            .map(|&r| summary::anchor_rep(problem, anchor, r))
             .collect::<Result<_>>()?
     } else {
         let method: Box<dyn Method> = registry::build(

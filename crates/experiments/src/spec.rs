@@ -5,7 +5,9 @@ use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
-use uqbench_anchor::{problem::reserved_name, Expr, Num, Problem, ProblemSpec, Setting};
+use uqbench_anchor::{
+    problem::reserved_name, Expr, Num, Problem, ProblemSpec, Setting, SurrogateSpec,
+};
 
 /// One experiment: a problem, the sweep over its settings, the methods and how to run them,
 /// and named profiles that override any of it.
@@ -22,8 +24,14 @@ pub struct ExperimentSpec {
     /// Sweep variables and their values (`f_main = [1, 2, 3]`); settings are their product.
     #[serde(default)]
     pub sweep: BTreeMap<String, Vec<f64>>,
-    /// The regression problem.
-    pub problem: ProblemSpec,
+    /// The regression problem (linear in known features: the anchor exists). A spec has
+    /// this or `[surrogate]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub problem: Option<ProblemSpec>,
+    /// A simulation from a real data set ([004] §5.5): random forests as f and σ²(x), no
+    /// anchor. A spec has this or `[problem]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub surrogate: Option<SurrogateSpec>,
     /// How to run it (`uqbench run`); a spec used only for `anchor`, `check`, `export` or
     /// `score` may leave it out.
     #[serde(default)]
@@ -45,7 +53,7 @@ pub struct RunSpec {
     pub repetitions: u64,
     /// Training epochs, a number or an expression in the sweep variables (spec §3: 300·c).
     pub epochs: Num,
-    /// Methods to run, by name; the anchor (BLR) is always included.
+    /// Methods to run, by name; the anchor (BLR) is always included when the problem has one.
     pub methods: Vec<String>,
     /// Interval levels of the CICF/PICF/width metrics.
     #[serde(default = "default_levels")]
@@ -134,6 +142,17 @@ impl ExperimentSpec {
 
     /// Checks what serde cannot: names, sweep keys and values.
     pub fn validate(&self) -> Result<()> {
+        match (&self.problem, &self.surrogate) {
+            (Some(_), Some(_)) => bail!(
+                "[problem] and [surrogate]: a spec has one problem, either linear in known \
+                 features ([problem]) or a surrogate of a data set ([surrogate])"
+            ),
+            (None, None) => bail!(
+                "no [problem]: declare the problem in a [problem] table (features, γ, σ, \
+                 designs) or a [surrogate] table (a data set and its split)"
+            ),
+            _ => {}
+        }
         if self.name.is_empty()
             || !self
                 .name
@@ -231,7 +250,11 @@ impl ExperimentSpec {
             }
         }
         let mut texts = Vec::new();
-        if let Ok(v) = toml::Value::try_from(&self.problem) {
+        if let Some(v) = self
+            .problem
+            .as_ref()
+            .and_then(|p| toml::Value::try_from(p).ok())
+        {
             strings(&v, &mut texts);
         }
         let read: Vec<String> = texts
@@ -330,7 +353,12 @@ impl ExperimentSpec {
     pub fn resolve(&self, setting: &Setting) -> Result<Problem> {
         let label = setting.label();
         let setting = &self.problem_setting(setting);
-        Problem::resolve(&self.name, self.seed, &self.problem, setting).with_context(|| {
+        match (&self.problem, &self.surrogate) {
+            (Some(p), _) => Problem::resolve(&self.name, self.seed, p, setting),
+            (None, Some(s)) => Problem::from_surrogate(&self.name, self.seed, s, setting),
+            (None, None) => unreachable!("validate() requires a problem"),
+        }
+        .with_context(|| {
             if label.is_empty() {
                 format!("experiment `{}`", self.name)
             } else {
@@ -410,5 +438,45 @@ mod tests {
             err.contains("--profile fast") && err.contains("literal"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_spec_has_one_problem_and_a_surrogate_no_anchor() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../experiments/boston.toml");
+        let text = std::fs::read_to_string(path).unwrap();
+        let spec = ExperimentSpec::from_toml_str(&text, None).unwrap();
+        assert!(spec.problem.is_none() && spec.surrogate.is_some());
+        assert!(spec.problem_variables().is_empty());
+        // Both tables, or neither.
+        let cubic = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../experiments/cubic.toml"),
+        )
+        .unwrap();
+        let problem = &cubic[cubic.find("[problem]").unwrap()..cubic.find("\n[run]").unwrap()];
+        let both = format!("{text}\n{problem}");
+        let err = format!(
+            "{:#}",
+            ExperimentSpec::from_toml_str(&both, None).unwrap_err()
+        );
+        assert!(err.contains("[problem] and [surrogate]"), "{err}");
+        let start = text.find("[surrogate]").unwrap();
+        let end = text.find("\n[run]").unwrap();
+        let neither = format!("{}{}", &text[..start], &text[end..]);
+        let err = format!(
+            "{:#}",
+            ExperimentSpec::from_toml_str(&neither, None).unwrap_err()
+        );
+        assert!(
+            err.contains("no [problem]") && err.contains("[surrogate]"),
+            "{err}"
+        );
+        // The anchor cannot be asked for.
+        let blr = text.replace(
+            "methods = [\"Bootstrap\", \"CD\", \"EnsNLL\"]",
+            "methods = [\"BLR\", \"CD\"]",
+        );
+        let spec = ExperimentSpec::from_toml_str(&blr, None).unwrap();
+        let err = format!("{:#}", crate::runner::Plan::new(spec, None).err().unwrap());
+        assert!(err.contains("run.methods lists BLR"), "{err}");
     }
 }

@@ -210,7 +210,8 @@ impl Method for Ensemble {
                 ModelError::invalid(
                     format!("{}.validation_noise", self.name),
                     true,
-                    "a problem with a validation design (problem.validation)",
+                    "a problem with a validation set (problem.validation, or \
+                     surrogate.split.validation > 0)",
                 )
             })?;
             if v.x.is_empty() || v.y.len() != task.repetitions.len() {

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::Args;
 use serde_json::{json, Value};
-use uqbench_anchor::{Anchor, Noise};
+use uqbench_anchor::{Anchor, Noise, Problem, Setting};
 
 use crate::spec::ExperimentSpec;
 
@@ -31,6 +31,9 @@ pub fn run(args: &AnchorArgs) -> Result<()> {
     let spec = ExperimentSpec::load(&args.spec)?;
     let setting = spec.parse_setting(&args.settings)?;
     let problem = spec.resolve(&setting)?;
+    let Some((features, gamma)) = problem.linear() else {
+        return no_anchor(args, &spec, &setting, &problem);
+    };
     let anchor = Anchor::fit(&problem)?;
     let draw = problem.draw(args.rep);
     let post = anchor
@@ -40,7 +43,7 @@ pub fn run(args: &AnchorArgs) -> Result<()> {
     if args.json {
         let sigma: Value = match &problem.noise {
             Noise::Constant(s) => json!(s),
-            Noise::Function(_) => json!(problem.test.sigma),
+            Noise::Function(_) | Noise::Surrogate => json!(problem.test.sigma),
         };
         let report: Vec<Value> = problem
             .test
@@ -65,8 +68,8 @@ pub fn run(args: &AnchorArgs) -> Result<()> {
             "dof": post.dof,
             "region": problem.test.region.iter().map(|r| r.as_str()).collect::<Vec<_>>(),
             "report": report,
-            "features": problem.features.terms().iter().map(|t| t.name()).collect::<Vec<_>>(),
-            "gamma": problem.gamma,
+            "features": features.terms().iter().map(|t| t.name()).collect::<Vec<_>>(),
+            "gamma": gamma,
             "gamma_hat": post.gamma_hat,
             "condition": anchor.condition(),
         });
@@ -107,5 +110,47 @@ pub fn run(args: &AnchorArgs) -> Result<()> {
         }
     }
     println!("  (add --json for every value)");
+    Ok(())
+}
+
+/// A problem without an anchor (a surrogate of a data set): its data, truth and σ(x), and a
+/// note that there is no posterior.
+fn no_anchor(
+    args: &AnchorArgs,
+    spec: &ExperimentSpec,
+    setting: &Setting,
+    problem: &Problem,
+) -> Result<()> {
+    let draw = problem.draw(args.rep);
+    if args.json {
+        let out = json!({
+            "experiment": spec.name,
+            "setting": setting.label(),
+            "repetition": args.rep,
+            "anchor": Value::Null,
+            "train_x": problem.train.inputs.to_rows(),
+            "train_y": draw.train_y,
+            "train_truth": problem.train_truth,
+            "train_sigma": problem.train_sigma,
+            "validation_x": problem.validation.as_ref().map(|v| v.0.to_rows()),
+            "validation_y": draw.validation_y,
+            "test_x": problem.test.inputs.to_rows(),
+            "truth": problem.test.truth,
+            "sigma": problem.test.sigma,
+            "region": problem.test.region.iter().map(|r| r.as_str()).collect::<Vec<_>>(),
+        });
+        println!("{out}");
+        return Ok(());
+    }
+    println!("{} — repetition {}", problem.display_name(), args.rep);
+    println!(
+        "  no anchor: f and σ(x) are random forests fitted to a data set (`uqbench check {}` \
+         describes them); d = {}, N = {} training points, M = {} test points",
+        args.spec.display(),
+        problem.d(),
+        problem.train.inputs.len(),
+        problem.test.truth.len()
+    );
+    println!("  (add --json for the data, f and σ(x) at every point)");
     Ok(())
 }

@@ -1,10 +1,11 @@
-//! `uqbench check`: validate a spec and describe every setting's problem and anchor.
+//! `uqbench check`: validate a spec and describe every setting's problem and anchor (or, for
+//! a surrogate problem, its forests and split).
 
 use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::Args;
-use uqbench_anchor::{Anchor, Noise, Region};
+use uqbench_anchor::{Anchor, Model, Noise, Region};
 
 use crate::spec::ExperimentSpec;
 
@@ -21,46 +22,76 @@ pub fn run(args: &CheckArgs) -> Result<()> {
     println!("experiment `{}`: {}", spec.name, spec.description);
     for setting in spec.settings() {
         let problem = spec.resolve(&setting)?;
-        let anchor = Anchor::fit(&problem)?;
         let count = |r: Region| problem.test.region.iter().filter(|&&x| x == r).count();
         let label = setting.label();
-        println!(
-            "  {}: d = {}, p = {}, N = {}, M = {} test points ({} in, {} gap, {} out), σ {}, \
-             anchor {}, condition {:.3e}",
-            if label.is_empty() {
-                "(no sweep)".to_string()
-            } else {
-                label
-            },
-            problem.d(),
-            anchor.p(),
-            anchor.n(),
-            problem.test.truth.len(),
+        let label = if label.is_empty() {
+            "(no sweep)".to_string()
+        } else {
+            label
+        };
+        let regions = format!(
+            "{} in, {} gap, {} out",
             count(Region::In),
             count(Region::Gap),
-            count(Region::Out),
-            match &problem.noise {
-                Noise::Constant(s) => format!("= {s}"),
-                Noise::Function(e) => format!("= {e}"),
-            },
-            if problem.sigma_known {
-                "normal"
-            } else {
-                "Student t"
-            },
-            anchor.condition(),
+            count(Region::Out)
         );
-        let names: Vec<String> = problem.features.terms().iter().map(|t| t.name()).collect();
-        println!("      G = ({})", names.join(", "));
-        println!(
-            "      γ = ({})",
-            problem
-                .gamma
-                .iter()
-                .map(|g| format!("{g:.4}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
+        match &problem.model {
+            Model::Linear { features, gamma } => {
+                let anchor = Anchor::fit(&problem)?;
+                println!(
+                    "  {label}: d = {}, p = {}, N = {}, M = {} test points ({regions}), σ {}, \
+                     anchor {}, condition {:.3e}",
+                    problem.d(),
+                    anchor.p(),
+                    anchor.n(),
+                    problem.test.truth.len(),
+                    match &problem.noise {
+                        Noise::Constant(s) => format!("= {s}"),
+                        Noise::Function(e) => format!("= {e}"),
+                        Noise::Surrogate => "from a forest".to_string(),
+                    },
+                    if problem.sigma_known {
+                        "normal"
+                    } else {
+                        "Student t"
+                    },
+                    anchor.condition(),
+                );
+                let names: Vec<String> = features.terms().iter().map(|t| t.name()).collect();
+                println!("      G = ({})", names.join(", "));
+                println!(
+                    "      γ = ({})",
+                    gamma
+                        .iter()
+                        .map(|g| format!("{g:.4}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+            }
+            Model::Surrogate(info) => {
+                let sd = &problem.test.sigma;
+                let (lo, hi) = sd
+                    .iter()
+                    .fold((f64::INFINITY, 0.0_f64), |(l, h), &s| (l.min(s), h.max(s)));
+                println!(
+                    "  {label}: surrogate of {} ({} rows, target {}), d = {}, N = {}, \
+                     validation {}, M = {} test points ({regions}), no anchor",
+                    info.data,
+                    info.rows,
+                    info.target,
+                    problem.d(),
+                    problem.train.inputs.len(),
+                    problem.validation.as_ref().map_or(0, |v| v.0.len()),
+                    problem.test.truth.len(),
+                );
+                println!(
+                    "      f: forest with out-of-bag R² {:.3}; σ(x) at the test rows from {lo:.3} \
+                     to {hi:.3}; units: target sd {:.4} (mean {:.4}) of the data",
+                    info.oob_r2, info.target_scale.1, info.target_scale.0
+                );
+                println!("      covariates: {}", info.covariates.join(", "));
+            }
+        }
     }
     println!("ok");
     Ok(())

@@ -84,7 +84,12 @@ pub fn run(args: &RunArgs) -> Result<()> {
     let mut plan = Plan::new(spec, args.methods.as_deref())?;
     // The recorded spec lists the methods actually run.
     if let Some(run) = plan.spec.run.as_mut() {
-        run.methods = plan.methods.iter().skip(1).cloned().collect();
+        run.methods = plan
+            .methods
+            .iter()
+            .filter(|m| *m != ANCHOR)
+            .cloned()
+            .collect();
     }
     plan.spec.methods.retain(|k, _| plan.methods.contains(k));
     let dir = args.out.clone().unwrap_or_else(|| {

@@ -290,7 +290,10 @@ pub fn run(args: &ScoreArgs) -> Result<()> {
             );
         }
         let problem = spec.resolve(&setting)?;
-        let anchor = Anchor::fit(&problem)?;
+        let anchor = problem
+            .linear()
+            .map(|_| Anchor::fit(&problem))
+            .transpose()?;
         let reps = repetitions(&dir)?;
         let scoring = Scoring {
             truth: &problem.test.truth,
@@ -301,12 +304,14 @@ pub fn run(args: &ScoreArgs) -> Result<()> {
             .iter()
             .map(|&r| read_rep(&dir, r, &scoring))
             .collect::<Result<Vec<_>>>()?;
-        let anchor_reps = reps
-            .iter()
-            .map(|&r| summary::anchor_rep(&problem, &anchor, r))
-            .collect::<Result<Vec<_>>>()?;
         let mut methods = BTreeMap::new();
-        methods.insert(ANCHOR.to_string(), anchor_reps);
+        if let Some(anchor) = &anchor {
+            let anchor_reps = reps
+                .iter()
+                .map(|&r| summary::anchor_rep(&problem, anchor, r))
+                .collect::<Result<Vec<_>>>()?;
+            methods.insert(ANCHOR.to_string(), anchor_reps);
+        }
         methods.insert(args.method.clone(), external);
         out_settings.push(summary::summarize_setting(
             &label,

@@ -215,10 +215,15 @@ pub fn summarize_method(
         }
         per_repetition.insert(format!("cicp_{name}"), cicp_r);
         per_repetition.insert(format!("picp_{name}"), picp_r);
-        let widths = as_iv(&ci);
-        let width: Vec<f64> = (0..m)
-            .map(|i| widths.iter().map(|w| w[i]).sum::<f64>() / k as f64)
-            .collect();
+        let mean_width = |iv: &[(Vec<f64>, Vec<f64>)]| -> Vec<f64> {
+            let widths = as_iv(iv);
+            (0..m)
+                .map(|i| widths.iter().map(|w| w[i]).sum::<f64>() / k as f64)
+                .collect()
+        };
+        // Mean widths over the repetitions of the CI (of f) and the PI (of y).
+        let width = mean_width(&ci);
+        let pi_width = mean_width(&pi);
         let cicf_hits: Vec<u64> = cicf.iter().map(|p| (p * k as f64).round() as u64).collect();
         points.insert(format!("cicf_{name}"), proportions(&cicf_hits, k));
         points.insert(
@@ -233,6 +238,14 @@ pub fn summarize_method(
             format!("width_{name}"),
             PointMetric {
                 value: width.clone(),
+                stderr: vec![f64::NAN; m],
+                ..Default::default()
+            },
+        );
+        points.insert(
+            format!("pi_width_{name}"),
+            PointMetric {
+                value: pi_width.clone(),
                 stderr: vec![f64::NAN; m],
                 ..Default::default()
             },
@@ -253,6 +266,7 @@ pub fn summarize_method(
             entry.insert(format!("cicp_{name}"), mean_of(&c));
             entry.insert(format!("picp_{name}"), mean_of(&p));
             entry.insert(format!("width_{name}"), mean_of(&pick(&width)));
+            entry.insert(format!("pi_width_{name}"), mean_of(&pick(&pi_width)));
         }
     }
 
