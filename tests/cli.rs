@@ -678,6 +678,36 @@ mod bench {
             let (short, long) = (run("2"), run("6"));
             assert_eq!(short["chunks"], 2, "{backend}: {short}");
             assert_eq!(long["steps"], 2 * 6, "{backend}: {long}");
+            if backend == "wgpu" {
+                // Operations are counted in burn's fusion server (engine/ops.rs). Every
+                // optimiser step issues the same operations, so the count is affine in the
+                // steps: (long − short) / (12 − 4) steps is the per-step count, exactly. For
+                // this network (4 layers, 8 parameter tensors) it is 174: forward and
+                // backward about 8 per layer, Adam with decay 14 per parameter tensor, the
+                // objective and its divergence check a few more. The bound 200 leaves room
+                // for burn's own bookkeeping to change, and catches any per-step work that
+                // grows (a host round trip adds operations; a loop over replicas multiplies
+                // them).
+                let count = |v: &serde_json::Value, key: &str| v[key].as_u64().unwrap();
+                let per_step =
+                    (count(&long, "operations") - count(&short, "operations")) as f64 / 8.0;
+                assert_eq!(per_step.fract(), 0.0, "{short} {long}");
+                assert!(per_step > 0.0 && per_step <= 200.0, "{per_step} per step");
+                let blocks = (count(&long, "blocks") - count(&short, "blocks")) as f64 / 8.0;
+                assert!(
+                    blocks > 0.0 && blocks <= per_step,
+                    "{blocks} blocks per step"
+                );
+                let again = run("10");
+                assert_eq!(
+                    count(&again, "operations") - count(&long, "operations"),
+                    count(&long, "operations") - count(&short, "operations"),
+                    "four more epochs add the same operations again"
+                );
+            } else {
+                // No fusion server on the CPU: nothing is counted, and nothing is made up.
+                assert!(short["operations"].is_null(), "{short}");
+            }
             for key in ["uploads", "reads"] {
                 assert_eq!(
                     short[key], long[key],

@@ -123,9 +123,15 @@ fn train(args: &TrainBench) -> Result<()> {
     }
     let start = Instant::now();
     let mut transfers = None;
+    let mut ops = None;
     let (chunk, final_objective, diverged) = match args.route {
         Route::Engine => {
-            let out = engine::train(&job, &settings, &res, &|_| {})?;
+            // Operations are counted in burn's fusion server (the GPU backends; `null` on the
+            // CPU, see `engine::ops`).
+            let (out, counted) = engine::ops::count(args.backend, &res.device, || {
+                engine::train(&job, &settings, &res, &|_| {})
+            })?;
+            ops = counted;
             transfers = Some(out.transfers);
             let objective = out.final_objective.iter().sum::<f64>() / args.replicas as f64;
             (
@@ -161,6 +167,12 @@ fn train(args: &TrainBench) -> Result<()> {
                 "steps": transfers.map(|t| t.steps),
                 "uploads": transfers.map(|t| t.uploads),
                 "reads": transfers.map(|t| t.reads),
+                // Tensor operations and the blocks (fused kernels or single operations) burn
+                // ran them in, for the whole run (initialisation, training, prediction), and
+                // per optimiser step of a chunk averaged over the run.
+                "operations": ops.map(|o| o.operations),
+                "blocks": ops.map(|o| o.blocks),
+                "operations_per_step": ops.zip(transfers).map(|(o, t)| o.operations as f64 / t.steps.max(1) as f64),
             })
         );
     } else {

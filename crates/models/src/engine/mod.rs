@@ -17,6 +17,7 @@
 //! - [`head`]: the loss on the output and its gradient;
 //! - `device_rng`: the counter-based generator on the device (noise, mini-batch indices);
 //! - `chunk`: the built-in network's training of one chunk;
+//! - [`ops`]: counting the tensor operations a run issues, in burn's fusion server (GPU);
 //! - `probe` (tests): the objective's gradient against finite differences.
 //!
 //! Per replica the built-in objective is MATLAB's (the reference implementation of [000]):
@@ -29,6 +30,7 @@ pub mod head;
 pub mod job;
 pub mod memory;
 mod network;
+pub mod ops;
 pub mod pool;
 #[cfg(test)]
 mod probe;
@@ -40,6 +42,7 @@ pub use memory::{
     bytes_per_replica, chunk_size, largest_tensor_per_replica, Resources, CPU_CHUNK_BYTES,
     DEVICE_MEMORY_FRACTION, WGPU_MAX_BINDING,
 };
+pub use ops::OpCounts;
 pub use pool::{run_chunks, ChunkOut, ChunkTrainer, TrainOutput, Transfers};
 pub use settings::{Batching, TrainSettings};
 
