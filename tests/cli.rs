@@ -1236,7 +1236,7 @@ mod run {
         let text = std::fs::read_to_string(root().join("experiments/cubic.toml")).unwrap();
         let base = &text[..text.find("\n[run]").unwrap()];
         for (extra, needles) in [
-            ("[run]\nrepetitions = 2\nepochs = 5\nmethods = [\"GP\"]\n", vec!["unknown method `GP`", "EnsBS"]),
+            ("[run]\nrepetitions = 2\nepochs = 5\nmethods = [\"HMC\"]\n", vec!["unknown method `HMC`", "EnsBS"]),
             ("[run]\nrepetitions = 2\nepochs = 5\nmethods = [\"Ens\"]\nrepetitons = 3\n", vec!["repetitons"]),
             ("[run]\nrepetitions = 2\nepochs = 5\nmethods = [\"Ens\"]\n[methods.Ens]\nmemebrs = 3\n", vec!["memebrs", "methods.Ens"]),
             ("[run]\nrepetitions = 2\nepochs = \"10 * f\"\nmethods = [\"Ens\"]\n", vec!["run.epochs", "`f`"]),

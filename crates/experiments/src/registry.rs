@@ -4,7 +4,7 @@
 use anyhow::{bail, Context, Result};
 use uqbench_models::{
     BootstrapScheme, DropoutKind, DropoutMethod, EnsMcd, Ensemble, EnsembleConfig, EnsembleKind,
-    Method,
+    Gp, Method, Mfvi,
 };
 
 type Builder = fn(name: &str, settings: toml::Value) -> Result<Box<dyn Method>>;
@@ -48,6 +48,8 @@ pub const KINDS: &[(&str, Builder)] = &[
     ("CD", |n, s| dropout(n, s, DropoutKind::Concrete)),
     ("VD", |n, s| dropout(n, s, DropoutKind::Variational)),
     ("EnsMCD", |n, s| Ok(Box::new(EnsMcd::new(n, config(n, s)?)?))),
+    ("GP", |n, s| Ok(Box::new(Gp::new(n, config(n, s)?)?))),
+    ("MFVI", |n, s| Ok(Box::new(Mfvi::new(n, config(n, s)?)?))),
 ];
 
 /// Builds method `name` from its settings table (possibly empty).

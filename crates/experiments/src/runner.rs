@@ -256,6 +256,7 @@ pub fn run_unit(
                 x: x.as_slice(),
                 y: &valid_y,
             }),
+            features: problem.linear().map(|(features, _)| features),
         };
         let total = (reps.len() * method.replicas_per_repetition()) as f64;
         let outputs = method

@@ -386,6 +386,7 @@ mod tests {
                 setting: String::new(),
             },
             validation: None,
+            features: None,
         };
         let config = DropoutConfig {
             own: DropoutSettings {

@@ -10,8 +10,10 @@ pub mod engine;
 pub mod ens_mcd;
 pub mod ensemble;
 pub mod error;
+pub mod gp;
 pub mod kernels;
 pub mod layers;
+pub mod mfvi;
 pub mod mlp;
 pub mod optim;
 pub mod task;
@@ -24,6 +26,8 @@ pub use engine::{train, Batching, Job, Resources, TrainOutput, TrainSettings};
 pub use ens_mcd::{EnsMcd, EnsMcdConfig, EnsMcdSettings};
 pub use ensemble::{BootstrapScheme, Ensemble, EnsembleConfig, EnsembleKind, EnsembleSettings};
 pub use error::ModelError;
+pub use gp::{Gp, GpConfig, Kernel};
+pub use mfvi::{Mfvi, MfviConfig, MfviSettings};
 pub use mlp::{xavier_init, HostWeights, MlpShape};
 pub use task::{
     combine_members, Family, IntervalSetting, Member, Method, RepOutput, Replicas, SeedBase, Task,

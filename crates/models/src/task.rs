@@ -58,6 +58,9 @@ pub struct Task<'a> {
     /// A validation set, when the problem declares one (`problem.validation`): what
     /// [004]'s naive bootstrap estimates the noise from.
     pub validation: Option<Validation<'a>>,
+    /// The problem's features G when f is linear in them (not for a surrogate problem): what
+    /// the GP's `features` kernel uses.
+    pub features: Option<&'a uqbench_anchor::FeatureMap>,
 }
 
 /// Validation inputs and each repetition's validation targets.

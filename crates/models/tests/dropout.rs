@@ -44,6 +44,7 @@ fn run(
             setting: p.setting.label(),
         },
         validation: None,
+        features: None,
     };
     let method = DropoutMethod::new("D", kind, config).unwrap();
     let res = Resources::new(BackendKind::Flex, open_device(BackendKind::Flex).unwrap());

@@ -43,6 +43,7 @@ fn run(kind: EnsembleKind, config: EnsembleConfig, reps: &[u64], samples: bool) 
             setting: "f_main=1".into(),
         },
         validation: None,
+        features: None,
     };
     let method = Ensemble::new("Ens", kind, config).unwrap();
     let res = Resources::new(BackendKind::Flex, open_device(BackendKind::Flex).unwrap());
@@ -92,6 +93,7 @@ fn plain_ensemble_fits_and_is_less_certain_out_of_distribution() {
             setting: String::new(),
         },
         validation: None,
+        features: None,
     };
     let method = Ensemble::new("Ens", EnsembleKind::Plain, small()).unwrap();
     let res = Resources::new(BackendKind::Flex, open_device(BackendKind::Flex).unwrap());
@@ -237,6 +239,7 @@ fn the_autodiff_route_runs_on_the_trainer_and_chunks_do_not_change_it() {
             setting: "f_main=1".into(),
         },
         validation: None,
+        features: None,
     };
     let config = EnsMcdConfig {
         own: EnsMcdSettings {
@@ -313,6 +316,7 @@ fn mean_variance_members_estimate_the_noise() {
             setting: String::new(),
         },
         validation: None,
+        features: None,
     };
     let config = EnsembleConfig {
         own: EnsembleSettings {
@@ -383,6 +387,7 @@ fn the_naive_bootstrap_needs_two_members_and_a_validation_set() {
             setting: "f_main=1".into(),
         },
         validation: None,
+        features: None,
     };
     let res = Resources::new(BackendKind::Flex, open_device(BackendKind::Flex).unwrap());
     let e = method

@@ -230,6 +230,7 @@ fn autodiff(
             setting: String::new(),
         },
         validation: None,
+        features: None,
     };
     let config = EnsMcdConfig {
         own: EnsMcdSettings {

@@ -263,8 +263,38 @@ pub fn summarize_method(
                 format!("picf_brier_{name}"),
                 Scalar::bare(coverage::coverage_brier(&p, level)?),
             );
-            entry.insert(format!("cicp_{name}"), mean_of(&c));
-            entry.insert(format!("picp_{name}"), mean_of(&p));
+            // Marginal coverage of the region: the mean of the per-point fractions, which is
+            // also the mean over repetitions of each repetition's fraction of the region
+            // covered. The repetitions are independent (the test inputs are not: one
+            // repetition's intervals are correlated across x), so the standard error is the
+            // spread of the per-repetition fractions over √K, the binomial-type error of a
+            // mean over K independent data sets.
+            let per_rep = |iv: &[Intervals<'_>], pi: bool| -> Result<Vec<f64>> {
+                (0..k)
+                    .map(|r| {
+                        let sub: Vec<f64> = if pi {
+                            coverage::picf(&iv[r..r + 1], &test.truth, &test.sigma)?
+                        } else {
+                            coverage::cicf(&iv[r..r + 1], &test.truth)?
+                        };
+                        Ok(pick(&sub).iter().sum::<f64>() / idx.len() as f64)
+                    })
+                    .collect()
+            };
+            entry.insert(
+                format!("cicp_{name}"),
+                Scalar {
+                    value: mean_of(&c).value,
+                    stderr: mean_of(&per_rep(&ci_iv, false)?).stderr,
+                },
+            );
+            entry.insert(
+                format!("picp_{name}"),
+                Scalar {
+                    value: mean_of(&p).value,
+                    stderr: mean_of(&per_rep(&pi_iv, true)?).stderr,
+                },
+            );
             entry.insert(format!("width_{name}"), mean_of(&pick(&width)));
             entry.insert(format!("pi_width_{name}"), mean_of(&pick(&pi_width)));
         }

@@ -1,0 +1,719 @@
+//! Exact Gaussian-process regression in f64 ([002]'s GP), one fit per repetition.
+//!
+//! Model: y = f(x) + ε, f ~ GP(0, k), ε ~ N(0, σ_n²), with
+//! k(x, x′) = c² + s²·ρ(‖x − x′‖/ℓ) for a stationary kernel ρ (exponential = Matérn ½,
+//! [002]'s choice; Matérn 3/2 and 5/2; squared exponential), or k(x, x′) = s²·G(x)ᵀG(x′)
+//! for the `features` kernel on a problem that declares its features G (a Bayesian linear
+//! regression with prior γ ~ N(0, s²I): as s → ∞ with σ_n known it is the anchor).
+//!
+//! With K = k(X, X) + σ_n² I = LLᵀ (nalgebra's Cholesky; no matrix is inverted) and
+//! α = K⁻¹y by two triangular solves, the predictive distribution of f(x*) is normal with
+//! mean k*ᵀα and variance k(x*, x*) − ‖L⁻¹k*‖², and that of y* adds σ_n².
+//!
+//! Hyper-parameters not fixed in the spec are fitted per repetition by maximising the log
+//! marginal likelihood
+//!   log p(y | θ) = −½ yᵀα − Σ_i log L_ii − (n/2) log 2π
+//! in θ = log(s, ℓ, σ_n, c), with its analytic gradient
+//!   ∂/∂θ_j log p = ½ tr((ααᵀ − K⁻¹) ∂K/∂θ_j)          (Rasmussen & Williams eq. 5.9),
+//!   ∂K/∂log s = 2·s²ρ(r), ∂K/∂log ℓ = s²·r·(−ρ′(r)), ∂K/∂log σ_n = 2σ_n² I, ∂K/∂log c = 2c²,
+//! plus weak log-normal hyper-priors (sd 3 in log space, i.e. a factor e³ ≈ 20, centred on
+//! scales read off the data) that keep θ finite where the likelihood is flat. [002] fits its
+//! GP in Stan with half-normal and inverse-gamma hyper-priors and integrates over them; we
+//! take the maximum (type-II MAP), the usual practice and far cheaper. The optimiser is
+//! argmin's L-BFGS with the Moré–Thuente line search, started from `restarts` points drawn
+//! around those scales from the repetition's seed; the best end point wins. Where K is
+//! numerically singular a growing jitter (10⁻¹⁰ to 10⁻⁴ of its mean diagonal) is added
+//! before giving up on that θ.
+
+use argmin::core::{CostFunction, Executor, Gradient, State};
+use argmin::solver::linesearch::MoreThuenteLineSearch;
+use argmin::solver::quasinewton::LBFGS;
+use nalgebra::{Cholesky, DMatrix, DVector, Dyn};
+use serde::{Deserialize, Serialize};
+use uqbench_anchor::{FeatureMap, Rng};
+
+use crate::dropout_method::{KnownSigma, Tau};
+use crate::engine::Resources;
+use crate::error::ModelError;
+use crate::task::{Family, Method, RepOutput, Task};
+
+/// The covariance function.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kernel {
+    /// ρ(r) = e^{−r} (Matérn ½), [002]'s choice.
+    #[default]
+    Exponential,
+    /// ρ(r) = (1 + √3 r) e^{−√3 r}.
+    Matern32,
+    /// ρ(r) = (1 + √5 r + 5r²/3) e^{−√5 r}.
+    Matern52,
+    /// ρ(r) = e^{−r²/2}.
+    SquaredExponential,
+    /// s²·G(x)ᵀG(x′) with the problem's features G.
+    Features,
+}
+
+impl Kernel {
+    /// ρ(r) and −ρ′(r) for r ≥ 0 (stationary kernels).
+    fn rho(self, r: f64) -> (f64, f64) {
+        let (s3, s5) = (3f64.sqrt(), 5f64.sqrt());
+        match self {
+            Kernel::Exponential => {
+                let e = (-r).exp();
+                (e, e)
+            }
+            Kernel::Matern32 => {
+                let e = (-s3 * r).exp();
+                ((1.0 + s3 * r) * e, 3.0 * r * e)
+            }
+            Kernel::Matern52 => {
+                let e = (-s5 * r).exp();
+                (
+                    (1.0 + s5 * r + 5.0 * r * r / 3.0) * e,
+                    5.0 / 3.0 * r * (1.0 + s5 * r) * e,
+                )
+            }
+            Kernel::SquaredExponential => {
+                let e = (-0.5 * r * r).exp();
+                (e, r * e)
+            }
+            Kernel::Features => unreachable!("the features kernel is not stationary"),
+        }
+    }
+}
+
+/// The GP's settings (`[methods.GP]`). A hyper-parameter given a number is fixed; one left
+/// out is fitted.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GpConfig {
+    /// The covariance function (`exponential`, `matern32`, `matern52`,
+    /// `squared_exponential`, `features`).
+    pub kernel: Kernel,
+    /// Signal sd s.
+    pub signal_sd: Option<f64>,
+    /// Length scale ℓ (in the units of the inputs; stationary kernels).
+    pub length_scale: Option<f64>,
+    /// Noise sd σ_n: a number, or `"known"` for the problem's known σ.
+    pub noise_sd: Option<Tau>,
+    /// Sd c of the constant term (stationary kernels; the prior on f's level).
+    pub constant_sd: Option<f64>,
+    /// Optimiser starts per repetition (5).
+    pub restarts: usize,
+    /// L-BFGS iterations per start (200).
+    pub max_iterations: usize,
+}
+
+impl Default for GpConfig {
+    fn default() -> Self {
+        GpConfig {
+            kernel: Kernel::Exponential,
+            signal_sd: None,
+            length_scale: None,
+            noise_sd: None,
+            constant_sd: None,
+            restarts: 5,
+            max_iterations: 200,
+        }
+    }
+}
+
+/// Exact GP regression as a method.
+#[derive(Debug, Clone)]
+pub struct Gp {
+    name: String,
+    config: GpConfig,
+}
+
+/// Index of each hyper-parameter in θ.
+const S: usize = 0;
+const L: usize = 1;
+const N: usize = 2;
+const C: usize = 3;
+const NAMES: [&str; 4] = ["signal_sd", "length_scale", "noise_sd", "constant_sd"];
+/// Sd of the log-normal hyper-priors, in log space.
+const PRIOR_SD: f64 = 3.0;
+
+impl Gp {
+    /// Validates the settings.
+    pub fn new(name: &str, config: GpConfig) -> Result<Gp, ModelError> {
+        let positive = |key: &str, v: Option<f64>| -> Result<(), ModelError> {
+            match v {
+                Some(v) if !(v.is_finite() && v > 0.0) => Err(ModelError::invalid(
+                    format!("{name}.{key}"),
+                    v,
+                    "a positive, finite scale (leave it out to fit it)",
+                )),
+                _ => Ok(()),
+            }
+        };
+        positive("signal_sd", config.signal_sd)?;
+        positive("length_scale", config.length_scale)?;
+        positive("constant_sd", config.constant_sd)?;
+        if let Some(Tau::Value(v)) = config.noise_sd {
+            positive("noise_sd", Some(v))?;
+        }
+        if config.kernel == Kernel::Features
+            && (config.length_scale.is_some() || config.constant_sd.is_some())
+        {
+            return Err(ModelError::invalid(
+                format!("{name}.kernel"),
+                "features",
+                "no length_scale or constant_sd with the features kernel (it has only \
+                 signal_sd and noise_sd)",
+            ));
+        }
+        if config.restarts == 0 || config.max_iterations == 0 {
+            return Err(ModelError::invalid(
+                format!("{name}.restarts / max_iterations"),
+                format!("{} / {}", config.restarts, config.max_iterations),
+                "at least 1 each",
+            ));
+        }
+        Ok(Gp {
+            name: name.to_string(),
+            config,
+        })
+    }
+}
+
+/// Everything about the inputs a fit needs: the training inputs and, for the features
+/// kernel, their features.
+struct Inputs<'a> {
+    d: usize,
+    x: &'a [f64],
+    features: Option<Vec<f64>>,
+    p: usize,
+}
+
+impl Inputs<'_> {
+    fn n(&self) -> usize {
+        self.x.len() / self.d
+    }
+}
+
+fn features_of(map: &FeatureMap, x: &[f64], d: usize) -> Vec<f64> {
+    let p = map.p();
+    let mut out = vec![0.0; x.len() / d * p];
+    for (row, g) in x.chunks(d).zip(out.chunks_mut(p)) {
+        map.eval_into(row, g);
+    }
+    out
+}
+
+/// ∂K/∂log s and ∂K/∂log ℓ (without the constant and noise terms, handled in closed form).
+type KernelGrads = (DMatrix<f64>, DMatrix<f64>);
+
+/// Cross-covariance k(a_i, b_j) without noise, and (for the length-scale gradient) the
+/// matrix s²·r·(−ρ′(r)).
+fn cross(
+    kernel: Kernel,
+    theta: &[f64; 4],
+    a: (&[f64], Option<&[f64]>),
+    b: (&[f64], Option<&[f64]>),
+    d: usize,
+    p: usize,
+    with_grad: bool,
+) -> (DMatrix<f64>, Option<KernelGrads>) {
+    let (s2, l, c2) = (
+        (2.0 * theta[S]).exp(),
+        theta[L].exp(),
+        (2.0 * theta[C]).exp(),
+    );
+    let (na, nb) = match kernel {
+        Kernel::Features => (
+            a.1.expect("features").len() / p,
+            b.1.expect("features").len() / p,
+        ),
+        _ => (a.0.len() / d, b.0.len() / d),
+    };
+    let mut k = DMatrix::zeros(na, nb);
+    let mut grads = with_grad.then(|| (DMatrix::zeros(na, nb), DMatrix::zeros(na, nb)));
+    for i in 0..na {
+        for j in 0..nb {
+            if kernel == Kernel::Features {
+                let (ga, gb) = (
+                    &a.1.unwrap()[i * p..(i + 1) * p],
+                    &b.1.unwrap()[j * p..(j + 1) * p],
+                );
+                let dot: f64 = ga.iter().zip(gb).map(|(u, v)| u * v).sum();
+                k[(i, j)] = s2 * dot;
+                if let Some((gs, _)) = grads.as_mut() {
+                    gs[(i, j)] = 2.0 * s2 * dot;
+                }
+            } else {
+                let xa = &a.0[i * d..(i + 1) * d];
+                let xb = &b.0[j * d..(j + 1) * d];
+                let r = xa
+                    .iter()
+                    .zip(xb)
+                    .map(|(u, v)| (u - v) * (u - v))
+                    .sum::<f64>()
+                    .sqrt()
+                    / l;
+                let (rho, minus_drho) = kernel.rho(r);
+                k[(i, j)] = c2 + s2 * rho;
+                if let Some((gs, gl)) = grads.as_mut() {
+                    gs[(i, j)] = 2.0 * s2 * rho;
+                    gl[(i, j)] = s2 * r * minus_drho;
+                }
+            }
+        }
+    }
+    (k, grads)
+}
+
+/// The result of one evaluation of the (negative log) marginal likelihood.
+struct Eval {
+    /// −log p(y | θ) (without the hyper-prior).
+    nlml: f64,
+    /// Its gradient in θ.
+    grad: [f64; 4],
+    chol: Cholesky<f64, Dyn>,
+    alpha: DVector<f64>,
+}
+
+fn evaluate(
+    kernel: Kernel,
+    theta: &[f64; 4],
+    inputs: &Inputs<'_>,
+    y: &DVector<f64>,
+    with_grad: bool,
+) -> Option<Eval> {
+    let n = inputs.n();
+    let f = inputs.features.as_deref();
+    let (mut k, grads) = cross(
+        kernel,
+        theta,
+        (inputs.x, f),
+        (inputs.x, f),
+        inputs.d,
+        inputs.p,
+        with_grad,
+    );
+    let noise2 = (2.0 * theta[N]).exp();
+    for i in 0..n {
+        k[(i, i)] += noise2;
+    }
+    let chol = match Cholesky::new(k.clone()) {
+        Some(c) => c,
+        None => {
+            let scale = k.diagonal().mean().abs().max(f64::MIN_POSITIVE);
+            (0..7).find_map(|e| {
+                let mut kj = k.clone();
+                let jitter = scale * 10f64.powi(-10 + e);
+                for i in 0..n {
+                    kj[(i, i)] += jitter;
+                }
+                Cholesky::new(kj)
+            })?
+        }
+    };
+    let alpha = chol.solve(y);
+    let log_det_half: f64 = chol.l_dirty().diagonal().iter().map(|v| v.ln()).sum();
+    let nlml =
+        0.5 * y.dot(&alpha) + log_det_half + 0.5 * n as f64 * (2.0 * std::f64::consts::PI).ln();
+    let mut grad = [0.0; 4];
+    if let Some((gs, gl)) = grads {
+        // ½ tr((ααᵀ − K⁻¹) ∂K) = ½ (αᵀ ∂K α − tr(K⁻¹ ∂K)); K⁻¹ by Cholesky solves.
+        let k_inv = chol.solve(&DMatrix::identity(n, n));
+        let term = |dk: &DMatrix<f64>| -> f64 {
+            let quad = alpha.dot(&(dk * &alpha));
+            let trace: f64 = k_inv.component_mul(dk).sum();
+            -0.5 * (quad - trace)
+        };
+        grad[S] = term(&gs);
+        if kernel != Kernel::Features {
+            grad[L] = term(&gl);
+            let c2 = (2.0 * theta[C]).exp();
+            // ∂K/∂log c = 2c²·11ᵀ: αᵀ∂Kα = 2c²(Σα)², tr(K⁻¹∂K) = 2c²·Σ_ij K⁻¹_ij.
+            grad[C] = -0.5 * (2.0 * c2 * alpha.sum().powi(2) - 2.0 * c2 * k_inv.sum());
+        }
+        // ∂K/∂log σ_n = 2σ_n² I.
+        grad[N] = -0.5 * (2.0 * noise2 * alpha.norm_squared() - 2.0 * noise2 * k_inv.trace());
+    }
+    Some(Eval {
+        nlml,
+        grad,
+        chol,
+        alpha,
+    })
+}
+
+/// The objective argmin minimises: −log p(y | θ) − log p(θ) over the free components of θ.
+struct Objective<'a> {
+    kernel: Kernel,
+    inputs: &'a Inputs<'a>,
+    y: &'a DVector<f64>,
+    plan: &'a Plan,
+    free: &'a [usize],
+}
+
+impl Objective<'_> {
+    fn theta(&self, x: &[f64]) -> [f64; 4] {
+        let mut theta = self.plan.theta;
+        for (v, &j) in x.iter().zip(self.free) {
+            theta[j] = *v;
+        }
+        theta
+    }
+
+    fn value_and_gradient(
+        &self,
+        x: &[f64],
+        with_grad: bool,
+    ) -> Result<(f64, Vec<f64>), argmin::core::Error> {
+        let theta = self.theta(x);
+        let e = evaluate(self.kernel, &theta, self.inputs, self.y, with_grad).ok_or_else(|| {
+            argmin::core::Error::msg("the covariance matrix is singular at these hyper-parameters")
+        })?;
+        let mut f = e.nlml;
+        let mut g = vec![0.0; self.free.len()];
+        for (i, &j) in self.free.iter().enumerate() {
+            let z = (x[i] - self.plan.centre[j]) / PRIOR_SD;
+            f += 0.5 * z * z;
+            g[i] = e.grad[j] + z / PRIOR_SD;
+        }
+        Ok((f, g))
+    }
+}
+
+impl CostFunction for Objective<'_> {
+    type Param = Vec<f64>;
+    type Output = f64;
+
+    fn cost(&self, x: &Vec<f64>) -> Result<f64, argmin::core::Error> {
+        Ok(self.value_and_gradient(x, false)?.0)
+    }
+}
+
+impl Gradient for Objective<'_> {
+    type Param = Vec<f64>;
+    type Gradient = Vec<f64>;
+
+    fn gradient(&self, x: &Vec<f64>) -> Result<Vec<f64>, argmin::core::Error> {
+        Ok(self.value_and_gradient(x, true)?.1)
+    }
+}
+
+/// Which hyper-parameters are free, their fixed values, and the centres of their priors.
+struct Plan {
+    free: [bool; 4],
+    theta: [f64; 4],
+    centre: [f64; 4],
+}
+
+impl Gp {
+    fn plan(&self, task: &Task<'_>, y: &[f64]) -> Result<Plan, ModelError> {
+        let c = &self.config;
+        let n = y.len() as f64;
+        let mean = y.iter().sum::<f64>() / n;
+        let sd = (y.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n)
+            .sqrt()
+            .max(1e-12);
+        let range = task
+            .input_range(false)
+            .into_iter()
+            .fold(0.0_f64, f64::max)
+            .max(1e-12);
+        let noise = match c.noise_sd {
+            Some(Tau::Value(v)) => Some(v),
+            Some(Tau::Known(KnownSigma::Known)) => Some(task.known_sigma.ok_or_else(|| {
+                ModelError::invalid(
+                    format!("{}.noise_sd", self.name),
+                    "\"known\"",
+                    "a number, or left out to fit it: this problem's σ is not a known constant",
+                )
+            })?),
+            None => None,
+        };
+        let fixed = [c.signal_sd, c.length_scale, noise, c.constant_sd];
+        // Prior centres: the signal at the data's sd, the length scale at a fifth of the
+        // input range, the noise at a third of the data's sd, the level at its mean's size.
+        let centre = [
+            sd.ln(),
+            (range / 5.0).ln(),
+            (sd / 3.0).ln(),
+            (mean.abs() + sd).ln(),
+        ];
+        let features = c.kernel == Kernel::Features;
+        let mut free = [false; 4];
+        let mut theta = centre;
+        for j in 0..4 {
+            let used = !features || j == S || j == N;
+            match fixed[j] {
+                Some(v) => theta[j] = v.ln(),
+                None => free[j] = used,
+            }
+            if !used {
+                // Unused by the features kernel: a level of 0 (c² = e^{−∞} is exactly 0).
+                theta[j] = f64::NEG_INFINITY;
+            }
+        }
+        if features {
+            theta[L] = 0.0;
+        }
+        Ok(Plan {
+            free,
+            theta,
+            centre,
+        })
+    }
+
+    fn fit_one(
+        &self,
+        task: &Task<'_>,
+        inputs: &Inputs<'_>,
+        x_test: &[f64],
+        test_features: Option<&[f64]>,
+        k: usize,
+    ) -> Result<RepOutput, ModelError> {
+        let y_host = &task.y_train[k];
+        let y = DVector::from_column_slice(y_host);
+        let plan = self.plan(task, y_host)?;
+        let kernel = self.config.kernel;
+        let free: Vec<usize> = (0..4).filter(|&j| plan.free[j]).collect();
+        let mut best: Option<([f64; 4], f64)> = None;
+        if free.is_empty() {
+            best = Some((plan.theta, f64::NAN));
+        } else {
+            let mut rng = Rng::new(task.seeds.seed(task.repetitions[k], 0, "gp/restarts"));
+            for start in 0..self.config.restarts {
+                let x0: Vec<f64> = free
+                    .iter()
+                    .map(|&j| {
+                        // The first start at the prior centres, the others spread around them.
+                        plan.centre[j] + if start == 0 { 0.0 } else { rng.normal() }
+                    })
+                    .collect();
+                let problem = Objective {
+                    kernel,
+                    inputs,
+                    y: &y,
+                    plan: &plan,
+                    free: &free,
+                };
+                let solver = LBFGS::new(MoreThuenteLineSearch::new(), 7)
+                    .with_tolerance_grad(1e-6)
+                    .expect("a positive tolerance")
+                    .with_tolerance_cost(1e-12)
+                    .expect("a positive tolerance");
+                // A start whose first evaluation fails (K singular even with jitter) or whose
+                // line search breaks down is skipped; the others decide.
+                let Ok(result) = Executor::new(problem, solver)
+                    .configure(|state| state.param(x0).max_iters(self.config.max_iterations as u64))
+                    .run()
+                else {
+                    continue;
+                };
+                let state = result.state();
+                let (Some(x), value) = (state.get_best_param(), state.get_best_cost()) else {
+                    continue;
+                };
+                let mut theta = plan.theta;
+                for (v, &j) in x.iter().zip(&free) {
+                    theta[j] = *v;
+                }
+                if value.is_finite() && best.is_none_or(|(_, b)| value < b) {
+                    best = Some((theta, value));
+                }
+            }
+        }
+        let Some((theta, _)) = best else {
+            return Ok(RepOutput {
+                diverged: true,
+                mean: vec![f64::NAN; task.n_test()],
+                std: vec![f64::NAN; task.n_test()],
+                ..Default::default()
+            });
+        };
+        let Some(e) = evaluate(kernel, &theta, inputs, &y, false) else {
+            return Err(ModelError::invalid(
+                format!("{}: the covariance matrix", self.name),
+                format!("{:?}", hyper(&theta)),
+                "positive definite (the fixed hyper-parameters make it singular: give a \
+                 positive noise_sd)",
+            ));
+        };
+        let f = inputs.features.as_deref();
+        let predict = |xs: &[f64], fs: Option<&[f64]>| -> (Vec<f64>, Vec<f64>) {
+            let (ks, _) = cross(
+                kernel,
+                &theta,
+                (inputs.x, f),
+                (xs, fs),
+                inputs.d,
+                inputs.p,
+                false,
+            );
+            let mean = ks.transpose() * &e.alpha;
+            let v = e
+                .chol
+                .l_dirty()
+                .solve_lower_triangular(&ks)
+                .expect("L is invertible");
+            let m = ks.ncols();
+            let mut var = Vec::with_capacity(m);
+            for j in 0..m {
+                let (kss, _) = cross(
+                    kernel,
+                    &theta,
+                    (
+                        &xs[j * inputs.d..(j + 1) * inputs.d],
+                        fs.map(|f| &f[j * inputs.p..(j + 1) * inputs.p]),
+                    ),
+                    (
+                        &xs[j * inputs.d..(j + 1) * inputs.d],
+                        fs.map(|f| &f[j * inputs.p..(j + 1) * inputs.p]),
+                    ),
+                    inputs.d,
+                    inputs.p,
+                    false,
+                );
+                var.push((kss[(0, 0)] - v.column(j).norm_squared()).max(0.0).sqrt());
+            }
+            (mean.iter().copied().collect(), var)
+        };
+        let (mean, std) = predict(x_test, test_features);
+        let (train_mean, _) = predict(inputs.x, f);
+        let h = hyper(&theta);
+        let mut scalars = std::collections::BTreeMap::new();
+        for (j, name) in NAMES.iter().enumerate() {
+            if plan.free[j] {
+                scalars.insert(format!("gp_{name}"), h[j]);
+            }
+        }
+        scalars.insert("gp_log_marginal_likelihood".into(), -e.nlml);
+        Ok(RepOutput {
+            noise_std: Some(vec![h[N]; mean.len()]),
+            mean,
+            std,
+            family: Family::Normal,
+            samples: None,
+            train_mean: Some(train_mean),
+            scalars,
+            diverged: false,
+        })
+    }
+}
+
+fn hyper(theta: &[f64; 4]) -> [f64; 4] {
+    theta.map(f64::exp)
+}
+
+impl Method for Gp {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn replicas_per_repetition(&self) -> usize {
+        1
+    }
+
+    fn run(
+        &self,
+        task: &Task<'_>,
+        resources: &Resources,
+        _keep_samples: bool,
+        progress: &(dyn Fn(usize) + Sync),
+    ) -> Result<Vec<RepOutput>, ModelError> {
+        task.validate()?;
+        let (train_features, test_features, p) = if self.config.kernel == Kernel::Features {
+            let map = task.features.ok_or_else(|| {
+                ModelError::invalid(
+                    format!("{}.kernel", self.name),
+                    "features",
+                    "a problem linear in declared features (this one has none: a surrogate)",
+                )
+            })?;
+            (
+                Some(features_of(map, task.x_train, task.d)),
+                Some(features_of(map, task.x_test, task.d)),
+                map.p(),
+            )
+        } else {
+            (None, None, 0)
+        };
+        let inputs = Inputs {
+            d: task.d,
+            x: task.x_train,
+            features: train_features,
+            p,
+        };
+        let reps = task.y_train.len();
+        let done = std::sync::atomic::AtomicUsize::new(0);
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let results: Vec<std::sync::Mutex<Option<Result<RepOutput, ModelError>>>> =
+            (0..reps).map(|_| std::sync::Mutex::new(None)).collect();
+        // Repetitions are independent: spread them over the worker threads.
+        std::thread::scope(|scope| {
+            for _ in 0..resources.threads.clamp(1, reps) {
+                scope.spawn(|| loop {
+                    let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if k >= reps {
+                        break;
+                    }
+                    let out = self.fit_one(task, &inputs, task.x_test, test_features.as_deref(), k);
+                    *results[k].lock().expect("no panics while holding it") = Some(out);
+                    progress(done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1);
+                });
+            }
+        });
+        results
+            .into_iter()
+            .map(|r| {
+                r.into_inner()
+                    .expect("not poisoned")
+                    .expect("every repetition ran")
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_marginal_likelihood_gradient_matches_finite_differences() {
+        // 2-D inputs, every stationary kernel, θ away from any optimum. Central differences
+        // with step h have error O(h²·f‴) ≈ 1e-8 here; the check allows 1e-5 relative.
+        let mut rng = Rng::new(3);
+        let x: Vec<f64> = (0..60).map(|_| rng.uniform_in(-2.0, 2.0)).collect();
+        let y = DVector::from_iterator(
+            30,
+            x.chunks(2)
+                .map(|p| (2.0 * p[0]).sin() + p[1] + 0.3 * rng.normal()),
+        );
+        let inputs = Inputs {
+            d: 2,
+            x: &x,
+            features: None,
+            p: 0,
+        };
+        let theta = [0.3, -0.2, -1.1, 0.4];
+        for kernel in [
+            Kernel::Exponential,
+            Kernel::Matern32,
+            Kernel::Matern52,
+            Kernel::SquaredExponential,
+        ] {
+            let e = evaluate(kernel, &theta, &inputs, &y, true).unwrap();
+            for j in 0..4 {
+                let h = 1e-5;
+                let (mut up, mut down) = (theta, theta);
+                up[j] += h;
+                down[j] -= h;
+                let fd = (evaluate(kernel, &up, &inputs, &y, false).unwrap().nlml
+                    - evaluate(kernel, &down, &inputs, &y, false).unwrap().nlml)
+                    / (2.0 * h);
+                assert!(
+                    (e.grad[j] - fd).abs() <= 1e-5 * (1.0 + fd.abs()),
+                    "{kernel:?} θ[{j}]: analytic {} vs {fd}",
+                    e.grad[j]
+                );
+            }
+        }
+    }
+}
