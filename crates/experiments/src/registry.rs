@@ -4,7 +4,7 @@
 use anyhow::{bail, Context, Result};
 use uqbench_models::{
     BootstrapScheme, DropoutKind, DropoutMethod, EnsMcd, Ensemble, EnsembleConfig, EnsembleKind,
-    Gp, Method, Mfvi,
+    Gp, Hmc, Method, Mfvi,
 };
 
 type Builder = fn(name: &str, settings: toml::Value) -> Result<Box<dyn Method>>;
@@ -50,6 +50,7 @@ pub const KINDS: &[(&str, Builder)] = &[
     ("EnsMCD", |n, s| Ok(Box::new(EnsMcd::new(n, config(n, s)?)?))),
     ("GP", |n, s| Ok(Box::new(Gp::new(n, config(n, s)?)?))),
     ("MFVI", |n, s| Ok(Box::new(Mfvi::new(n, config(n, s)?)?))),
+    ("HMC", |n, s| Ok(Box::new(Hmc::new(n, config(n, s)?)?))),
 ];
 
 /// Builds method `name` from its settings table (possibly empty).

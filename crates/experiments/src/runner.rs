@@ -352,6 +352,10 @@ fn figure_settings(dir: &Path, plan: &Plan, resolved: &[Resolved]) -> Result<Vec
                 order.sort_by(|&a, &b| coord[a].total_cmp(&coord[b]));
                 for m in &plan.methods {
                     let rep = read_rep(&rep_path(dir, setting, m, band_rep))?;
+                    if rep.diverged {
+                        // Nothing to draw: the repetition is left out of every metric too.
+                        continue;
+                    }
                     let (lo, hi) = rep.coverage_interval()?;
                     bands.push((
                         m.clone(),

@@ -11,6 +11,7 @@ pub mod ens_mcd;
 pub mod ensemble;
 pub mod error;
 pub mod gp;
+pub mod hmc;
 pub mod kernels;
 pub mod layers;
 pub mod mfvi;
@@ -27,6 +28,7 @@ pub use ens_mcd::{EnsMcd, EnsMcdConfig, EnsMcdSettings};
 pub use ensemble::{BootstrapScheme, Ensemble, EnsembleConfig, EnsembleKind, EnsembleSettings};
 pub use error::ModelError;
 pub use gp::{Gp, GpConfig, Kernel};
+pub use hmc::{Hmc, HmcConfig, HmcSettings};
 pub use mfvi::{Mfvi, MfviConfig, MfviSettings};
 pub use mlp::{xavier_init, HostWeights, MlpShape};
 pub use task::{

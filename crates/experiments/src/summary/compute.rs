@@ -448,6 +448,18 @@ pub fn summarize_setting(
                 ));
             }
         }
+        // MCMC methods report `rhat_flagged` per repetition (split-R̂ above their threshold).
+        let flagged = reps
+            .iter()
+            .filter(|r| r.scalars.get("rhat_flagged").is_some_and(|v| *v > 0.0))
+            .count();
+        if flagged > 0 {
+            s.flags.push(format!(
+                "{flagged} of {} repetitions have chains that did not mix (split-R̂ above the \
+                 threshold; see rhat_max, ess_bulk_min)",
+                reps.len()
+            ));
+        }
         if !s.diverged.is_empty() {
             s.flags.push(format!(
                 "{} of {} repetitions diverged and are left out",
