@@ -19,7 +19,7 @@ use std::ops::Range;
 
 use crate::config::MethodConfig;
 use crate::dropout::Dropout;
-use crate::engine::{run_chunks, ChunkOut, ChunkTrainer, Resources};
+use crate::engine::{run_chunks, try_download, ChunkOut, ChunkTrainer, Resources};
 use crate::error::ModelError;
 use crate::kernels::KernelPath;
 use crate::layers::{BatchedLinear, BatchedLinearConfig, LeakyRelu, McDropout};
@@ -351,7 +351,5 @@ impl ChunkTrainer for McdTrainer<'_> {
 }
 
 fn download(t: Tensor<3>) -> Result<Vec<f32>, ModelError> {
-    t.into_data()
-        .try_into_vec_as::<f32>()
-        .map_err(|e| ModelError::invalid("prediction", format!("{e:?}"), "f32 data"))
+    try_download(t, "prediction")
 }

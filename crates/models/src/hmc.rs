@@ -34,14 +34,14 @@
 
 use std::ops::Range;
 
-use burn::tensor::{Device, Tensor, TensorData};
+use burn::tensor::{Device, Tensor};
 use serde::{Deserialize, Serialize};
 use statrs::distribution::{ContinuousCDF, Normal};
 use uqbench_anchor::Rng;
 
 use crate::config::MethodConfig;
 use crate::dropout_method::{KnownSigma, Tau};
-use crate::engine::{run_chunks, ChunkOut, ChunkTrainer, Resources};
+use crate::engine::{run_chunks, try_download, upload, ChunkOut, ChunkTrainer, Resources};
 use crate::error::ModelError;
 use crate::layers::{linear_backward, LeakyRelu};
 use crate::mlp::{xavier_init, MlpShape};
@@ -489,16 +489,6 @@ impl HmcTrainer<'_> {
     }
 }
 
-fn upload(v: Vec<f32>, shape: [usize; 3], device: &Device) -> Tensor<3> {
-    Tensor::from_data(TensorData::new(v, shape), device)
-}
-
-fn download(t: Tensor<3>) -> Result<Vec<f32>, ModelError> {
-    t.into_data()
-        .try_into_vec_as::<f32>()
-        .map_err(|e| ModelError::invalid("HMC state", format!("{e:?}"), "f32 data"))
-}
-
 impl ChunkTrainer for HmcTrainer<'_> {
     fn replicas(&self) -> usize {
         self.init.len()
@@ -798,4 +788,8 @@ mod tests {
         let g: f64 = (0..20_000).map(|_| gamma_draw(&mut rng, 3.0)).sum::<f64>() / 20_000.0;
         assert!((g - 3.0).abs() < 5.0 * (3.0f64 / 20_000.0).sqrt(), "{g}");
     }
+}
+
+fn download(t: Tensor<3>) -> Result<Vec<f32>, ModelError> {
+    try_download(t, "HMC state")
 }

@@ -30,7 +30,7 @@ use uqbench_anchor::Rng;
 
 use crate::config::MethodConfig;
 use crate::dropout_method::{KnownSigma, Tau};
-use crate::engine::{run_chunks, ChunkOut, ChunkTrainer, Resources};
+use crate::engine::{run_chunks, try_download, ChunkOut, ChunkTrainer, Resources};
 use crate::error::ModelError;
 use crate::kernels::KernelPath;
 use crate::layers::LeakyRelu;
@@ -496,7 +496,5 @@ impl ChunkTrainer for MfviTrainer<'_> {
 }
 
 fn download(t: Tensor<3>) -> Result<Vec<f32>, ModelError> {
-    t.into_data()
-        .try_into_vec_as::<f32>()
-        .map_err(|e| ModelError::invalid("prediction", format!("{e:?}"), "f32 data"))
+    try_download(t, "prediction")
 }

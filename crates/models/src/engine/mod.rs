@@ -42,6 +42,7 @@ pub use memory::{
     bytes_per_replica, chunk_size, largest_tensor_per_replica, Resources, CPU_CHUNK_BYTES,
     DEVICE_MEMORY_FRACTION, WGPU_MAX_BINDING,
 };
+pub(crate) use network::{try_download, upload};
 pub use ops::OpCounts;
 pub use pool::{run_chunks, ChunkOut, ChunkTrainer, TrainOutput, Transfers};
 pub use settings::{Batching, TrainSettings};

@@ -66,6 +66,14 @@ pub(crate) fn download(t: Tensor<3>) -> Vec<f32> {
     t.into_data().try_into_vec_as::<f32>().expect("float data")
 }
 
+/// [`download`] for the models on the trainer that report a failed read as an error naming
+/// `what` was read.
+pub(crate) fn try_download(t: Tensor<3>, what: &str) -> Result<Vec<f32>, crate::ModelError> {
+    t.into_data()
+        .try_into_vec_as::<f32>()
+        .map_err(|e| crate::ModelError::invalid(what, format!("{e:?}"), "f32 data"))
+}
+
 impl State {
     /// Host weights on the device, with zero Adam moments when `trained`, and the scalar
     /// initialised to `param` for every replica.
