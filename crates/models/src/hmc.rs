@@ -751,6 +751,10 @@ fn gamma_draw(rng: &mut Rng, shape: f64) -> f64 {
     }
 }
 
+fn download(t: Tensor<3>) -> Result<Vec<f32>, ModelError> {
+    try_download(t, "HMC state")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -788,8 +792,4 @@ mod tests {
         let g: f64 = (0..20_000).map(|_| gamma_draw(&mut rng, 3.0)).sum::<f64>() / 20_000.0;
         assert!((g - 3.0).abs() < 5.0 * (3.0f64 / 20_000.0).sqrt(), "{g}");
     }
-}
-
-fn download(t: Tensor<3>) -> Result<Vec<f32>, ModelError> {
-    try_download(t, "HMC state")
 }
