@@ -12,6 +12,8 @@
 //!
 //! - [`SurrogateSpec`] and [`Problem::from_surrogate`] build [004]'s simulation from a real
 //!   data set (random forests as f and σ²(x), the real inputs kept); it has no anchor.
+//! - [`ClassificationSpec`] and [`Problem::from_classification`] build [002]'s two-class
+//!   problem ([`tcc`]) whose truth is the exact P(y = 1 | x); it has no anchor either.
 //!
 //! This crate never depends on burn: it is the reference the deep methods are judged by.
 
@@ -23,6 +25,7 @@ pub mod posterior;
 pub mod problem;
 pub mod seed;
 pub mod surrogate;
+pub mod tcc;
 
 pub use design::{Bound, Design, DesignSpec, Inputs, MixtureComponent, Region};
 pub use error::AnchorError;
@@ -35,3 +38,4 @@ pub use problem::{
 };
 pub use seed::{Rng, SeedPath};
 pub use surrogate::SurrogateSpec;
+pub use tcc::{logistic, ClassSpec, ClassificationSpec, Tcc};

@@ -11,6 +11,7 @@ use crate::expr::{Expr, Num};
 use crate::features::{FeatureMap, FeatureSpec};
 use crate::seed::{purpose, Rng, SeedPath};
 use crate::surrogate::{self, SurrogateSpec, Table};
+use crate::tcc::{ClassificationSpec, Tcc};
 
 /// The parameters γ as written in a spec.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -166,6 +167,9 @@ pub enum Noise {
     /// σ(x) from a forest fitted to a data set, known only at the data's rows (tabulated in
     /// the problem's training, validation and test sets).
     Surrogate,
+    /// Labels y ~ Bernoulli(P(y = 1 | x)) (a classification problem); the tabulated σ is the
+    /// Bernoulli sd √(p(1 − p)).
+    Bernoulli,
 }
 
 /// What the true f is.
@@ -180,6 +184,9 @@ pub enum Model {
     },
     /// f and σ² are random forests fitted to a real data set ([004] §5.5): no anchor.
     Surrogate(SurrogateInfo),
+    /// [002]'s two-class problem: the targets are labels 0/1 and the truth is the exact
+    /// P(y = 1 | x) ([`crate::tcc`]); no anchor.
+    Classification(Tcc),
 }
 
 /// What a surrogate problem was built from.
@@ -240,6 +247,19 @@ pub struct Draw {
     pub validation_y: Option<Vec<f64>>,
 }
 
+/// The generator of a per-setting draw (γ, a design) for `purpose`: repetition and member 0.
+fn setting_rng(seed: u64, name: &str, label: &str, purpose: &str) -> Rng {
+    SeedPath {
+        base: seed,
+        experiment: name,
+        setting: label,
+        repetition: 0,
+        member: 0,
+        purpose,
+    }
+    .rng()
+}
+
 fn int_field(
     num: &Num,
     vars: &[(String, f64)],
@@ -268,17 +288,7 @@ impl Problem {
     ) -> Result<Problem, AnchorError> {
         let label = setting.label();
         let vars = setting.values.clone();
-        let rng_for = |what: &str| {
-            SeedPath {
-                base: seed,
-                experiment: name,
-                setting: &label,
-                repetition: 0,
-                member: 0,
-                purpose: what,
-            }
-            .rng()
-        };
+        let rng_for = |what: &str| setting_rng(seed, name, &label, what);
         let d = int_field(&spec.d, &vars, "problem.d", 1.0)?;
         let features = FeatureMap::from_specs(&spec.features, d, &vars)?;
         let p = features.p();
@@ -468,6 +478,64 @@ impl Problem {
         }
     }
 
+    /// The TCC model when this is a classification problem (targets are labels 0/1 and the
+    /// truth is P(y = 1 | x)).
+    pub fn classification(&self) -> Option<&Tcc> {
+        match &self.model {
+            Model::Classification(t) => Some(t),
+            _ => None,
+        }
+    }
+
+    /// [002]'s two-class problem ([`crate::tcc`]): training inputs drawn once per setting
+    /// from the generative model, test inputs from `spec.test`; the truth is the exact
+    /// P(y = 1 | x), and [`Problem::draw`] draws each repetition's labels from it. The
+    /// training inputs' bounding box is the `in` region.
+    pub fn from_classification(
+        name: &str,
+        seed: u64,
+        spec: &ClassificationSpec,
+        setting: &Setting,
+    ) -> Result<Problem, AnchorError> {
+        let label = setting.label();
+        let vars = setting.values.clone();
+        let rng_for = |what: &str| setting_rng(seed, name, &label, what);
+        let tcc = Tcc::resolve(spec, &vars)?;
+        let n = int_field(&spec.n_train, &vars, "classification.n_train", 2.0)?;
+        let train = tcc.training_design(n, &mut rng_for(purpose::TRAIN_DESIGN));
+        let test_design = spec.test.resolve(
+            2,
+            &vars,
+            "classification.test",
+            &mut rng_for(purpose::TEST_DESIGN),
+        )?;
+        let mut problem = Problem {
+            name: name.to_string(),
+            seed,
+            setting: setting.clone(),
+            d: 2,
+            model: Model::Classification(tcc),
+            noise: Noise::Bernoulli,
+            sigma_known: false,
+            train,
+            train_sigma: Vec::new(),
+            train_truth: Vec::new(),
+            test: TestSet {
+                inputs: Inputs::new(2, Vec::new()),
+                coord: None,
+                region: Vec::new(),
+                label: Vec::new(),
+                truth: Vec::new(),
+                sigma: Vec::new(),
+            },
+            validation: None,
+        };
+        problem.train_truth = problem.truth_at(&problem.train.inputs)?;
+        problem.train_sigma = problem.sigma_at(&problem.train.inputs, "training")?;
+        problem.test = problem.test_set(test_design, &[])?;
+        Ok(problem)
+    }
+
     /// Input dimension.
     pub fn d(&self) -> usize {
         self.d
@@ -478,7 +546,7 @@ impl Problem {
     pub fn linear(&self) -> Option<(&FeatureMap, &[f64])> {
         match &self.model {
             Model::Linear { features, gamma } => Some((features, gamma)),
-            Model::Surrogate(_) => None,
+            Model::Surrogate(_) | Model::Classification(_) => None,
         }
     }
 
@@ -493,6 +561,9 @@ impl Problem {
     }
 
     fn truth_at(&self, inputs: &Inputs) -> Result<Vec<f64>, AnchorError> {
+        if let Model::Classification(tcc) = &self.model {
+            return Ok(inputs.rows().map(|x| tcc.prob1(x)).collect());
+        }
         let Some((features, gamma)) = self.linear() else {
             return Err(AnchorError::invalid(
                 "problem",
@@ -544,6 +615,11 @@ impl Problem {
                 format!("σ(x) of a surrogate problem at {which} inputs"),
                 "inputs among the data's rows (σ(x) is known there only)",
             )),
+            Noise::Bernoulli => Ok(self
+                .truth_at(inputs)?
+                .iter()
+                .map(|p| (p * (1.0 - p)).sqrt())
+                .collect()),
         }
     }
 
@@ -639,11 +715,20 @@ impl Problem {
                 .map(|(f, s)| f + s * rng.normal())
                 .collect()
         };
-        let train_y = noisy(
-            &self.train_truth,
-            &self.train_sigma,
-            &mut path(purpose::NOISE).rng(),
-        );
+        let train_y = if self.noise == Noise::Bernoulli {
+            // Labels: 1 with probability P(y = 1 | x_i).
+            let mut rng = path(purpose::NOISE).rng();
+            self.train_truth
+                .iter()
+                .map(|&p| if rng.uniform() < p { 1.0 } else { 0.0 })
+                .collect()
+        } else {
+            noisy(
+                &self.train_truth,
+                &self.train_sigma,
+                &mut path(purpose::NOISE).rng(),
+            )
+        };
         let validation_y = self.validation.as_ref().map(|(_, sigma, truth)| {
             noisy(truth, sigma, &mut path(purpose::VALIDATION_NOISE).rng())
         });

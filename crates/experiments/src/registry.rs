@@ -31,6 +31,25 @@ fn naive_bootstrap(name: &str, s: toml::Value) -> Result<Box<dyn Method>> {
     Ok(Box::new(Ensemble::new(name, EnsembleKind::Bootstrap, c)?))
 }
 
+/// [003]'s deterministic baseline: one network, no sampling (an ensemble of one member, so it
+/// trains exactly like an Ens member). Its interval of P(y = 1 | x) has width 0.
+fn deterministic(name: &str, s: toml::Value) -> Result<Box<dyn Method>> {
+    let mut table = match s {
+        toml::Value::Table(t) => t,
+        _ => toml::Table::new(),
+    };
+    match table.get("members") {
+        None => {
+            table.insert("members".into(), toml::Value::Integer(1));
+        }
+        Some(toml::Value::Integer(1)) => {}
+        Some(other) => {
+            bail!("[methods.{name}] members = {other}: the deterministic net has exactly 1 member")
+        }
+    }
+    ensemble(name, toml::Value::Table(table), EnsembleKind::Plain)
+}
+
 fn dropout(name: &str, s: toml::Value, kind: DropoutKind) -> Result<Box<dyn Method>> {
     Ok(Box::new(DropoutMethod::new(name, kind, config(name, s)?)?))
 }
@@ -47,6 +66,7 @@ pub const KINDS: &[(&str, Builder)] = &[
     ("BD", |n, s| dropout(n, s, DropoutKind::Bernoulli)),
     ("CD", |n, s| dropout(n, s, DropoutKind::Concrete)),
     ("VD", |n, s| dropout(n, s, DropoutKind::Variational)),
+    ("Det", deterministic),
     ("EnsMCD", |n, s| Ok(Box::new(EnsMcd::new(n, config(n, s)?)?))),
     ("GP", |n, s| Ok(Box::new(Gp::new(n, config(n, s)?)?))),
     ("MFVI", |n, s| Ok(Box::new(Mfvi::new(n, config(n, s)?)?))),

@@ -65,6 +65,10 @@ pub fn write(
             f.svg.display()
         );
     }
+    if plan.spec.classification.is_some() {
+        classification_table(&mut md, plan, summary);
+        return write_atomic(&dir.join("report.md"), md.as_bytes());
+    }
     let _ = writeln!(md, "## Aggregates\n");
     let _ = writeln!(
         md,
@@ -150,4 +154,65 @@ pub fn write(
         }
     }
     write_atomic(&dir.join("report.md"), md.as_bytes())
+}
+
+/// The aggregates of a classification run ([002] §4.2, [003]).
+fn classification_table(md: &mut String, plan: &Plan, summary: &Summary) {
+    let level = summary.levels.first().copied().unwrap_or(0.9);
+    let name = crate::summary::level_name(level);
+    let _ = writeln!(md, "## Aggregates\n");
+    let _ = writeln!(
+        md,
+        "Against the exact P(y = 1 | x): the coverage of P by each method's central {name} \
+         interval of its draws (members, passes) and that interval's width, both averaged over \
+         test inputs (`in`: inside the training inputs' bounding box); the mean |P̂ − P|. On \
+         fresh test labels drawn from P per repetition (± standard error over repetitions): \
+         ECE ({} equal-width bins of the top-label confidence), Brier (multi-class form: twice \
+         (p − y)²), NLL, accuracy and ROC AUC; the mean mutual information; and [003]'s \
+         referral at 50% retained (the most certain half by predictive entropy) against random \
+         referral. Diverged repetitions are counted and left out of every metric.\n",
+        crate::summary::ECE_BINS
+    );
+    for s in &summary.settings {
+        let title = if s.setting.is_empty() {
+            "(no sweep)".to_string()
+        } else {
+            s.setting.clone()
+        };
+        let _ = writeln!(md, "### {title}\n");
+        let _ = writeln!(
+            md,
+            "| method | reps | diverged | coverage (all) | coverage (in) | coverage (out) | width \
+             (all) | abs error | ECE | Brier | NLL | accuracy | AUC | MI | referral 0.5 | random 0.5 |"
+        );
+        let _ = writeln!(md, "|{}", "---|".repeat(16));
+        for (method, m) in plan
+            .methods
+            .iter()
+            .filter_map(|n| s.methods.get(n).map(|m| (n, m)))
+        {
+            let at = |r: &str, k: &str| m.aggregate.get(r).and_then(|a| a.get(k));
+            let cov = |r: &str| cell(at(r, &format!("coverage_{name}")));
+            let _ = writeln!(
+                md,
+                "| {method} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                m.repetitions,
+                m.diverged.len(),
+                cov("all"),
+                cov("in"),
+                cov("out"),
+                cell(at("all", &format!("width_{name}"))),
+                cell(at("all", "abs_error")),
+                cell(at("all", "ece")),
+                cell(at("all", "brier")),
+                cell(at("all", "nll")),
+                cell(at("all", "accuracy")),
+                cell(at("all", "auc")),
+                cell(at("all", "mutual_information")),
+                cell(at("all", "referral_accuracy_0.5")),
+                cell(at("all", "random_accuracy_0.5")),
+            );
+        }
+        let _ = writeln!(md);
+    }
 }

@@ -13,14 +13,16 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use uqbench_anchor::{Anchor, Problem, Setting};
-use uqbench_models::{Method, RepOutput, Resources, SeedBase, Task, Validation};
+use uqbench_anchor::{logistic, Anchor, Problem, SeedPath, Setting};
+use uqbench_models::{Likelihood, Method, RepOutput, Resources, SeedBase, Task, Validation};
 
 use crate::figures::{FigureInput, SettingFigures};
 use crate::registry;
 use crate::spec::ExperimentSpec;
 use crate::store::{rep_stem, setting_dir, write_atomic, RunMeta};
-use crate::summary::{self, RepContext, RepResult, Summary, TestInfo, ANCHOR};
+use crate::summary::{
+    self, ClassRep, RepContext, RepResult, SettingSummary, Summary, TestInfo, ANCHOR,
+};
 
 /// One block of repetitions of one method at one setting.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,8 +55,9 @@ impl Plan {
         let has_anchor = spec.problem.is_some();
         if !has_anchor && run.methods.iter().any(|m| m == ANCHOR) {
             bail!(
-                "run.methods lists {ANCHOR}, the anchor, but a [surrogate] problem has none \
-                 (its f is a random forest)"
+                "run.methods lists {ANCHOR}, the anchor, but this problem has none (a \
+                 [surrogate] problem's f is a random forest; a [classification] problem's truth \
+                 is the exact P(y = 1 | x), not a linear model)"
             );
         }
         let mut methods = if has_anchor {
@@ -140,6 +143,18 @@ pub fn rep_path(dir: &Path, setting: &Setting, method: &str, rep: u64) -> PathBu
 
 /// Reads one repetition's result.
 pub fn read_rep(path: &Path) -> Result<RepResult> {
+    read_json(path)
+}
+
+/// Reads one repetition's stored result of any kind; a missing file is an error that says
+/// how to complete the run.
+pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
+    if !path.is_file() {
+        bail!(
+            "{} is missing: the run is incomplete (finish it with --resume, or merge its shards)",
+            path.display()
+        );
+    }
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     serde_json::from_str(&text)
@@ -220,6 +235,7 @@ pub fn run_unit(
     let setting = &plan.settings[unit.setting];
     let problem = &resolved.problem;
     let reps: Vec<u64> = unit.reps.clone().collect();
+    let classification = problem.classification().is_some();
     let results: Vec<RepResult> = if unit.method == ANCHOR {
         let anchor = resolved
             .anchor
@@ -257,14 +273,31 @@ pub fn run_unit(
                 y: &valid_y,
             }),
             features: problem.linear().map(|(features, _)| features),
+            likelihood: if classification {
+                Likelihood::Bernoulli
+            } else {
+                Likelihood::Gaussian
+            },
         };
         let total = (reps.len() * method.replicas_per_repetition()) as f64;
+        // A classification problem needs every member's or pass's logits.
         let outputs = method
-            .run(&task, resources, false, &|done| {
+            .run(&task, resources, classification, &|done| {
                 progress(done as f64 / total)
             })
             .with_context(|| format!("method {} at {}", unit.method, problem.display_name()))?;
         let levels = &plan.spec.run_spec()?.levels;
+        if classification {
+            for (&r, o) in reps.iter().zip(outputs) {
+                let rep = class_rep(r, o, levels).with_context(|| {
+                    format!("method {} at {}", unit.method, problem.display_name())
+                })?;
+                let path = rep_path(dir, setting, &unit.method, r);
+                write_atomic(&path, serde_json::to_string(&rep)?.as_bytes())?;
+            }
+            progress(1.0);
+            return Ok(());
+        }
         reps.iter()
             .zip(outputs)
             .zip(&y)
@@ -292,6 +325,42 @@ pub fn run_unit(
     Ok(())
 }
 
+/// A method's output for one repetition of a classification problem in stored form: its
+/// draws (members × passes) are logits, turned into probabilities by the logistic function
+/// in f64.
+fn class_rep(rep: u64, out: RepOutput, levels: &[f64]) -> Result<ClassRep> {
+    let samples = out
+        .samples
+        .context("a classification method must return its members' or passes' logits")?;
+    let draws: Vec<Vec<f64>> = samples
+        .iter()
+        .map(|row| row.iter().map(|&f| logistic(f)).collect())
+        .collect();
+    ClassRep::from_draws(rep, &draws, levels, out.scalars, out.diverged)
+}
+
+/// The fresh test labels of every repetition of a classification problem (see
+/// [`summary::test_labels`]).
+pub fn label_source<'a>(
+    spec: &'a ExperimentSpec,
+    problem: &'a Problem,
+) -> impl Fn(u64) -> Vec<bool> + 'a {
+    move |rep| {
+        let label = problem.setting.label();
+        summary::test_labels(
+            &SeedPath {
+                base: spec.seed,
+                experiment: &spec.name,
+                setting: &label,
+                repetition: rep,
+                member: 0,
+                purpose: summary::TEST_LABELS,
+            },
+            &problem.test.truth,
+        )
+    }
+}
+
 /// Reads every repetition of a complete run directory and summarises it. Missing files are an
 /// error naming the first one (a sharded run must be merged first).
 pub fn summarize_dir(dir: &Path, plan: &Plan) -> Result<(Summary, Vec<Resolved>)> {
@@ -300,6 +369,29 @@ pub fn summarize_dir(dir: &Path, plan: &Plan) -> Result<(Summary, Vec<Resolved>)
     let mut resolved_all = Vec::new();
     for setting in &plan.settings {
         let resolved = Resolved::new(&plan.spec, setting)?;
+        if resolved.problem.classification().is_some() {
+            let test = TestInfo::of(&resolved.problem);
+            let mut methods = BTreeMap::new();
+            let labels = label_source(&plan.spec, &resolved.problem);
+            for m in &plan.methods {
+                let reps = (0..run.repetitions)
+                    .map(|r| read_json::<ClassRep>(&rep_path(dir, setting, m, r)))
+                    .collect::<Result<Vec<_>>>()?;
+                methods.insert(
+                    m.clone(),
+                    summary::summarize_classification(&test, &reps, &run.levels, &labels)
+                        .with_context(|| format!("method {m} at setting {}", setting.label()))?,
+                );
+            }
+            drop(labels);
+            settings.push(SettingSummary {
+                setting: setting.label(),
+                test,
+                methods,
+            });
+            resolved_all.push(resolved);
+            continue;
+        }
         let mut methods = BTreeMap::new();
         for m in &plan.methods {
             let mut reps = Vec::new();
@@ -400,6 +492,7 @@ pub fn finish(dir: &Path, plan: &Plan, meta: &RunMeta) -> Result<()> {
         methods: &plan.methods,
         repetitions: run.repetitions,
         band_repetition: run.band_repetition,
+        classification: plan.spec.classification.is_some(),
         summary: &summary,
         settings: figure_settings(dir, plan, &resolved)?,
     };

@@ -6,7 +6,8 @@ use std::path::Path;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use uqbench_anchor::{
-    problem::reserved_name, Expr, Num, Problem, ProblemSpec, Setting, SurrogateSpec,
+    problem::reserved_name, ClassificationSpec, Expr, Num, Problem, ProblemSpec, Setting,
+    SurrogateSpec,
 };
 
 /// One experiment: a problem, the sweep over its settings, the methods and how to run them,
@@ -32,6 +33,10 @@ pub struct ExperimentSpec {
     /// anchor. A spec has this or `[problem]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub surrogate: Option<SurrogateSpec>,
+    /// [002]'s two-class classification problem with its exact P(y = 1 | x): labels instead
+    /// of targets, no anchor. A spec has this, `[problem]` or `[surrogate]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub classification: Option<ClassificationSpec>,
     /// How to run it (`uqbench run`); a spec used only for `anchor`, `check`, `export` or
     /// `score` may leave it out.
     #[serde(default)]
@@ -142,16 +147,27 @@ impl ExperimentSpec {
 
     /// Checks what serde cannot: names, sweep keys and values.
     pub fn validate(&self) -> Result<()> {
-        match (&self.problem, &self.surrogate) {
-            (Some(_), Some(_)) => bail!(
-                "[problem] and [surrogate]: a spec has one problem, either linear in known \
-                 features ([problem]) or a surrogate of a data set ([surrogate])"
-            ),
-            (None, None) => bail!(
+        let declared: Vec<&str> = [
+            ("[problem]", self.problem.is_some()),
+            ("[surrogate]", self.surrogate.is_some()),
+            ("[classification]", self.classification.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(name, present)| present.then_some(name))
+        .collect();
+        match declared.len() {
+            0 => bail!(
                 "no [problem]: declare the problem in a [problem] table (features, γ, σ, \
-                 designs) or a [surrogate] table (a data set and its split)"
+                 designs), a [surrogate] table (a data set and its split) or a \
+                 [classification] table ([002]'s two-class problem)"
             ),
-            _ => {}
+            1 => {}
+            _ => bail!(
+                "{}: a spec has one problem, either linear in known features ([problem]), a \
+                 surrogate of a data set ([surrogate]) or the two-class problem \
+                 ([classification])",
+                declared.join(" and ")
+            ),
         }
         if self.name.is_empty()
             || !self
@@ -257,6 +273,13 @@ impl ExperimentSpec {
         {
             strings(&v, &mut texts);
         }
+        if let Some(v) = self
+            .classification
+            .as_ref()
+            .and_then(|p| toml::Value::try_from(p).ok())
+        {
+            strings(&v, &mut texts);
+        }
         let read: Vec<String> = texts
             .iter()
             .filter_map(|t| Expr::parse(t).ok())
@@ -353,10 +376,13 @@ impl ExperimentSpec {
     pub fn resolve(&self, setting: &Setting) -> Result<Problem> {
         let label = setting.label();
         let setting = &self.problem_setting(setting);
-        match (&self.problem, &self.surrogate) {
-            (Some(p), _) => Problem::resolve(&self.name, self.seed, p, setting),
-            (None, Some(s)) => Problem::from_surrogate(&self.name, self.seed, s, setting),
-            (None, None) => unreachable!("validate() requires a problem"),
+        match (&self.problem, &self.surrogate, &self.classification) {
+            (Some(p), _, _) => Problem::resolve(&self.name, self.seed, p, setting),
+            (None, Some(s), _) => Problem::from_surrogate(&self.name, self.seed, s, setting),
+            (None, None, Some(c)) => {
+                Problem::from_classification(&self.name, self.seed, c, setting)
+            }
+            (None, None, None) => unreachable!("validate() requires a problem"),
         }
         .with_context(|| {
             if label.is_empty() {

@@ -134,6 +134,7 @@ impl OptimConfig {
             adversarial: None,
             dropout: None,
             heteroscedastic: false,
+            likelihood: crate::task::Likelihood::Gaussian,
             mc_passes: 1,
         }
     }

@@ -10,7 +10,7 @@ use crate::config::MethodConfig;
 use crate::dropout::Dropout;
 use crate::engine::{self, Job, Resources, TrainSettings};
 use crate::error::ModelError;
-use crate::task::{Family, IntervalSetting, Method, RepOutput, Task};
+use crate::task::{Family, IntervalSetting, Likelihood, Method, RepOutput, Task};
 
 /// Which dropout method.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -223,9 +223,24 @@ impl DropoutMethod {
     pub fn train_settings(&self, task: &Task<'_>) -> Result<TrainSettings, ModelError> {
         let c = &self.config;
         let n = task.n_train();
+        // For labels the data term is the Bernoulli NLL itself (not ½·MSE = NLL/τ), so the
+        // ELBO's per-point KL/N is the regularisers above at τ = 1; a τ has no role.
+        let tau = match task.likelihood {
+            Likelihood::Gaussian => self.tau(task)?,
+            Likelihood::Bernoulli if c.tau == Tau::Value(1.0) => 1.0,
+            Likelihood::Bernoulli => {
+                return Err(ModelError::invalid(
+                    format!("{}.tau", self.name),
+                    format!("{:?}", c.tau),
+                    "unset (1) for a classification problem: the Bernoulli likelihood has no \
+                     noise precision",
+                ))
+            }
+        };
         Ok(TrainSettings {
-            dropout: Some(self.dropout(n, self.tau(task)?)),
+            dropout: Some(self.dropout(n, tau)),
             heteroscedastic: c.heteroscedastic,
+            likelihood: task.likelihood,
             mc_passes: c.passes,
             ..c.optim.settings(task.epochs, n)
         })
@@ -387,6 +402,7 @@ mod tests {
             },
             validation: None,
             features: None,
+            likelihood: crate::task::Likelihood::Gaussian,
         };
         let config = DropoutConfig {
             own: DropoutSettings {

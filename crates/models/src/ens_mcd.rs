@@ -19,13 +19,13 @@ use std::ops::Range;
 
 use crate::config::MethodConfig;
 use crate::dropout::Dropout;
-use crate::engine::{run_chunks, try_download, ChunkOut, ChunkTrainer, Resources};
+use crate::engine::{run_chunks, try_download, ChunkOut, ChunkTrainer, Head, Resources};
 use crate::error::ModelError;
 use crate::kernels::KernelPath;
 use crate::layers::{BatchedLinear, BatchedLinearConfig, LeakyRelu, McDropout};
 use crate::mlp::{xavier_init, MlpShape};
 use crate::optim::{AdamConfig, AdamState};
-use crate::task::{combine_members, Family, Member, Method, RepOutput, Task};
+use crate::task::{combine_members, Family, Likelihood, Member, Method, RepOutput, Task};
 
 /// The ensemble of MC-dropout networks' own settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -196,6 +196,10 @@ impl Method for EnsMcd {
             lambda: c.optim.lambda(task.n_train()),
             device: resources.device.clone(),
             path: resources.kernel_path(),
+            head: match task.likelihood {
+                Likelihood::Gaussian => Head::HalfMse,
+                Likelihood::Bernoulli => Head::BernoulliLogit,
+            },
         };
         let out = run_chunks(&trainer, resources, progress)?;
         let (m, n, t) = (task.n_test(), task.n_train(), c.passes);
@@ -234,6 +238,8 @@ struct McdTrainer<'a> {
     lambda: f64,
     device: Device,
     path: KernelPath,
+    /// The loss on the output: ½·MSE, or the Bernoulli cross-entropy for labels.
+    head: Head,
 }
 
 impl ChunkTrainer for McdTrainer<'_> {
@@ -299,9 +305,10 @@ impl ChunkTrainer for McdTrainer<'_> {
         for _ in 0..self.epochs {
             let mask = dropout.draw(&mut streams, n, k, 1, &device);
             let out = model.forward(x.clone(), Some(mask));
-            // The sum over replicas of each replica's ½·mean squared error; the L2 term enters
-            // through Adam's gradient (λ·W).
-            let loss = (out - y.clone()).square().mean_dim(1).sum().mul_scalar(0.5);
+            // The sum over replicas of each replica's data term (the engine's head: ½·mean
+            // squared error, or the Bernoulli cross-entropy of a logit for labels); the L2
+            // term enters through Adam's gradient (λ·W).
+            let loss = self.head.value(out, &y).sum();
             let mut grads = GradientsParams::from_grads(loss.backward(), &model);
             model = optim.step(model, &mut grads, &adam, self.lambda, &decay, self.path);
         }
@@ -311,10 +318,7 @@ impl ChunkTrainer for McdTrainer<'_> {
         let model = model.valid();
         let plain = self.device.clone();
         let x = x.inner();
-        let objective = ((model.forward(x.clone(), None) - y.inner())
-            .square()
-            .mean_dim(1))
-        .mul_scalar(0.5)
+        let objective = self.head.value(model.forward(x.clone(), None), &y.inner())
             + model.weight_norm().mul_scalar(0.5 * self.lambda);
         let objective = download(objective)?.into_iter().map(f64::from).collect();
         let x_test =

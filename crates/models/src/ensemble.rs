@@ -7,7 +7,9 @@ use serde::{Deserialize, Serialize};
 use crate::config::MethodConfig;
 use crate::engine::{self, Batching, Job, Resources, TrainSettings};
 use crate::error::ModelError;
-use crate::task::{combine_members, Family, IntervalSetting, Member, Method, RepOutput, Task};
+use crate::task::{
+    combine_members, Family, IntervalSetting, Likelihood, Member, Method, RepOutput, Task,
+};
 
 /// Which ensemble.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -179,6 +181,7 @@ impl Ensemble {
             batching,
             adversarial,
             heteroscedastic: c.heteroscedastic,
+            likelihood: task.likelihood,
             ..c.optim.settings(task.epochs, n)
         }
     }
@@ -205,6 +208,23 @@ impl Method for Ensemble {
         // test inputs (appended after them) and split off below.
         let combined: Vec<f64>;
         let with_valid;
+        if task.likelihood == Likelihood::Bernoulli
+            && (self.config.validation_noise || self.config.heteroscedastic)
+        {
+            return Err(ModelError::invalid(
+                format!(
+                    "{}.{}",
+                    self.name,
+                    if self.config.heteroscedastic {
+                        "heteroscedastic"
+                    } else {
+                        "validation_noise"
+                    }
+                ),
+                true,
+                "false for a classification problem: labels have no Gaussian noise to estimate",
+            ));
+        }
         let (task, valid) = if self.config.validation_noise {
             let v = task.validation.ok_or_else(|| {
                 ModelError::invalid(

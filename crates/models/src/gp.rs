@@ -619,6 +619,7 @@ impl Method for Gp {
         progress: &(dyn Fn(usize) + Sync),
     ) -> Result<Vec<RepOutput>, ModelError> {
         task.validate()?;
+        task.require_gaussian(&self.name)?;
         let (train_features, test_features, p) = if self.config.kernel == Kernel::Features {
             let map = task.features.ok_or_else(|| {
                 ModelError::invalid(

@@ -170,6 +170,7 @@ impl Method for Hmc {
         progress: &(dyn Fn(usize) + Sync),
     ) -> Result<Vec<RepOutput>, ModelError> {
         task.validate()?;
+        task.require_gaussian(&self.name)?;
         let c = &self.config;
         let fixed_noise = match c.noise_sd {
             None => None,

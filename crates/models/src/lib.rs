@@ -32,6 +32,6 @@ pub use hmc::{Hmc, HmcConfig, HmcSettings};
 pub use mfvi::{Mfvi, MfviConfig, MfviSettings};
 pub use mlp::{xavier_init, HostWeights, MlpShape};
 pub use task::{
-    combine_members, Family, IntervalSetting, Member, Method, RepOutput, Replicas, SeedBase, Task,
-    Validation,
+    combine_members, Family, IntervalSetting, Likelihood, Member, Method, RepOutput, Replicas,
+    SeedBase, Task, Validation,
 };

@@ -30,13 +30,13 @@ use uqbench_anchor::Rng;
 
 use crate::config::MethodConfig;
 use crate::dropout_method::{KnownSigma, Tau};
-use crate::engine::{run_chunks, try_download, ChunkOut, ChunkTrainer, Resources};
+use crate::engine::{run_chunks, try_download, ChunkOut, ChunkTrainer, Head, Resources};
 use crate::error::ModelError;
 use crate::kernels::KernelPath;
 use crate::layers::LeakyRelu;
 use crate::mlp::{xavier_init, MlpShape};
 use crate::optim::{AdamConfig, AdamState};
-use crate::task::{combine_members, Family, Member, Method, RepOutput, Task};
+use crate::task::{combine_members, Family, Likelihood, Member, Method, RepOutput, Task};
 
 /// MFVI's own settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -282,7 +282,17 @@ impl Method for Mfvi {
     ) -> Result<Vec<RepOutput>, ModelError> {
         task.validate()?;
         let c = &self.config;
+        let bernoulli = task.likelihood == Likelihood::Bernoulli;
+        if bernoulli && c.noise_sd.is_some() {
+            return Err(ModelError::invalid(
+                format!("{}.noise_sd", self.name),
+                format!("{:?}", c.noise_sd),
+                "left out for a classification problem: a Bernoulli likelihood has no noise sd",
+            ));
+        }
         let fixed_noise = match c.noise_sd {
+            // Labels: no noise parameter is learned (it does not enter the objective).
+            None if bernoulli => Some(1.0),
             None => None,
             Some(Tau::Value(v)) => Some(v),
             Some(Tau::Known(KnownSigma::Known)) => Some(task.known_sigma.ok_or_else(|| {
@@ -320,6 +330,7 @@ impl Method for Mfvi {
             noise_init: fixed_noise.unwrap_or(0.1 * sd),
             device: resources.device.clone(),
             path: resources.kernel_path(),
+            bernoulli,
         };
         let out = run_chunks(&trainer, resources, progress)?;
         let (m, n, t) = (task.n_test(), task.n_train(), c.samples);
@@ -338,6 +349,9 @@ impl Method for Mfvi {
                     diverged: out.diverged[r],
                 };
                 let mut o = combine_members(&[member], Family::Empirical, true);
+                if bernoulli {
+                    return o;
+                }
                 o.noise_std = Some(vec![noise[r]; m]);
                 if fixed_noise.is_none() {
                     o.scalars.insert("learned_noise_sd".into(), noise[r]);
@@ -364,6 +378,8 @@ struct MfviTrainer<'a> {
     noise_init: f64,
     device: Device,
     path: KernelPath,
+    /// Labels: the data term is the Bernoulli NLL of the logit output.
+    bernoulli: bool,
 }
 
 impl ChunkTrainer for MfviTrainer<'_> {
@@ -431,8 +447,16 @@ impl ChunkTrainer for MfviTrainer<'_> {
         );
         let inv_n = 1.0 / n as f64;
         let noise_init = self.noise_init;
+        let bernoulli = self.bernoulli;
         let objective =
             |model: &BayesNet, out: Tensor<3>, y: Tensor<3>, dev: &Device| -> Tensor<3> {
+                if bernoulli {
+                    // The per-point negative ELBO for labels: the mean Bernoulli NLL (binary
+                    // cross-entropy of the logit) plus KL/N, the same 1/N scaling as the
+                    // Gaussian case below.
+                    return Head::BernoulliLogit.value(out, &y)
+                        + model.kl(c.prior_sd).mul_scalar(inv_n);
+                }
                 let s = model.log_noise(noise_init, rc, dev);
                 let data = (out - y)
                     .square()

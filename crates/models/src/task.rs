@@ -61,6 +61,21 @@ pub struct Task<'a> {
     /// The problem's features G when f is linear in them (not for a surrogate problem): what
     /// the GP's `features` kernel uses.
     pub features: Option<&'a uqbench_anchor::FeatureMap>,
+    /// What the targets are: real numbers with Gaussian noise, or labels 0/1 (a
+    /// classification problem, trained with the Bernoulli cross-entropy on a logit output).
+    pub likelihood: Likelihood,
+}
+
+/// The likelihood of the targets, which fixes the network's head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Likelihood {
+    /// y = f(x) + Gaussian noise (regression).
+    #[default]
+    Gaussian,
+    /// y ∈ {0, 1} with P(y = 1 | x) = sigmoid(f(x)): the network outputs the logit f, and
+    /// every prediction (mean, samples) a method returns is on the logit scale.
+    Bernoulli,
 }
 
 /// Validation inputs and each repetition's validation targets.
@@ -171,6 +186,19 @@ impl Task<'_> {
             .collect()
     }
 
+    /// An error for a method that has no classification version, when the task is one.
+    pub fn require_gaussian(&self, method: &str) -> Result<(), ModelError> {
+        match self.likelihood {
+            Likelihood::Gaussian => Ok(()),
+            Likelihood::Bernoulli => Err(ModelError::invalid(
+                format!("method {method}"),
+                "a classification problem",
+                "a regression problem: this method has no Bernoulli likelihood (the classification \
+                 track runs BD, CD, VD, Ens, EnsAdvA, EnsBS, EnsMCD, MFVI and Det, the deterministic net)",
+            )),
+        }
+    }
+
     /// Checks shapes.
     pub fn validate(&self) -> Result<(), ModelError> {
         if self.d == 0 || self.x_train.is_empty() || !self.x_train.len().is_multiple_of(self.d) {
@@ -200,6 +228,17 @@ impl Task<'_> {
         }
         if self.epochs == 0 {
             return Err(ModelError::invalid("epochs", 0, "at least 1"));
+        }
+        if self.likelihood == Likelihood::Bernoulli {
+            for (k, y) in self.y_train.iter().enumerate() {
+                if let Some(v) = y.iter().find(|&&v| v != 0.0 && v != 1.0) {
+                    return Err(ModelError::invalid(
+                        format!("training labels of repetition {}", self.repetitions[k]),
+                        v,
+                        "0 or 1 (a classification problem's labels)",
+                    ));
+                }
+            }
         }
         Ok(())
     }

@@ -45,6 +45,7 @@ fn run(
         },
         validation: None,
         features: None,
+        likelihood: uqbench_models::Likelihood::Gaussian,
     };
     let method = DropoutMethod::new("D", kind, config).unwrap();
     let res = Resources::new(BackendKind::Flex, open_device(BackendKind::Flex).unwrap());

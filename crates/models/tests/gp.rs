@@ -39,6 +39,7 @@ fn run(p: &Problem, config: GpConfig, reps: &[u64]) -> Vec<RepOutput> {
         },
         validation: None,
         features: p.linear().map(|(f, _)| f),
+        likelihood: uqbench_models::Likelihood::Gaussian,
     };
     let res = Resources::new(BackendKind::Flex, open_device(BackendKind::Flex).unwrap());
     Gp::new("GP", config)
@@ -98,6 +99,7 @@ fn two_points_with_fixed_hyperparameters_match_the_closed_form() {
         },
         validation: None,
         features: None,
+        likelihood: uqbench_models::Likelihood::Gaussian,
     };
     let res = Resources::new(BackendKind::Flex, open_device(BackendKind::Flex).unwrap());
     let out = Gp::new(
@@ -250,6 +252,7 @@ fn bad_settings_name_the_key() {
         },
         validation: None,
         features: None,
+        likelihood: uqbench_models::Likelihood::Gaussian,
     };
     let res = Resources::new(BackendKind::Flex, open_device(BackendKind::Flex).unwrap());
     let known: uqbench_models::Tau = toml::Value::String("known".into()).try_into().unwrap();

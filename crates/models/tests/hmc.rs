@@ -38,6 +38,7 @@ fn hmc_on_bayesian_linear_regression_recovers_the_posterior() {
         },
         validation: None,
         features: None,
+        likelihood: uqbench_models::Likelihood::Gaussian,
     };
     let config = HmcConfig {
         net: NetConfig {

@@ -24,6 +24,7 @@ fn task<'a>(x: &'a [f64], y: &'a [Vec<f64>], x_test: &'a [f64], epochs: usize) -
         },
         validation: None,
         features: None,
+        likelihood: uqbench_models::Likelihood::Gaussian,
     }
 }
 

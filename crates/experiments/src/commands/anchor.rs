@@ -43,7 +43,7 @@ pub fn run(args: &AnchorArgs) -> Result<()> {
     if args.json {
         let sigma: Value = match &problem.noise {
             Noise::Constant(s) => json!(s),
-            Noise::Function(_) | Noise::Surrogate => json!(problem.test.sigma),
+            Noise::Function(_) | Noise::Surrogate | Noise::Bernoulli => json!(problem.test.sigma),
         };
         let report: Vec<Value> = problem
             .test
@@ -113,6 +113,59 @@ pub fn run(args: &AnchorArgs) -> Result<()> {
     Ok(())
 }
 
+/// [002]'s two-class problem: the training inputs and this repetition's labels, the test
+/// inputs with the exact P(y = 1 | x) as `truth` and their region (`in`: inside the training
+/// inputs' bounding box).
+fn classification(
+    args: &AnchorArgs,
+    spec: &ExperimentSpec,
+    setting: &Setting,
+    problem: &Problem,
+    tcc: &uqbench_anchor::Tcc,
+    labels: &[f64],
+) -> Result<()> {
+    if args.json {
+        let out = json!({
+            "experiment": spec.name,
+            "setting": setting.label(),
+            "repetition": args.rep,
+            "anchor": Value::Null,
+            "task": "classification",
+            "train_x": problem.train.inputs.to_rows(),
+            "train_y": labels,
+            "train_truth": problem.train_truth,
+            "test_x": problem.test.inputs.to_rows(),
+            "truth": problem.test.truth,
+            "region": problem.test.region.iter().map(|r| r.as_str()).collect::<Vec<_>>(),
+            "lambda_scale": tcc.lambda_scale,
+            "lambda_rot": tcc.lambda_rot,
+            "p1": tcc.p1,
+        });
+        println!("{out}");
+        return Ok(());
+    }
+    let ones = labels.iter().filter(|&&y| y == 1.0).count();
+    let inside = problem
+        .test
+        .region
+        .iter()
+        .filter(|r| r.as_str() == "in")
+        .count();
+    println!("{} — repetition {}", problem.display_name(), args.rep);
+    println!(
+        "  two-class problem of [002]: λ_scale = {}, λ_rot = {}, P(y = 1) = {}; N = {} \
+         training points ({ones} labelled 1), M = {} test points ({inside} inside the training \
+         inputs' bounding box); truth = the exact P(y = 1 | x), no anchor",
+        tcc.lambda_scale,
+        tcc.lambda_rot,
+        tcc.p1,
+        labels.len(),
+        problem.test.truth.len()
+    );
+    println!("  (add --json for the data and P(y = 1 | x) at every test input)");
+    Ok(())
+}
+
 /// A problem without an anchor (a surrogate of a data set): its data, truth and σ(x), and a
 /// note that there is no posterior.
 fn no_anchor(
@@ -122,6 +175,9 @@ fn no_anchor(
     problem: &Problem,
 ) -> Result<()> {
     let draw = problem.draw(args.rep);
+    if let Some(tcc) = problem.classification() {
+        return classification(args, spec, setting, problem, tcc, &draw.train_y);
+    }
     if args.json {
         let out = json!({
             "experiment": spec.name,

@@ -231,6 +231,7 @@ fn autodiff(
         },
         validation: None,
         features: None,
+        likelihood: uqbench_models::Likelihood::Gaussian,
     };
     let config = EnsMcdConfig {
         own: EnsMcdSettings {

@@ -49,6 +49,7 @@ pub fn run(args: &CheckArgs) -> Result<()> {
                         Noise::Constant(s) => format!("= {s}"),
                         Noise::Function(e) => format!("= {e}"),
                         Noise::Surrogate => "from a forest".to_string(),
+                        Noise::Bernoulli => "Bernoulli".to_string(),
                     },
                     if problem.sigma_known {
                         "normal"
@@ -90,6 +91,20 @@ pub fn run(args: &CheckArgs) -> Result<()> {
                     info.oob_r2, info.target_scale.1, info.target_scale.0
                 );
                 println!("      covariates: {}", info.covariates.join(", "));
+            }
+            Model::Classification(tcc) => {
+                let p = &problem.train_truth;
+                println!(
+                    "  {label}: two-class problem of [002] (λ_scale = {}, λ_rot = {}, P(y = 1) = \
+                     {}), N = {}, M = {} test points ({regions}), truth = exact P(y = 1 | x), \
+                     no anchor; mean P(y = 1 | x) at the training inputs {:.3}",
+                    tcc.lambda_scale,
+                    tcc.lambda_rot,
+                    tcc.p1,
+                    problem.train.inputs.len(),
+                    problem.test.truth.len(),
+                    p.iter().sum::<f64>() / p.len() as f64,
+                );
             }
         }
     }

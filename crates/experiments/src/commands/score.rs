@@ -12,7 +12,7 @@ use uqbench_models::Family;
 
 use crate::spec::ExperimentSpec;
 use crate::store::{rep_stem, setting_dir};
-use crate::summary::{self, RepResult, Summary, TestInfo, ANCHOR};
+use crate::summary::{self, ClassRep, RepResult, Summary, TestInfo, ANCHOR};
 
 /// Arguments of `uqbench score`.
 #[derive(Debug, Args)]
@@ -21,7 +21,9 @@ pub struct ScoreArgs {
     pub spec: PathBuf,
     /// Directory with one sub-directory per setting (`f_main=2`, or `default` without a sweep)
     /// holding `rep-NNN.csv` (columns mean,std[,noise_std]) or `rep-NNN.json`
-    /// ({"mean", "std"[, "noise_std"]} or {"samples": [[..] per test input]}).
+    /// ({"mean", "std"[, "noise_std"]} or {"samples": [[..] per test input]}). For a
+    /// classification problem: `rep-NNN.csv` with a column `prob`, or `rep-NNN.json` with
+    /// {"probs": [P(y = 1 | x) per test input]} or {"probs": [[draws] per test input]}.
     #[arg(long)]
     pub predictions: PathBuf,
     /// Output directory for summary.json, summary.csv and aggregate.csv (default:
@@ -264,6 +266,114 @@ fn repetitions(dir: &Path) -> Result<Vec<u64>> {
     Ok(reps.into_iter().collect())
 }
 
+/// A classification problem's predictions: `probs`, one P(y = 1 | x) per test input, or one
+/// list of draws (members' or passes' probabilities) per test input.
+#[derive(Debug, Deserialize)]
+struct JsonProbs {
+    probs: ProbsField,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum ProbsField {
+    Point(Vec<f64>),
+    Draws(Vec<Vec<f64>>),
+}
+
+/// Reads one repetition's classification predictions (`rep-NNN.json` with `probs`, or
+/// `rep-NNN.csv` with a `prob` column) into its stored form: draws as rows.
+fn read_class_rep(dir: &Path, rep: u64, m: usize, levels: &[f64]) -> Result<ClassRep> {
+    let stem = rep_stem(rep);
+    let csv = dir.join(format!("{stem}.csv"));
+    let json = dir.join(format!("{stem}.json"));
+    let (per_input, path): (Vec<Vec<f64>>, PathBuf) = match (csv.exists(), json.exists()) {
+        (true, true) => bail!(
+            "both {} and {} exist: keep one",
+            csv.display(),
+            json.display()
+        ),
+        (true, false) => {
+            let text = std::fs::read_to_string(&csv)
+                .with_context(|| format!("cannot read {}", csv.display()))?;
+            let mut lines = text.lines().filter(|l| !l.trim().is_empty());
+            let header: Vec<&str> = lines
+                .next()
+                .with_context(|| format!("{} is empty", csv.display()))?
+                .split(',')
+                .map(|h| h.trim().trim_matches('"'))
+                .collect();
+            let Some(col) = header.iter().position(|h| *h == "prob") else {
+                bail!(
+                    "{}: header {header:?} needs a column `prob` (P(y = 1 | x) per test input)",
+                    csv.display()
+                );
+            };
+            let mut out = Vec::new();
+            for (k, line) in lines.enumerate() {
+                let cell = line.split(',').nth(col).map(str::trim).with_context(|| {
+                    format!("{}: row {} has no `prob` cell", csv.display(), k + 1)
+                })?;
+                let v: f64 = cell.parse().with_context(|| {
+                    format!("{}: row {}: `{cell}` is not a number", csv.display(), k + 1)
+                })?;
+                out.push(vec![v]);
+            }
+            (out, csv)
+        }
+        (false, true) => {
+            let text = std::fs::read_to_string(&json)
+                .with_context(|| format!("cannot read {}", json.display()))?;
+            let p: JsonProbs = serde_json::from_str(&text).with_context(|| {
+                format!(
+                    "{}: expected {{\"probs\": [..]}} (one P(y = 1 | x) per test input) or \
+                     {{\"probs\": [[..], ..]}} (the members' or passes' probabilities per test input)",
+                    json.display()
+                )
+            })?;
+            let rows = match p.probs {
+                ProbsField::Point(v) => v.into_iter().map(|p| vec![p]).collect(),
+                ProbsField::Draws(v) => v,
+            };
+            (rows, json)
+        }
+        (false, false) => bail!(
+            "repetition {rep} is missing: neither {} nor {} exists",
+            csv.display(),
+            json.display()
+        ),
+    };
+    if per_input.len() != m {
+        bail!(
+            "{}: predictions for {} test inputs, but the problem has {m} (one per test input, in \
+             test order)",
+            path.display(),
+            per_input.len()
+        );
+    }
+    let t = per_input[0].len();
+    for (i, d) in per_input.iter().enumerate() {
+        if d.is_empty() || d.len() != t {
+            bail!(
+                "{}: test input {i} has {} draws, test input 0 has {t}; every input needs the \
+                 same number, at least one",
+                path.display(),
+                d.len()
+            );
+        }
+        if let Some(p) = d.iter().find(|p| !(0.0..=1.0).contains(*p)) {
+            bail!(
+                "{}: test input {i}: probability {p}; valid: a number in [0, 1]",
+                path.display()
+            );
+        }
+    }
+    let draws: Vec<Vec<f64>> = (0..t)
+        .map(|k| per_input.iter().map(|d| d[k]).collect())
+        .collect();
+    ClassRep::from_draws(rep, &draws, levels, BTreeMap::new(), false)
+        .with_context(|| path.display().to_string())
+}
+
 /// Runs `uqbench score`.
 pub fn run(args: &ScoreArgs) -> Result<()> {
     let spec = ExperimentSpec::load(&args.spec)?;
@@ -290,6 +400,32 @@ pub fn run(args: &ScoreArgs) -> Result<()> {
             );
         }
         let problem = spec.resolve(&setting)?;
+        if problem.classification().is_some() {
+            let reps = repetitions(&dir)?;
+            let m = problem.test.truth.len();
+            let external = reps
+                .iter()
+                .map(|&r| read_class_rep(&dir, r, m, &args.levels))
+                .collect::<Result<Vec<_>>>()?;
+            let test = TestInfo::of(&problem);
+            let labels = crate::runner::label_source(&spec, &problem);
+            let mut methods = BTreeMap::new();
+            methods.insert(
+                args.method.clone(),
+                summary::summarize_classification(&test, &external, &args.levels, &labels)?,
+            );
+            out_settings.push(summary::SettingSummary {
+                setting: label.clone(),
+                test,
+                methods,
+            });
+            eprintln!(
+                "scored setting `{}`: {} repetitions (classification)",
+                setting_dir(&label),
+                reps.len()
+            );
+            continue;
+        }
         let anchor = problem
             .linear()
             .map(|_| Anchor::fit(&problem))

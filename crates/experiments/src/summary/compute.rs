@@ -68,7 +68,7 @@ fn validate(test: &TestInfo, reps: &[RepResult]) -> Result<()> {
 }
 
 /// A proportion's value, [000]'s error bar and Wilson 95% bounds, from hits of k trials.
-fn proportions(hits: &[u64], k: usize) -> PointMetric {
+pub(super) fn proportions(hits: &[u64], k: usize) -> PointMetric {
     let mut out = PointMetric {
         lower: Some(Vec::with_capacity(hits.len())),
         upper: Some(Vec::with_capacity(hits.len())),
@@ -85,7 +85,7 @@ fn proportions(hits: &[u64], k: usize) -> PointMetric {
 }
 
 /// Mean and standard error per test input of `per_rep[r][i]` over repetitions r.
-fn mean_se_per_point(per_rep: &[Vec<f64>], m: usize) -> PointMetric {
+pub(super) fn mean_se_per_point(per_rep: &[Vec<f64>], m: usize) -> PointMetric {
     let mut out = PointMetric::default();
     let mut column = vec![0.0; per_rep.len()];
     for i in 0..m {
@@ -355,7 +355,7 @@ pub fn summarize_method(
 
 /// Mean over test inputs, with the standard error of that mean treating inputs as a sample
 /// (inputs are correlated, so read it as descriptive).
-fn mean_of(v: &[f64]) -> Scalar {
+pub(super) fn mean_of(v: &[f64]) -> Scalar {
     match coverage::mean_se(v) {
         Ok(s) => Scalar {
             value: s.mean,

@@ -5,12 +5,19 @@
 //! - `types`: what a run stores per repetition and what a summary holds, and the intervals
 //!   of each predictive family (normal, Student t, empirical);
 //! - `compute`: the metrics;
+//! - `classify`: the classification track's stored repetition and its metrics against the
+//!   exact P(y = 1 | x) (interval coverage and width, ECE, Brier, NLL, entropies, accuracy,
+//!   AUC, referral curves, reliability diagram), in the same summary types;
 //! - `files`: summary.json, summary.csv and aggregate.csv.
 
+mod classify;
 mod compute;
 mod files;
 mod types;
 
+pub use classify::{
+    referral_fractions, summarize_classification, test_labels, ClassRep, ECE_BINS, TEST_LABELS,
+};
 pub use compute::{anchor_rep, summarize_setting};
 pub use types::{
     empirical, level_name, with_coverage_level, RepContext, RepResult, Scalar, SettingSummary,

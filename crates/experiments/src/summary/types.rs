@@ -26,7 +26,7 @@ pub fn level_name(level: f64) -> String {
 
 /// Reads a list of numbers in which `null` stands for a non-finite value (serde_json writes
 /// NaN and ±∞ as `null`): a diverged repetition's predictions read back as NaN.
-fn nullable_vec<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<f64>, D::Error> {
+pub(super) fn nullable_vec<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<f64>, D::Error> {
     let v: Vec<Option<f64>> = Vec::deserialize(d)?;
     Ok(v.into_iter().map(|x| x.unwrap_or(f64::NAN)).collect())
 }

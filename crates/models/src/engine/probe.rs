@@ -15,8 +15,8 @@ use crate::mlp::{HostWeights, MlpShape};
 struct Probe<'a> {
     /// The dropout layer, if any.
     dropout: Option<&'a Dropout>,
-    /// Mean-and-log-variance head with the Gaussian NLL.
-    heteroscedastic: bool,
+    /// The head.
+    head: Head,
     /// λ.
     weight_decay: f64,
     /// The dropout layer's learnable scalar per replica (θ or log α).
@@ -49,11 +49,7 @@ fn objective_and_gradient(
         path: res.kernel_path(),
         slope: shape.negative_slope,
         dropout: probe.dropout.cloned(),
-        head: if probe.heteroscedastic {
-            Head::GaussianNll
-        } else {
-            Head::HalfMse
-        },
+        head: probe.head,
     };
     let noise = probe.noise.map(|v| {
         let width = if matches!(probe.dropout, Some(Dropout::Variational { .. })) {
@@ -102,7 +98,7 @@ mod tests {
         // 1e-7/h = 1e-4 absolute, truncation O(h²); kinks of the leaky ReLU are avoided by the
         // tiny random network (no pre-activation lies within h of 0 here). Checked for the plain
         // network, each dropout layer (with fixed noise, including the learnable rate and the
-        // regulariser) and the heteroscedastic head.
+        // regulariser), the heteroscedastic head and the Bernoulli (logit) head on 0/1 labels.
         let base = MlpShape {
             d_in: 2,
             hidden: vec![4, 3],
@@ -123,16 +119,32 @@ mod tests {
             kl_weight: 0.2,
         };
         let bernoulli = Dropout::Bernoulli { p: 0.3 };
-        let cases: Vec<(&str, Option<&Dropout>, bool)> = vec![
-            ("plain", None, false),
-            ("bernoulli", Some(&bernoulli), false),
-            ("concrete", Some(&concrete), false),
-            ("variational", Some(&variational), false),
-            ("heteroscedastic concrete", Some(&concrete), true),
+        let labels: Vec<f32> = y.iter().map(|&v| if v > 0.0 { 1.0 } else { 0.0 }).collect();
+        let cases: Vec<(&str, Option<&Dropout>, Head)> = vec![
+            ("plain", None, Head::HalfMse),
+            ("bernoulli", Some(&bernoulli), Head::HalfMse),
+            ("concrete", Some(&concrete), Head::HalfMse),
+            ("variational", Some(&variational), Head::HalfMse),
+            (
+                "heteroscedastic concrete",
+                Some(&concrete),
+                Head::GaussianNll,
+            ),
+            ("logit head", None, Head::BernoulliLogit),
+            (
+                "logit head, concrete",
+                Some(&concrete),
+                Head::BernoulliLogit,
+            ),
         ];
-        for (name, dropout, hetero) in cases {
+        for (name, dropout, head) in cases {
+            let y = if head == Head::BernoulliLogit {
+                &labels
+            } else {
+                &y
+            };
             let shape = MlpShape {
-                d_out: if hetero { 2 } else { 1 },
+                d_out: head.outputs(),
                 ..base.clone()
             };
             let mut weights = crate::mlp::xavier_init(&shape, &[7, 8]);
@@ -159,13 +171,13 @@ mod tests {
                 let noise = noise.as_deref();
                 fn make<'a>(
                     dropout: Option<&'a Dropout>,
-                    hetero: bool,
+                    head: Head,
                     param: Option<&'a [f32]>,
                     noise: Option<&'a [f32]>,
                 ) -> Probe<'a> {
                     Probe {
                         dropout,
-                        heteroscedastic: hetero,
+                        head,
                         weight_decay: 0.3,
                         param,
                         noise,
@@ -176,8 +188,8 @@ mod tests {
                     &shape,
                     &weights,
                     &x,
-                    &y,
-                    &make(dropout, hetero, param.as_deref(), noise),
+                    y,
+                    &make(dropout, head, param.as_deref(), noise),
                 );
                 let h = 1e-3f32;
                 let check = |fd: f64, g: f64, what: String| {
@@ -208,16 +220,16 @@ mod tests {
                                 &shape,
                                 &plus,
                                 &x,
-                                &y,
-                                &make(dropout, hetero, param.as_deref(), noise),
+                                y,
+                                &make(dropout, head, param.as_deref(), noise),
                             );
                             let (fm, _, _) = objective_and_gradient(
                                 &res,
                                 &shape,
                                 &minus,
                                 &x,
-                                &y,
-                                &make(dropout, hetero, param.as_deref(), noise),
+                                y,
+                                &make(dropout, head, param.as_deref(), noise),
                             );
                             let r = k / (len / 2); // parameter k belongs to replica k / (len / 2)
                             let fd = (fp[r] - fm[r]) / (2.0 * f64::from(h));
@@ -253,16 +265,16 @@ mod tests {
                             &shape,
                             &weights,
                             &x,
-                            &y,
-                            &make(dropout, hetero, Some(&plus), noise),
+                            y,
+                            &make(dropout, head, Some(&plus), noise),
                         );
                         let (fm, _, _) = objective_and_gradient(
                             &res,
                             &shape,
                             &weights,
                             &x,
-                            &y,
-                            &make(dropout, hetero, Some(&minus), noise),
+                            y,
+                            &make(dropout, head, Some(&minus), noise),
                         );
                         check(
                             (fp[r] - fm[r]) / (2.0 * f64::from(h)),

@@ -4,6 +4,7 @@ use super::head::Head;
 use crate::dropout::Dropout;
 use crate::error::ModelError;
 use crate::mlp::MlpShape;
+use crate::task::Likelihood;
 
 /// How each step's training points are chosen.
 #[derive(Debug, Clone, PartialEq)]
@@ -54,6 +55,9 @@ pub struct TrainSettings {
     /// A two-output head (mean, log variance) trained with the Gaussian NLL; the network's
     /// `d_out` must be 2.
     pub heteroscedastic: bool,
+    /// The targets' likelihood: Gaussian (the ½·MSE or Gaussian NLL head) or Bernoulli (the
+    /// logit head with the binary cross-entropy).
+    pub likelihood: Likelihood,
     /// Stochastic forward passes at prediction (1 for deterministic networks).
     pub mc_passes: usize,
 }
@@ -73,16 +77,18 @@ impl TrainSettings {
             adversarial: None,
             dropout: None,
             heteroscedastic: false,
+            likelihood: Likelihood::Gaussian,
             mc_passes: 1,
         }
     }
 
-    /// The head the settings train: the Gaussian NLL for a heteroscedastic network, else ½·MSE.
+    /// The head the settings train: the Bernoulli cross-entropy on a logit for labels, the
+    /// Gaussian NLL for a heteroscedastic network, else ½·MSE.
     pub fn head(&self) -> Head {
-        if self.heteroscedastic {
-            Head::GaussianNll
-        } else {
-            Head::HalfMse
+        match (self.likelihood, self.heteroscedastic) {
+            (Likelihood::Bernoulli, _) => Head::BernoulliLogit,
+            (Likelihood::Gaussian, true) => Head::GaussianNll,
+            (Likelihood::Gaussian, false) => Head::HalfMse,
         }
     }
 
@@ -102,6 +108,13 @@ impl TrainSettings {
         if let Some(d) = &self.dropout {
             d.validate()?;
         }
+        if self.heteroscedastic && self.likelihood == Likelihood::Bernoulli {
+            return Err(ModelError::invalid(
+                "heteroscedastic",
+                true,
+                "false for labels: a Bernoulli likelihood has no noise variance to learn",
+            ));
+        }
         let want = self.head().outputs();
         if shape.d_out != want {
             return Err(ModelError::invalid(
@@ -109,10 +122,10 @@ impl TrainSettings {
                 shape.d_out,
                 format!(
                     "{want} for a {} head",
-                    if self.heteroscedastic {
-                        "heteroscedastic (mean, log variance)"
-                    } else {
-                        "mean-only"
+                    match self.head() {
+                        Head::GaussianNll => "heteroscedastic (mean, log variance)",
+                        Head::BernoulliLogit => "logit",
+                        Head::HalfMse => "mean-only",
                     }
                 ),
             ));

@@ -15,6 +15,8 @@ use plotters::style::colors::colormaps::ViridisRGB;
 
 use uqbench_anchor::Setting;
 
+mod classification;
+
 use crate::store::setting_dir;
 use crate::summary::{SettingSummary, Summary};
 
@@ -38,7 +40,7 @@ const FONT: &str = "sans-serif";
 fn fonts() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
-        let bytes: &'static [u8] = include_bytes!("../../../assets/fonts/DejaVuSans.ttf");
+        let bytes: &'static [u8] = include_bytes!("../../../../assets/fonts/DejaVuSans.ttf");
         plotters::style::register_font(FONT, FontStyle::Normal, bytes)
             .unwrap_or_else(|_| panic!("the bundled font parses"));
     });
@@ -309,19 +311,25 @@ fn legend_row<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, names: &[&str])
     Ok(())
 }
 
-/// Heat maps over a 2-D grid: rows are methods, columns log10 deviation, log10 uncertainty,
-/// coverage.
+/// Heat maps over a 2-D grid: rows are methods, one column per field (regression: log10
+/// deviation, log10 uncertainty, coverage; classification: P(y = 1 | x), interval width,
+/// coverage). A column's colour range is fixed or shared by all rows.
 struct HeatMaps {
     title: String,
     /// Grid coordinates (x1 values, x2 values).
     axes: (Vec<f64>, Vec<f64>),
-    /// Method → three fields, each indexed [i1 * n2 + i2].
-    rows: Vec<(String, [Vec<f64>; 3])>,
+    /// Column names and fixed ranges (`None`: the range of the values in every row).
+    columns: Vec<(String, Option<(f64, f64)>)>,
+    /// Method → one field per column, each indexed [i1 * n2 + i2].
+    rows: Vec<(String, Vec<Vec<f64>>)>,
 }
 
 impl Figure for HeatMaps {
     fn size(&self) -> (u32, u32) {
-        (1050, 300 * self.rows.len() as u32 + 40)
+        (
+            350 * self.columns.len() as u32,
+            300 * self.rows.len() as u32 + 40,
+        )
     }
 
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()> {
@@ -329,24 +337,34 @@ impl Figure for HeatMaps {
         let (x1, x2) = &self.axes;
         let step = |v: &[f64]| if v.len() > 1 { v[1] - v[0] } else { 1.0 };
         let (h1, h2) = (step(x1) / 2.0, step(x2) / 2.0);
-        let names = ["log10 deviation", "log10 uncertainty", "coverage"];
-        let mut ranges = [(f64::INFINITY, f64::NEG_INFINITY); 3];
-        for (_, fields) in &self.rows {
-            for c in 0..2 {
-                for v in fields[c].iter().filter(|v| v.is_finite()) {
-                    ranges[c] = (ranges[c].0.min(*v), ranges[c].1.max(*v));
-                }
-            }
-        }
-        ranges[2] = (0.0, 1.0);
-        let areas = root.split_evenly((self.rows.len(), 3));
+        let ncol = self.columns.len();
+        let ranges: Vec<(f64, f64)> = self
+            .columns
+            .iter()
+            .enumerate()
+            .map(|(c, (_, fixed))| {
+                fixed.unwrap_or_else(|| {
+                    self.rows
+                        .iter()
+                        .flat_map(|(_, fields)| fields[c].iter())
+                        .filter(|v| v.is_finite())
+                        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
+                            (lo.min(*v), hi.max(*v))
+                        })
+                })
+            })
+            .collect();
+        let areas = root.split_evenly((self.rows.len(), ncol));
         for (r, (method, fields)) in self.rows.iter().enumerate() {
-            for c in 0..3 {
+            for c in 0..ncol {
+                if fields[c].iter().all(|v| v.is_nan()) {
+                    continue;
+                }
                 let (lo, hi) = ranges[c];
                 let hi = if hi > lo { hi } else { lo + 1.0 };
-                let mut chart = ChartBuilder::on(&areas[r * 3 + c])
+                let mut chart = ChartBuilder::on(&areas[r * ncol + c])
                     .caption(
-                        format!("{method}: {} [{lo:.2}, {hi:.2}]", names[c]),
+                        format!("{method}: {} [{lo:.2}, {hi:.2}]", self.columns[c].0),
                         (FONT, 13),
                     )
                     .margin(6)
@@ -599,6 +617,9 @@ pub struct FigureInput<'a> {
     pub repetitions: u64,
     /// The repetition the bands show.
     pub band_repetition: u64,
+    /// A classification problem: maps of P(y = 1 | x), reliability diagrams and referral
+    /// curves instead of the regression figures.
+    pub classification: bool,
     /// The summary.
     pub summary: &'a Summary,
     /// Per setting (in summary order).
@@ -616,6 +637,21 @@ pub fn draw_all(dir: &Path, input: &FigureInput<'_>) -> Result<Vec<Written>> {
         Ok(())
     };
     for (s, sf) in input.summary.settings.iter().zip(&input.settings) {
+        if input.classification {
+            classification::draw(
+                s,
+                &sf.setting.label(),
+                input.experiment,
+                input.methods,
+                input.summary.levels.first().copied(),
+                &out,
+                &mut |title, svg| {
+                    // Recorded through `push` like every other figure.
+                    let _ = push(&|| Ok((title.clone(), svg.clone())));
+                },
+            )?;
+            continue;
+        }
         let label = setting_dir(&sf.setting.label());
         let test = &s.test;
         let design: Vec<usize> = (0..test.label.len())
@@ -659,11 +695,7 @@ pub fn draw_all(dir: &Path, input: &FigureInput<'_>) -> Result<Vec<Written>> {
                 };
                 let mut rows = Vec::new();
                 for m in input.methods {
-                    let mut fields = [
-                        vec![f64::NAN; design.len()],
-                        vec![f64::NAN; design.len()],
-                        vec![f64::NAN; design.len()],
-                    ];
+                    let mut fields = vec![vec![f64::NAN; design.len()]; 3];
                     for (c, metric) in ["deviation", "uncertainty", "coverage"].iter().enumerate() {
                         let (v, _) = point_values(s, m, metric).unwrap_or_default();
                         for &i in &design {
@@ -680,6 +712,11 @@ pub fn draw_all(dir: &Path, input: &FigureInput<'_>) -> Result<Vec<Written>> {
                         input.repetitions
                     ),
                     axes: (a, b),
+                    columns: vec![
+                        ("log10 deviation".into(), None),
+                        ("log10 uncertainty".into(), None),
+                        ("coverage".into(), Some((0.0, 1.0))),
+                    ],
                     rows,
                 };
                 push(&|| {
@@ -931,12 +968,26 @@ fn against_variables(input: &FigureInput<'_>) -> Vec<(String, AgainstVariable)> 
                 })
                 .map(|r| r.to_string())
                 .collect();
-            let mut columns: Vec<(String, Option<f64>)> = vec![
-                ("deviation".into(), None),
-                ("uncertainty".into(), None),
-                ("coverage".into(), Some(0.95)),
-            ];
-            if let Some(l) = level {
+            let mut columns: Vec<(String, Option<f64>)> = if input.classification {
+                Vec::new()
+            } else {
+                vec![
+                    ("deviation".into(), None),
+                    ("uncertainty".into(), None),
+                    ("coverage".into(), Some(0.95)),
+                ]
+            };
+            if input.classification {
+                // [002] Fig. 7–9: coverage of P(y = 1 | x) by the interval, its width, ECE;
+                // and the mean |P̂ − P|.
+                if let Some(l) = level {
+                    let name = crate::summary::level_name(l);
+                    columns.push((format!("coverage_{name}"), Some(l)));
+                    columns.push((format!("width_{name}"), None));
+                }
+                columns.push(("ece".into(), None));
+                columns.push(("abs_error".into(), None));
+            } else if let Some(l) = level {
                 let name = crate::summary::level_name(l);
                 columns.push((format!("cicp_{name}"), Some(l)));
                 columns.push((format!("width_{name}"), None));
@@ -965,7 +1016,7 @@ fn against_variables(input: &FigureInput<'_>) -> Vec<(String, AgainstVariable)> 
                                             // repetitions of one input do not apply, so
                                             // none are drawn for them.
                                             let err = if metric.starts_with("cicp")
-                                                || metric == "coverage"
+                                                || metric.starts_with("coverage")
                                             {
                                                 0.0
                                             } else {
