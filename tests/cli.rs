@@ -873,6 +873,7 @@ mod run {
                 "Ens",
                 "EnsAdvA",
                 "EnsMCD",
+                "HMC",
                 "MFVI",
                 "VD"
             ]

@@ -186,6 +186,7 @@ fn classification_table(md: &mut String, plan: &Plan, summary: &Summary) {
              (all) | abs error | ECE | Brier | NLL | accuracy | AUC | MI | referral 0.5 | random 0.5 |"
         );
         let _ = writeln!(md, "|{}", "---|".repeat(16));
+        let mut flags = Vec::new();
         for (method, m) in plan
             .methods
             .iter()
@@ -193,9 +194,11 @@ fn classification_table(md: &mut String, plan: &Plan, summary: &Summary) {
         {
             let at = |r: &str, k: &str| m.aggregate.get(r).and_then(|a| a.get(k));
             let cov = |r: &str| cell(at(r, &format!("coverage_{name}")));
+            let mark = if m.flags.is_empty() { "" } else { " ⚠" };
+            flags.extend(m.flags.iter().map(|f| format!("- ⚠ **{method}**: {f}")));
             let _ = writeln!(
                 md,
-                "| {method} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {method}{mark} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 m.repetitions,
                 m.diverged.len(),
                 cov("all"),
@@ -214,5 +217,8 @@ fn classification_table(md: &mut String, plan: &Plan, summary: &Summary) {
             );
         }
         let _ = writeln!(md);
+        if !flags.is_empty() {
+            let _ = writeln!(md, "{}\n", flags.join("\n"));
+        }
     }
 }

@@ -12,6 +12,10 @@
 //! 2. Gibbs on σ² given θ: σ² ~ InvGamma(a₀ + N/2, b₀ + SSE/2) (conjugate), on the host from
 //!    each replica's SSE.
 //!
+//! For labels (a classification task) the target is p(θ | y) ∝ Π_n Bernoulli(y_n |
+//! sigmoid(f_θ(x_n))) · N(θ | 0, σ_p² I): U(θ) = Σ_n (softplus(f_n) − y_n·f_n) + ‖θ‖²/(2σ_p²)
+//! with ∂U/∂f = sigmoid(f) − y, no σ and no Gibbs step; the draws are logits.
+//!
 //! Every iteration jitters the step to ε·U(0.5, 1.5), so that no fixed trajectory length
 //! resonates with the posterior. Warm-up: the first `warmup` iterations adapt each replica's ε by Nesterov dual averaging
 //! toward an acceptance rate of `target_accept` (Hoffman & Gelman 2014, Algorithm 5:
@@ -41,11 +45,11 @@ use uqbench_anchor::Rng;
 
 use crate::config::MethodConfig;
 use crate::dropout_method::{KnownSigma, Tau};
-use crate::engine::{run_chunks, try_download, upload, ChunkOut, ChunkTrainer, Resources};
+use crate::engine::{run_chunks, try_download, upload, ChunkOut, ChunkTrainer, Head, Resources};
 use crate::error::ModelError;
 use crate::layers::{linear_backward, LeakyRelu};
 use crate::mlp::{xavier_init, MlpShape};
-use crate::task::{Family, Method, RepOutput, Task};
+use crate::task::{Family, Likelihood, Method, RepOutput, Task};
 
 /// HMC's own settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -170,9 +174,18 @@ impl Method for Hmc {
         progress: &(dyn Fn(usize) + Sync),
     ) -> Result<Vec<RepOutput>, ModelError> {
         task.validate()?;
-        task.require_gaussian(&self.name)?;
         let c = &self.config;
+        let bernoulli = task.likelihood == Likelihood::Bernoulli;
+        if bernoulli && c.noise_sd.is_some() {
+            return Err(ModelError::invalid(
+                format!("{}.noise_sd", self.name),
+                format!("{:?}", c.noise_sd),
+                "left out for a classification problem: a Bernoulli likelihood has no noise sd",
+            ));
+        }
         let fixed_noise = match c.noise_sd {
+            // Labels: no σ² (the Gibbs step is skipped with a fixed value that enters nothing).
+            None if bernoulli => Some(1.0),
             None => None,
             Some(Tau::Value(v)) => Some(v),
             Some(Tau::Known(KnownSigma::Known)) => Some(task.known_sigma.ok_or_else(|| {
@@ -202,6 +215,7 @@ impl Method for Hmc {
             noise: fixed_noise,
             device: resources.device.clone(),
             diagnostics: std::sync::Mutex::new(vec![[0.0; 3]; replicas.init.len()]),
+            bernoulli,
         };
         let out = run_chunks(&trainer, resources, progress)?;
         let (m, n, t, chains) = (task.n_test(), task.n_train(), c.draws, c.chains);
@@ -271,6 +285,7 @@ impl Method for Hmc {
                 if fixed_noise.is_none() {
                     scalars.insert("sampled_noise_sd".into(), noise);
                 }
+                let noise_std = (!bernoulli).then(|| vec![noise; m]);
                 let per = |j: usize| reps.clone().map(|r| diagnostics[r][j]).sum::<f64>();
                 scalars.insert("divergent_transitions".into(), per(0));
                 scalars.insert("accept_rate".into(), per(1) / chains as f64);
@@ -278,7 +293,7 @@ impl Method for Hmc {
                 RepOutput {
                     mean,
                     std,
-                    noise_std: Some(vec![noise; m]),
+                    noise_std,
                     family: Family::Empirical,
                     samples: Some(rows),
                     train_mean: Some(train_mean),
@@ -434,6 +449,8 @@ struct HmcTrainer<'a> {
     /// Per replica, written by the chunk that ran it: divergent transitions after warm-up,
     /// acceptance rate after warm-up, and the adapted step size.
     diagnostics: std::sync::Mutex<Vec<[f64; 3]>>,
+    /// Labels: the Bernoulli likelihood of logits instead of the Gaussian one.
+    bernoulli: bool,
 }
 
 impl HmcTrainer<'_> {
@@ -465,12 +482,23 @@ impl HmcTrainer<'_> {
         };
         let inv_p2 = 1.0 / (self.config.prior_sd * self.config.prior_sd);
         let (f, inputs) = self.forward(p, x);
-        let resid = f - y.clone();
-        let sse = resid.clone().square().sum_dim(1);
-        let u =
-            sse.clone().mul(inv_s2.clone()).mul_scalar(0.5) + p.norm2().mul_scalar(0.5 * inv_p2);
-        // δ at the output: ∂U/∂f = (f − y)/σ².
-        let mut delta = resid.mul(inv_s2.clone());
+        let n = f.dims()[1] as f64;
+        let (sse, u, mut delta) = if self.bernoulli {
+            // Labels: U = Σ_n (softplus(f_n) − y_n·f_n) + ‖θ‖²/(2σ_p²), the negative
+            // log-likelihood of the logits, and ∂U/∂f = σ(f) − y; the head's mean form times n.
+            // (The "SSE" slot carries the NLL; no Gibbs step reads it.)
+            let nll = Head::BernoulliLogit.value(f.clone(), y).mul_scalar(n);
+            let delta = Head::BernoulliLogit.delta(f, y).mul_scalar(n);
+            let u = nll.clone() + p.norm2().mul_scalar(0.5 * inv_p2);
+            (nll, u, delta)
+        } else {
+            let resid = f - y.clone();
+            let sse = resid.clone().square().sum_dim(1);
+            let u = sse.clone().mul(inv_s2.clone()).mul_scalar(0.5)
+                + p.norm2().mul_scalar(0.5 * inv_p2);
+            // δ at the output: ∂U/∂f = (f − y)/σ².
+            (sse, u, resid.mul(inv_s2.clone()))
+        };
         let layers = p.w.len();
         let mut gw = vec![None; layers];
         let mut gb = vec![None; layers];

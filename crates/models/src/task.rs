@@ -194,7 +194,7 @@ impl Task<'_> {
                 format!("method {method}"),
                 "a classification problem",
                 "a regression problem: this method has no Bernoulli likelihood (the classification \
-                 track runs BD, CD, VD, Ens, EnsAdvA, EnsBS, EnsMCD, MFVI and Det, the deterministic net)",
+                 track runs BD, CD, VD, Ens, EnsAdvA, EnsBS, EnsMCD, MFVI, HMC and Det, the deterministic net)",
             )),
         }
     }

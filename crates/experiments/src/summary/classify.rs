@@ -24,7 +24,7 @@ use uqbench_metrics::classification::{
 };
 use uqbench_metrics::ranking::{referral_curve, roc_auc};
 
-use super::compute::{mean_of, mean_se_per_point, proportions, regions};
+use super::compute::{mean_of, mean_se_per_point, mixing_flag, proportions, regions};
 use super::types::{level_name, nullable_vec, MethodSummary, PointMetric, Scalar, TestInfo};
 use uqbench_metrics::regression::quantile_sorted;
 
@@ -436,12 +436,22 @@ pub fn summarize_classification(
             .collect();
         all.insert(name, over_reps(&v));
     }
+    let mut flags: Vec<String> = mixing_flag(reps.iter().map(|r| &r.scalars), reps.len())
+        .into_iter()
+        .collect();
+    if !diverged.is_empty() {
+        flags.push(format!(
+            "{} of {} repetitions diverged and are left out",
+            diverged.len(),
+            reps.len()
+        ));
+    }
     Ok(MethodSummary {
         repetitions: k,
         diverged,
         points: pointwise.into_iter().collect(),
         aggregate,
-        flags: Vec::new(),
+        flags,
         per_repetition,
     })
 }

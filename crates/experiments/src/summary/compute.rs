@@ -380,6 +380,23 @@ fn median(v: &[f64]) -> f64 {
     }
 }
 
+/// The flag of MCMC repetitions whose chains did not mix: methods report `rhat_flagged` per
+/// repetition (split-R̂ above their threshold).
+pub(super) fn mixing_flag<'a>(
+    scalars: impl Iterator<Item = &'a BTreeMap<String, f64>>,
+    total: usize,
+) -> Option<String> {
+    let flagged = scalars
+        .filter(|s| s.get("rhat_flagged").is_some_and(|v| *v > 0.0))
+        .count();
+    (flagged > 0).then(|| {
+        format!(
+            "{flagged} of {total} repetitions have chains that did not mix (split-R̂ above the \
+             threshold; see rhat_max, ess_bulk_min)"
+        )
+    })
+}
+
 /// Index sets per region: `all`, then each region that occurs.
 pub fn regions(test: &TestInfo) -> Vec<(&'static str, Vec<usize>)> {
     let mut out = vec![("all", (0..test.truth.len()).collect::<Vec<_>>())];
@@ -448,18 +465,8 @@ pub fn summarize_setting(
                 ));
             }
         }
-        // MCMC methods report `rhat_flagged` per repetition (split-R̂ above their threshold).
-        let flagged = reps
-            .iter()
-            .filter(|r| r.scalars.get("rhat_flagged").is_some_and(|v| *v > 0.0))
-            .count();
-        if flagged > 0 {
-            s.flags.push(format!(
-                "{flagged} of {} repetitions have chains that did not mix (split-R̂ above the \
-                 threshold; see rhat_max, ess_bulk_min)",
-                reps.len()
-            ));
-        }
+        s.flags
+            .extend(mixing_flag(reps.iter().map(|r| &r.scalars), reps.len()));
         if !s.diverged.is_empty() {
             s.flags.push(format!(
                 "{} of {} repetitions diverged and are left out",
