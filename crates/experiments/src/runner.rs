@@ -371,19 +371,23 @@ pub fn summarize_dir(dir: &Path, plan: &Plan) -> Result<(Summary, Vec<Resolved>)
         let resolved = Resolved::new(&plan.spec, setting)?;
         if resolved.problem.classification().is_some() {
             let test = TestInfo::of(&resolved.problem);
-            let mut methods = BTreeMap::new();
-            let labels = label_source(&plan.spec, &resolved.problem);
-            for m in &plan.methods {
-                let reps = (0..run.repetitions)
-                    .map(|r| read_json::<ClassRep>(&rep_path(dir, setting, m, r)))
-                    .collect::<Result<Vec<_>>>()?;
-                methods.insert(
-                    m.clone(),
-                    summary::summarize_classification(&test, &reps, &run.levels, &labels)
-                        .with_context(|| format!("method {m} at setting {}", setting.label()))?,
-                );
-            }
-            drop(labels);
+            let methods = {
+                let labels = label_source(&plan.spec, &resolved.problem);
+                plan.methods
+                    .iter()
+                    .map(|m| {
+                        let reps = (0..run.repetitions)
+                            .map(|r| read_json::<ClassRep>(&rep_path(dir, setting, m, r)))
+                            .collect::<Result<Vec<_>>>()?;
+                        let s =
+                            summary::summarize_classification(&test, &reps, &run.levels, &labels)
+                                .with_context(|| {
+                                format!("method {m} at setting {}", setting.label())
+                            })?;
+                        Ok((m.clone(), s))
+                    })
+                    .collect::<Result<BTreeMap<_, _>>>()?
+            };
             settings.push(SettingSummary {
                 setting: setting.label(),
                 test,
