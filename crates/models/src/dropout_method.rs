@@ -247,6 +247,40 @@ impl DropoutMethod {
     }
 }
 
+/// The fixed noise sd of a Bayesian network method (MFVI, HMC) from its `noise_sd` setting:
+/// `None` when it is left out (the method `verb`s it: "learn", "sample"), the number, or the
+/// problem's known σ. For labels there is no noise sd: setting one is an error, and the
+/// method gets 1, which enters nothing (no noise parameter is learned, no Gibbs step runs).
+pub(crate) fn fixed_noise_sd(
+    method: &str,
+    noise_sd: Option<Tau>,
+    task: &Task<'_>,
+    verb: &str,
+) -> Result<Option<f64>, ModelError> {
+    match (noise_sd, task.likelihood) {
+        (None, Likelihood::Bernoulli) => Ok(Some(1.0)),
+        (Some(t), Likelihood::Bernoulli) => Err(ModelError::invalid(
+            format!("{method}.noise_sd"),
+            format!("{t:?}"),
+            "left out for a classification problem: a Bernoulli likelihood has no noise sd",
+        )),
+        (None, Likelihood::Gaussian) => Ok(None),
+        (Some(Tau::Value(v)), Likelihood::Gaussian) => Ok(Some(v)),
+        (Some(Tau::Known(KnownSigma::Known)), Likelihood::Gaussian) => {
+            task.known_sigma.map(Some).ok_or_else(|| {
+                ModelError::invalid(
+                    format!("{method}.noise_sd"),
+                    "\"known\"",
+                    format!(
+                        "a number, or left out to {verb} it: this problem's σ is not a known \
+                         constant"
+                    ),
+                )
+            })
+        }
+    }
+}
+
 impl Method for DropoutMethod {
     fn name(&self) -> &str {
         &self.name

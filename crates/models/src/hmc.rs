@@ -44,7 +44,7 @@ use statrs::distribution::{ContinuousCDF, Normal};
 use uqbench_anchor::Rng;
 
 use crate::config::MethodConfig;
-use crate::dropout_method::{KnownSigma, Tau};
+use crate::dropout_method::{fixed_noise_sd, Tau};
 use crate::engine::{run_chunks, try_download, upload, ChunkOut, ChunkTrainer, Head, Resources};
 use crate::error::ModelError;
 use crate::layers::{linear_backward, LeakyRelu};
@@ -176,27 +176,7 @@ impl Method for Hmc {
         task.validate()?;
         let c = &self.config;
         let bernoulli = task.likelihood == Likelihood::Bernoulli;
-        if bernoulli && c.noise_sd.is_some() {
-            return Err(ModelError::invalid(
-                format!("{}.noise_sd", self.name),
-                format!("{:?}", c.noise_sd),
-                "left out for a classification problem: a Bernoulli likelihood has no noise sd",
-            ));
-        }
-        let fixed_noise = match c.noise_sd {
-            // Labels: no σ² (the Gibbs step is skipped with a fixed value that enters nothing).
-            None if bernoulli => Some(1.0),
-            None => None,
-            Some(Tau::Value(v)) => Some(v),
-            Some(Tau::Known(KnownSigma::Known)) => Some(task.known_sigma.ok_or_else(|| {
-                ModelError::invalid(
-                    format!("{}.noise_sd", self.name),
-                    "\"known\"",
-                    "a number, or left out to sample it: this problem's σ is not a known \
-                     constant",
-                )
-            })?),
-        };
+        let fixed_noise = fixed_noise_sd(&self.name, c.noise_sd, task, "sample")?;
         let replicas = task.replicas(&self.name, c.chains);
         let y: Vec<f32> = replicas
             .targets

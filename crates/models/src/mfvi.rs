@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 use uqbench_anchor::Rng;
 
 use crate::config::MethodConfig;
-use crate::dropout_method::{KnownSigma, Tau};
+use crate::dropout_method::{fixed_noise_sd, Tau};
 use crate::engine::{run_chunks, try_download, ChunkOut, ChunkTrainer, Head, Resources};
 use crate::error::ModelError;
 use crate::kernels::KernelPath;
@@ -283,27 +283,7 @@ impl Method for Mfvi {
         task.validate()?;
         let c = &self.config;
         let bernoulli = task.likelihood == Likelihood::Bernoulli;
-        if bernoulli && c.noise_sd.is_some() {
-            return Err(ModelError::invalid(
-                format!("{}.noise_sd", self.name),
-                format!("{:?}", c.noise_sd),
-                "left out for a classification problem: a Bernoulli likelihood has no noise sd",
-            ));
-        }
-        let fixed_noise = match c.noise_sd {
-            // Labels: no noise parameter is learned (it does not enter the objective).
-            None if bernoulli => Some(1.0),
-            None => None,
-            Some(Tau::Value(v)) => Some(v),
-            Some(Tau::Known(KnownSigma::Known)) => Some(task.known_sigma.ok_or_else(|| {
-                ModelError::invalid(
-                    format!("{}.noise_sd", self.name),
-                    "\"known\"",
-                    "a number, or left out to learn it: this problem's σ is not a known \
-                     constant",
-                )
-            })?),
-        };
+        let fixed_noise = fixed_noise_sd(&self.name, c.noise_sd, task, "learn")?;
         let replicas = task.replicas(&self.name, 1);
         let y: Vec<f32> = replicas
             .targets
