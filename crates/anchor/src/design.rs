@@ -470,6 +470,18 @@ impl DesignSpec {
 }
 
 impl Design {
+    /// A design of scattered points whose region is their bounding box: a test point outside
+    /// it in some dimension is `out` (extrapolation), never `gap`.
+    pub fn bounding_box(inputs: Inputs) -> Design {
+        let (low, high) = inputs.bounds().into_iter().unzip();
+        Design {
+            support: vec![(low, high)],
+            inputs,
+            coord: None,
+            diagonal: None,
+        }
+    }
+
     /// Region of `x` relative to this (training) design's support boxes.
     pub fn region_of(&self, x: &[f64]) -> Region {
         let inside = |(low, high): &(Vec<f64>, Vec<f64>)| {

@@ -409,30 +409,9 @@ impl Problem {
             (inputs, truth, sigma)
         };
         let (train_inputs, train_truth, train_sigma) = take(&train_rows);
-        let low: Vec<f64> = (0..d)
-            .map(|j| {
-                train_inputs
-                    .rows()
-                    .map(|x| x[j])
-                    .fold(f64::INFINITY, f64::min)
-            })
-            .collect();
-        let high: Vec<f64> = (0..d)
-            .map(|j| {
-                train_inputs
-                    .rows()
-                    .map(|x| x[j])
-                    .fold(f64::NEG_INFINITY, f64::max)
-            })
-            .collect();
         // The training rows' bounding box is the "in" region: a test row outside it in some
         // covariate is an extrapolation ("out").
-        let train = Design {
-            inputs: train_inputs,
-            coord: None,
-            support: vec![(low, high)],
-            diagonal: None,
-        };
+        let train = Design::bounding_box(train_inputs);
         let (test_inputs, truth, sigma) = take(&test_rows);
         let test = TestSet {
             region: test_inputs.rows().map(|x| train.region_of(x)).collect(),

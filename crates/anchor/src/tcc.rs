@@ -267,17 +267,7 @@ impl Tcc {
             let (_, x) = self.sample(rng);
             data.extend_from_slice(&x);
         }
-        let inputs = Inputs::new(2, data);
-        let bounds = inputs.bounds();
-        Design {
-            support: vec![(
-                bounds.iter().map(|b| b.0).collect(),
-                bounds.iter().map(|b| b.1).collect(),
-            )],
-            inputs,
-            coord: None,
-            diagonal: None,
-        }
+        Design::bounding_box(Inputs::new(2, data))
     }
 }
 
