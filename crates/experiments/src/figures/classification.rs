@@ -100,7 +100,7 @@ impl Figure for Panels {
 }
 
 /// The classification figures of one setting: maps over a full 2-D test grid, reliability
-/// diagrams and referral curves. `push` records each written figure (title, SVG path).
+/// diagrams and referral curves. Returns each written figure (title, SVG path).
 pub(super) fn draw(
     s: &SettingSummary,
     setting_label: &str,
@@ -108,8 +108,9 @@ pub(super) fn draw(
     methods: &[String],
     level: Option<f64>,
     out: &Path,
-    push: &mut dyn FnMut(String, PathBuf),
-) -> Result<()> {
+) -> Result<Vec<(String, PathBuf)>> {
+    let mut written = Vec::new();
+    let mut push = |title: String, svg: PathBuf| written.push((title, svg));
     let label = setting_dir(setting_label);
     let head = heading(experiment, setting_label);
     let test = &s.test;
@@ -267,5 +268,5 @@ pub(super) fn draw(
             render(&fig, out, &format!("referral_{label}"))?,
         );
     }
-    Ok(())
+    Ok(written)
 }

@@ -638,18 +638,17 @@ pub fn draw_all(dir: &Path, input: &FigureInput<'_>) -> Result<Vec<Written>> {
     };
     for (s, sf) in input.summary.settings.iter().zip(&input.settings) {
         if input.classification {
-            classification::draw(
+            let drawn = classification::draw(
                 s,
                 &sf.setting.label(),
                 input.experiment,
                 input.methods,
                 input.summary.levels.first().copied(),
                 &out,
-                &mut |title, svg| {
-                    // Recorded through `push` like every other figure.
-                    let _ = push(&|| Ok((title.clone(), svg.clone())));
-                },
             )?;
+            for (title, svg) in drawn {
+                push(&|| Ok((title.clone(), svg.clone())))?;
+            }
             continue;
         }
         let label = setting_dir(&sf.setting.label());
