@@ -27,7 +27,7 @@ fn classic_bootstrap(name: &str, s: toml::Value) -> Result<Box<dyn Method>> {
 
 fn naive_bootstrap(name: &str, s: toml::Value) -> Result<Box<dyn Method>> {
     let mut c: EnsembleConfig = config(name, s)?;
-    (c.bootstrap, c.student_t, c.validation_noise) = (BootstrapScheme::Classic, true, true);
+    (c.bootstrap, c.student_t) = (BootstrapScheme::Classic, true);
     Ok(Box::new(Ensemble::new(name, EnsembleKind::Bootstrap, c)?))
 }
 

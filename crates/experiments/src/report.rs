@@ -53,6 +53,19 @@ pub fn write(
             .join(", "),
         plan.methods.join(", ")
     );
+    if plan.spec.classification.is_none() {
+        let _ = writeln!(
+            md,
+            "The noise sd of a new y (prediction intervals, PICF) for methods without a noise \
+             model of their own: {} (`run.noise = \"{}\"`).\n",
+            run.noise.describe(),
+            match run.noise {
+                crate::spec::NoiseSource::Known => "known",
+                crate::spec::NoiseSource::Validation => "validation",
+                crate::spec::NoiseSource::Residual => "residual",
+            }
+        );
+    }
     let _ = writeln!(md, "## Figures\n");
     for f in figures {
         let png = f.svg.with_extension("png");
@@ -72,11 +85,12 @@ pub fn write(
     let _ = writeln!(md, "## Aggregates\n");
     let _ = writeln!(
         md,
-        "Means over test inputs (± their standard error, which treats the inputs as a sample) of \
-         each input's coverage over the repetitions by the method's 95% interval (mean ± \
-         1.96·uncertainty for a normal predictive distribution, a t or empirical interval \
-         otherwise), its mean \
-         deviation |prediction − truth| and mean uncertainty; the median over test inputs of \
+        "Each repetition's mean over a region's test inputs, averaged over the repetitions (± \
+         the standard error over the repetitions, which are independent; the inputs of one \
+         repetition are not): the fraction of inputs covered by the method's 95% interval \
+         (mean ± 1.96·uncertainty for a normal predictive distribution, a t or empirical \
+         interval otherwise), the mean deviation |prediction − truth| and the mean \
+         uncertainty; the median over test inputs of \
          the uncertainty relative to the anchor's (BLR). `in`/`out`/`gap`: test inputs inside, outside or in a hole of the \
          training region. Deviation / BLR: the mean in-distribution deviation over the anchor's \
          (flagged ⚠ above {UNDERFIT_FACTOR}: the nets do not fit the data). Fit ratio: the mean \

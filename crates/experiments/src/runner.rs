@@ -14,11 +14,11 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use uqbench_anchor::{logistic, Anchor, Problem, SeedPath, Setting};
-use uqbench_models::{Likelihood, Method, RepOutput, Resources, SeedBase, Task, Validation};
+use uqbench_models::{Likelihood, Method, RepOutput, Resources, SeedBase, Task};
 
 use crate::figures::{FigureInput, SettingFigures};
 use crate::registry;
-use crate::spec::ExperimentSpec;
+use crate::spec::{ExperimentSpec, NoiseSource};
 use crate::store::{rep_stem, setting_dir, write_atomic, RunMeta};
 use crate::summary::{
     self, ClassRep, RepContext, RepResult, SettingSummary, Summary, TestInfo, ANCHOR,
@@ -125,6 +125,15 @@ impl Plan {
             methods,
             units,
         })
+    }
+
+    /// Keeps only repetitions `reps` of every unit (units are cut at its ends; empty ones
+    /// go). A repetition's result does not depend on which others its unit holds.
+    pub fn restrict(&mut self, reps: Range<u64>) {
+        self.units.retain_mut(|u| {
+            u.reps = u.reps.start.max(reps.start)..u.reps.end.min(reps.end);
+            u.reps.start < u.reps.end
+        });
     }
 
     /// Repetitions per setting.
@@ -250,17 +259,29 @@ pub fn run_unit(
             plan.spec.method_table(&unit.method, setting)?.as_ref(),
         )?;
         let draws: Vec<_> = reps.iter().map(|&r| problem.draw(r)).collect();
-        let valid_y: Vec<Vec<f64>> = draws
-            .iter()
-            .filter_map(|d| d.validation_y.clone())
-            .collect();
-        let y: Vec<Vec<f64>> = draws.into_iter().map(|d| d.train_y).collect();
+        let y: Vec<Vec<f64>> = draws.iter().map(|d| d.train_y.clone()).collect();
+        let source = plan.spec.run_spec()?.noise;
+        // With the validation-set noise estimate, the validation inputs are predicted after the
+        // test inputs and split off below.
+        let m_test = problem.test.truth.len();
+        let validation = match (source, &problem.validation) {
+            (NoiseSource::Validation, Some((x, _, _))) if !classification => Some(x),
+            (NoiseSource::Validation, _) if !classification => bail!(
+                "run.noise = \"validation\": {} has no validation set",
+                problem.display_name()
+            ),
+            _ => None,
+        };
+        let x_test: Vec<f64> = match validation {
+            Some(x) => [problem.test.inputs.as_slice(), x.as_slice()].concat(),
+            None => problem.test.inputs.as_slice().to_vec(),
+        };
         let task = Task {
             d: problem.d(),
             x_train: problem.train.inputs.as_slice(),
             y_train: &y,
             repetitions: &reps,
-            x_test: problem.test.inputs.as_slice(),
+            x_test: &x_test,
             epochs: plan.spec.epochs(setting)?,
             known_sigma: problem.known_sigma(),
             seeds: SeedBase {
@@ -268,10 +289,6 @@ pub fn run_unit(
                 experiment: plan.spec.name.clone(),
                 setting: setting.label(),
             },
-            validation: problem.validation.as_ref().map(|(x, _, _)| Validation {
-                x: x.as_slice(),
-                y: &valid_y,
-            }),
             features: problem.linear().map(|(features, _)| features),
             likelihood: if classification {
                 Likelihood::Bernoulli
@@ -281,11 +298,37 @@ pub fn run_unit(
         };
         let total = (reps.len() * method.replicas_per_repetition()) as f64;
         // A classification problem needs every member's or pass's logits.
-        let outputs = method
+        let mut outputs = method
             .run(&task, resources, classification, &|done| {
                 progress(done as f64 / total)
             })
             .with_context(|| format!("method {} at {}", unit.method, problem.display_name()))?;
+        for (o, d) in outputs.iter_mut().zip(&draws) {
+            let valid = validation.map(|_| split_off(o, m_test));
+            if classification || o.noise_std.is_some() || o.diverged {
+                continue;
+            }
+            let estimate = match (source, valid, &d.validation_y, &o.train_mean) {
+                (NoiseSource::Validation, Some((mean, std)), Some(yv), _) => Some((
+                    "validation_noise_sd",
+                    uqbench_metrics::regression::validation_noise_sd(yv, &mean, &std),
+                )),
+                (NoiseSource::Residual, _, _, Some(fit)) => Some((
+                    "residual_noise_sd",
+                    (fit.iter()
+                        .zip(&d.train_y)
+                        .map(|(f, y)| (y - f).powi(2))
+                        .sum::<f64>()
+                        / fit.len() as f64)
+                        .sqrt(),
+                )),
+                _ => None,
+            };
+            if let Some((name, sd)) = estimate {
+                o.noise_std = Some(vec![sd; m_test]);
+                o.scalars.insert(name.to_string(), sd);
+            }
+        }
         let levels = &plan.spec.run_spec()?.levels;
         if classification {
             for (&r, o) in reps.iter().zip(outputs) {
@@ -323,6 +366,23 @@ pub fn run_unit(
     }
     progress(1.0);
     Ok(())
+}
+
+/// Splits the predictions at the inputs after the first `m` (the validation inputs) off a
+/// method's output: their mean and uncertainty.
+fn split_off(o: &mut RepOutput, m: usize) -> (Vec<f64>, Vec<f64>) {
+    let mean = o.mean.split_off(m);
+    let std = o.std.split_off(m);
+    for v in [&mut o.noise_std, &mut o.predictive_std]
+        .into_iter()
+        .flatten()
+    {
+        v.truncate(m);
+    }
+    for row in o.samples.iter_mut().flatten() {
+        row.truncate(m);
+    }
+    (mean, std)
 }
 
 /// A method's output for one repetition of a classification problem in stored form: its

@@ -69,6 +69,45 @@ pub struct RunSpec {
     /// The repetition drawn in the band figures.
     #[serde(default)]
     pub band_repetition: u64,
+    /// Where the noise sd of a new y comes from for methods without a noise model of their
+    /// own (their prediction intervals): `known` ([000]: σ(x) known to every method),
+    /// `validation` ([004]: estimated from the problem's validation set) or `residual`
+    /// (from the training residuals of the method's mean).
+    #[serde(default)]
+    pub noise: NoiseSource,
+}
+
+/// The source of the noise sd of y for methods without a noise model (`run.noise`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NoiseSource {
+    /// The problem's true σ(x), as [000] gives it to every method. The PI of a method without
+    /// a noise model is then nominal wherever its CI is: its PICF says little.
+    #[default]
+    Known,
+    /// [004]'s estimate from the validation set, per repetition: σ̂² = mean_j max((y_j −
+    /// f̂(x_j))² − σ̂_f(x_j)², 0), with f̂ and σ̂_f the method's mean and uncertainty at the
+    /// validation inputs (predicted with the test inputs).
+    Validation,
+    /// The training residuals of the method's mean, per repetition: σ̂² = mean_i (y_i −
+    /// f̂(x_i))² (no correction for the net's effective degrees of freedom, which are unknown:
+    /// an overfit net estimates σ too small, which is what the PICF then shows).
+    Residual,
+}
+
+impl NoiseSource {
+    /// How the report states it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            NoiseSource::Known => "the true σ(x) (known to every method, [000])",
+            NoiseSource::Validation => {
+                "estimated per repetition from the validation set ([004]: mean of max((y − f̂)² − σ̂_f², 0))"
+            }
+            NoiseSource::Residual => {
+                "estimated per repetition from the training residuals (mean of (y − f̂)²)"
+            }
+        }
+    }
 }
 
 fn default_levels() -> Vec<f64> {
@@ -199,6 +238,28 @@ impl ExperimentSpec {
                     "run.band_repetition = {}: must be one of the repetitions 0..{}",
                     run.band_repetition,
                     run.repetitions
+                );
+            }
+            let has_validation = self
+                .problem
+                .as_ref()
+                .is_some_and(|p| p.validation.is_some())
+                || self
+                    .surrogate
+                    .as_ref()
+                    .is_some_and(|s| s.split.validation > 0);
+            if run.noise == NoiseSource::Validation && !has_validation {
+                bail!(
+                    "run.noise = \"validation\": this problem has no validation set; declare \
+                     problem.validation (or surrogate.split.validation > 0), or use \"known\" or \
+                     \"residual\""
+                );
+            }
+            if run.noise != NoiseSource::Known && self.classification.is_some() {
+                bail!(
+                    "run.noise = {:?}: a classification problem's labels have no noise sd; leave \
+                     run.noise out",
+                    run.noise
                 );
             }
         }

@@ -44,7 +44,7 @@ pub fn rep_stem(rep: u64) -> String {
 /// The resolved spec's file name in a run directory.
 pub const SPEC_FILE: &str = "spec.resolved.toml";
 
-/// `run.json`: how a run directory was produced.
+/// `run.json`: how a run directory was produced, and by what (provenance).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RunMeta {
     /// The spec's profile.
@@ -54,12 +54,65 @@ pub struct RunMeta {
     /// `I/N` for one shard of a sharded run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shard: Option<String>,
+    /// `A..B` for a run of a subset of the repetitions (`--reps`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reps: Option<String>,
     /// The shard directories a merged run came from.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub merged_from: Vec<std::path::PathBuf>,
+    /// uqbench's version.
+    #[serde(default)]
+    pub version: String,
+    /// The git commit the binary was built from (`-dirty` when tracked files differed), or
+    /// "unknown".
+    #[serde(default)]
+    pub git_commit: String,
+    /// The compiler that built it.
+    #[serde(default)]
+    pub rustc: String,
+    /// burn's version.
+    #[serde(default)]
+    pub burn: String,
+    /// What trained: the CPU model (CPU backends) or the wgpu adapter.
+    #[serde(default)]
+    pub device: String,
+    /// Worker threads for training.
+    #[serde(default)]
+    pub threads: usize,
+}
+
+/// The CPU's model name (from /proc/cpuinfo) and its logical cores, or "unknown".
+pub fn cpu_model() -> String {
+    let cores = std::thread::available_parallelism().map_or(0, usize::from);
+    let name = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    format!("{name} ({cores} logical cores)")
 }
 
 impl RunMeta {
+    /// The provenance of this build and machine, for a run on `backend` (its name) on
+    /// `device` (see [`cpu_model`]) with `threads` workers.
+    pub fn new(profile: Option<String>, backend: &str, device: String, threads: usize) -> RunMeta {
+        RunMeta {
+            profile,
+            backend: backend.to_string(),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            git_commit: env!("UQBENCH_GIT_COMMIT").to_string(),
+            rustc: env!("UQBENCH_RUSTC").to_string(),
+            burn: env!("UQBENCH_BURN").to_string(),
+            device,
+            threads,
+            ..RunMeta::default()
+        }
+    }
+
     /// Reads `dir/run.json`; a missing or unreadable file gives an unknown backend and no
     /// profile (the summaries do not depend on it).
     pub fn read(dir: &Path) -> RunMeta {

@@ -10,11 +10,14 @@
 //!   (one general calibration error), reliability diagrams, ensemble entropies.
 //! - [`information`]: WAIC (types 1 and 2) and importance-sampling CV with standard errors.
 //! - [`ranking`]: ROC AUC and referral curves.
+//! - [`mcmc`]: rank-normalised split-R̂ (bulk, tail), bulk and tail ESS, MCSE, E-BFMI and
+//!   divergent transitions (spec §8).
 
 pub mod classification;
 pub mod coverage;
 pub mod error;
 pub mod information;
+pub mod mcmc;
 pub mod ranking;
 pub mod regression;
 

@@ -142,17 +142,32 @@ pub fn normal_mixture_quantile(locs: &[f64], sd: f64, p: f64) -> f64 {
         sorted.sort_by(f64::total_cmp);
         return quantile_sorted(&sorted, p);
     }
+    normal_mixture_quantile_sds(locs, &vec![sd; locs.len()], p)
+}
+
+/// The p-quantile of the equally weighted mixture of N(locs[i], sds[i]²), each component with
+/// its own sd (all positive), by bisection on its CDF.
+pub fn normal_mixture_quantile_sds(locs: &[f64], sds: &[f64], p: f64) -> f64 {
+    assert!(!locs.is_empty() && locs.len() == sds.len() && p > 0.0 && p < 1.0);
+    assert!(sds.iter().all(|&s| s > 0.0 && s.is_finite()));
     let normal = Normal::standard();
-    let cdf =
-        |x: f64| locs.iter().map(|l| normal.cdf((x - l) / sd)).sum::<f64>() / locs.len() as f64;
-    // Every component's p-quantile brackets the mixture's.
+    let cdf = |x: f64| {
+        locs.iter()
+            .zip(sds)
+            .map(|(l, s)| normal.cdf((x - l) / s))
+            .sum::<f64>()
+            / locs.len() as f64
+    };
+    // Every component's p-quantile brackets the mixture's: at the smallest of them every
+    // component's CDF is at most p, at the largest at least p.
     let z = normal.inverse_cdf(p);
-    let (lo_loc, hi_loc) = locs
+    let (mut lo, mut hi) = locs
         .iter()
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &l| {
-            (a.min(l), b.max(l))
+        .zip(sds)
+        .map(|(l, s)| l + z * s)
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), q| {
+            (a.min(q), b.max(q))
         });
-    let (mut lo, mut hi) = (lo_loc + z * sd, hi_loc + z * sd);
     for _ in 0..200 {
         let mid = 0.5 * (lo + hi);
         if cdf(mid) < p {
@@ -165,6 +180,20 @@ pub fn normal_mixture_quantile(locs: &[f64], sd: f64, p: f64) -> f64 {
         }
     }
     0.5 * (lo + hi)
+}
+
+/// [004]'s noise estimate from a validation set: σ̂ = sqrt(mean_j max((y_j − f̂_j)² − σ̂_f,j², 0))
+/// for validation targets `y`, a method's predictions `mean` and its uncertainty of f `std`
+/// there (for the naive bootstrap, the members' std): the squared residual less the part the
+/// method attributes to its own error, clipped at 0.
+pub fn validation_noise_sd(y: &[f64], mean: &[f64], std: &[f64]) -> f64 {
+    let excess: f64 = y
+        .iter()
+        .zip(mean)
+        .zip(std)
+        .map(|((y, m), s)| ((y - m).powi(2) - s * s).max(0.0))
+        .sum();
+    (excess / y.len() as f64).sqrt()
 }
 
 /// CRPS of one empirical sample distribution: E|X − y| − ½ E|X − X′| over the samples
@@ -486,6 +515,55 @@ mod tests {
         assert!((cdf - 0.9).abs() < 1e-9);
         // No noise: the sample quantile.
         assert!((normal_mixture_quantile(&[4.0, 1.0, 3.0, 2.0], 0.0, 0.5) - 2.5).abs() < 1e-15);
+        // Components with their own sds: N(0, 1) and N(0, 3²) have the median 0, and the CDF
+        // ½(Φ(q) + Φ(q/3)) is 0.95 at the 0.95-quantile (which lies between 1.645 and 4.935).
+        let q = normal_mixture_quantile_sds(&[0.0, 0.0], &[1.0, 3.0], 0.95);
+        assert!((0.5 * (n.cdf(q) + n.cdf(q / 3.0)) - 0.95).abs() < 1e-9 && q > 1.645 && q < 4.935);
+        assert!(normal_mixture_quantile_sds(&[0.0, 0.0], &[1.0, 3.0], 0.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_validation_noise_estimate_recovers_sigma() {
+        // y = f + ε with ε ~ N(0, 0.3²) at V = 20 000 points (a fixed-seed LCG's uniforms
+        // turned into normals by Box–Muller). With the truth as the prediction and σ̂_f = 0,
+        // σ̂² is the mean of ε²: 0.09 ± 0.09·√(2/V) = 0.0009 (sd); checked at 5 sd. With
+        // σ̂_f = 10 everywhere, every term is clipped to 0.
+        let mut state: u64 = 42;
+        let mut uniform = || {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((state >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+        };
+        let v = 20_000;
+        let f: Vec<f64> = (0..v).map(|i| (i as f64 * 0.01).sin()).collect();
+        let y: Vec<f64> = f
+            .iter()
+            .map(|f| {
+                let (u1, u2) = (uniform(), uniform());
+                f + 0.3 * (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
+            })
+            .collect();
+        let s2 = validation_noise_sd(&y, &f, &vec![0.0; v]).powi(2);
+        assert!((s2 - 0.09).abs() < 5.0 * 0.0009, "{s2}");
+        assert_eq!(validation_noise_sd(&y, &f, &vec![10.0; v]), 0.0);
+        // A known std s = 0.1 removes s² from each squared residual before clipping:
+        // E max(ε² − 0.01, 0) for ε ~ N(0, 0.09), by the midpoint rule.
+        let expected: f64 = {
+            let (n, lim) = (200_000, 3.0);
+            let h = 2.0 * lim / n as f64;
+            (0..n)
+                .map(|i| {
+                    let z = -lim + (i as f64 + 0.5) * h;
+                    let e = 0.3 * z;
+                    (e * e - 0.01).max(0.0) * (-0.5 * z * z).exp()
+                        / (2.0 * std::f64::consts::PI).sqrt()
+                        * h
+                })
+                .sum()
+        };
+        let got = validation_noise_sd(&y, &f, &vec![0.1; v]).powi(2);
+        assert!((got - expected).abs() < 5.0 * 0.0009, "{got} vs {expected}");
     }
 
     #[test]

@@ -50,6 +50,23 @@ pub enum Dropout {
 }
 
 /// Molchanov et al. (2017), eq. 14: −KL ≈ k1·σ(k2 + k3·log α) − ½·log(1 + 1/α) − k1.
+/// Variational dropout's log α is clipped to [−LOG_ALPHA_CLIP, LOG_ALPHA_CLIP] wherever it is
+/// used (the noise, the KL), with zero gradient outside, as in Molchanov et al.'s reference
+/// implementation (bayesgroup/variational-dropout-sparsifies-dnn, `nets/layers.py`:
+/// `clip(log_sigma2 − log W², to=8)` by `T.switch`). Their KL approximation is fitted on that
+/// range; beyond it α's noise swamps or vanishes from the layer.
+pub const LOG_ALPHA_CLIP: f64 = 8.0;
+
+/// log α clipped to the reference range.
+fn clip_log_alpha(log_alpha: Tensor<3>) -> Tensor<3> {
+    log_alpha.clamp(-LOG_ALPHA_CLIP, LOG_ALPHA_CLIP)
+}
+
+/// 1 where log α lies strictly inside the clip range (its gradient passes), 0 outside.
+fn inside_clip(log_alpha: &Tensor<3>) -> Tensor<3> {
+    log_alpha.clone().abs().lower_elem(LOG_ALPHA_CLIP).float()
+}
+
 const K1: f64 = 0.63576;
 const K2: f64 = 1.87320;
 const K3: f64 = 1.48695;
@@ -128,7 +145,7 @@ impl Dropout {
         match self {
             Dropout::Bernoulli { p } => *p,
             Dropout::Concrete { .. } => 1.0 / (1.0 + (-param).exp()),
-            Dropout::Variational { .. } => param.exp(),
+            Dropout::Variational { .. } => param.clamp(-LOG_ALPHA_CLIP, LOG_ALPHA_CLIP).exp(),
         }
     }
 
@@ -213,7 +230,8 @@ pub(crate) struct LastCache {
     h: Tensor<3>,
     /// The units after the noise, h̃ (what multiplies W), when the noise is on the units.
     ht: Option<Tensor<3>>,
-    /// Bernoulli: the mask; concrete: z·/(1 − p); variational: unused.
+    /// Bernoulli: the mask; concrete: z·/(1 − p); variational: 1 where log α lies inside the
+    /// clip range, 0 where it is clipped (`[R, 1, 1]`: the gradient's mask).
     factor: Option<Tensor<3>>,
     /// Concrete: z; variational: the normals ε.
     noise: Option<Tensor<3>>,
@@ -274,7 +292,9 @@ pub(crate) fn forward_last(
             )
         }
         Dropout::Variational { .. } => {
-            let alpha = param.expect("variational dropout has log α").clone().exp();
+            let log_alpha = param.expect("variational dropout has log α").clone();
+            let mask = inside_clip(&log_alpha);
+            let alpha = clip_log_alpha(log_alpha).exp();
             let mu = h.clone().matmul(w.clone());
             let v = h.clone().square().matmul(w.clone().square());
             let s = (v * alpha.clone()).add_scalar(1e-8).sqrt();
@@ -284,7 +304,7 @@ pub(crate) fn forward_last(
                 LastCache {
                     h,
                     ht: None,
-                    factor: None,
+                    factor: Some(mask),
                     noise: Some(noise),
                     rate: Some(alpha),
                     s: Some(s),
@@ -340,7 +360,10 @@ pub(crate) fn backward_last(
             // out = μ + b + s·ε, s = sqrt(α·v + 1e-8), μ = hW, v = h²W².
             let ds = delta.clone() * eps.clone();
             let dv = ds.clone() * alpha.clone() / s.clone().mul_scalar(2.0);
-            let gparam = (ds * s.clone()).mul_scalar(0.5).sum_dim(2).sum_dim(1); // ∂/∂ log α
+            // ∂/∂ log α (zero where log α is clipped; see `inside_clip`): α·v/(2s)·ds·… summed,
+            // times the clip mask below.
+            let gparam = (ds * s.clone()).mul_scalar(0.5).sum_dim(2).sum_dim(1)
+                * cache.factor.clone().expect("the clip mask");
             let h2 = h.clone().square();
             let gw = h.clone().swap_dims(1, 2).matmul(delta.clone())
                 + h2.swap_dims(1, 2).matmul(dv.clone()) * w.clone().mul_scalar(2.0);
@@ -380,7 +403,7 @@ pub(crate) fn regularizer_value(
             Some(sq.mul_scalar(*weight_reg) / keep + entropy.mul_scalar(dropout_reg * k))
         }
         Dropout::Variational { kl_weight, .. } => {
-            let log_alpha = param.expect("log α").clone();
+            let log_alpha = clip_log_alpha(param.expect("log α").clone());
             let count = (w.dims()[1] * w.dims()[2]) as f64;
             let u = sigmoid(log_alpha.clone().mul_scalar(K3).add_scalar(K2));
             let kl = u.mul_scalar(-K1).add_scalar(K1)
@@ -418,12 +441,15 @@ pub(crate) fn regularize(
             grads.gparam = Some(grads.gparam.take().expect("θ gradient") + dtheta);
         }
         Dropout::Variational { kl_weight, .. } => {
-            let log_alpha = param.expect("log α").clone();
+            let raw = param.expect("log α").clone();
+            let mask = inside_clip(&raw);
+            let log_alpha = clip_log_alpha(raw);
             let count = (w.dims()[1] * w.dims()[2]) as f64;
             let u = sigmoid(log_alpha.clone().mul_scalar(K3).add_scalar(K2));
-            // d KL/d log α = −k1·k3·u(1 − u) − ½·σ(−log α).
-            let dkl = u.clone() * u.neg().add_scalar(1.0) * (-K1 * K3)
-                - sigmoid(log_alpha.neg()).mul_scalar(0.5);
+            // d KL/d log α = −k1·k3·u(1 − u) − ½·σ(−log α), zero where log α is clipped.
+            let dkl = (u.clone() * u.neg().add_scalar(1.0) * (-K1 * K3)
+                - sigmoid(log_alpha.neg()).mul_scalar(0.5))
+                * mask;
             grads.gparam = Some(
                 grads.gparam.take().expect("log α gradient") + dkl.mul_scalar(kl_weight * count),
             );

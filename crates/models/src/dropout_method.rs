@@ -312,6 +312,7 @@ impl Method for DropoutMethod {
             replica_targets: &replicas.targets,
             init_seeds: &replicas.init,
             stream_seeds: &replicas.stream,
+            replica_ids: &replicas.ids,
             x_test: &x_test,
         };
         let settings = self.train_settings(task)?;
@@ -350,6 +351,8 @@ impl Method for DropoutMethod {
                     noise_std: c
                         .heteroscedastic
                         .then(|| noise_var.iter().map(|v| v.sqrt()).collect()),
+                    noise_samples: None,
+                    predictive_std: None,
                     family,
                     samples: (keep_samples || family == Family::Empirical).then(|| {
                         (0..t)
@@ -434,7 +437,6 @@ mod tests {
                 experiment: "t".into(),
                 setting: String::new(),
             },
-            validation: None,
             features: None,
             likelihood: crate::task::Likelihood::Gaussian,
         };

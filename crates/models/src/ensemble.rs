@@ -59,12 +59,10 @@ pub struct EnsembleSettings {
     /// σ²_f + σ²_noise, the mixture's variance.
     pub heteroscedastic: bool,
     /// [004]'s naive bootstrap intervals: f̂ ± t_{1−α/2, M}·σ̂_ω, a Student-t with M degrees of
-    /// freedom (M the members) and σ̂_ω the members' std (M − 1).
+    /// freedom (M the members that did not diverge) and σ̂_ω the members' std (M − 1). Its
+    /// prediction intervals f̂ ± t·sqrt(σ̂_ω² + σ̂²) take σ̂ from the run's noise source
+    /// (`run.noise = "validation"` is [004]'s estimate).
     pub student_t: bool,
-    /// [004]'s noise estimate from the problem's validation set: σ̂² = mean_j max((y_j −
-    /// f̂(x_j))² − σ̂_ω²(x_j), 0), one σ̂ per repetition, used in the prediction intervals
-    /// f̂ ± q·sqrt(σ̂_ω² + σ̂²). Needs `problem.validation`.
-    pub validation_noise: bool,
 }
 
 impl Default for EnsembleSettings {
@@ -78,7 +76,6 @@ impl Default for EnsembleSettings {
             intervals: IntervalSetting::Normal,
             heteroscedastic: false,
             student_t: false,
-            validation_noise: false,
         }
     }
 }
@@ -110,19 +107,11 @@ impl Ensemble {
                 "at least 1",
             ));
         }
-        if (config.student_t || config.validation_noise) && config.members < 2 {
+        if config.student_t && config.members < 2 {
             return Err(ModelError::invalid(
                 format!("{name}.members"),
                 config.members,
-                "at least 2 for the naive bootstrap's member variance (student_t, \
-                 validation_noise)",
-            ));
-        }
-        if config.heteroscedastic && config.validation_noise {
-            return Err(ModelError::invalid(
-                format!("{name}.validation_noise"),
-                true,
-                "false with heteroscedastic = true: the members already estimate the noise",
+                "at least 2 for the naive bootstrap's member variance (student_t)",
             ));
         }
         if config.student_t && config.intervals == IntervalSetting::Empirical {
@@ -168,7 +157,9 @@ impl Ensemble {
                 size: ((c.batch_fraction * n as f64).round() as usize).max(1),
                 per_epoch: c.batches_per_epoch,
             },
-            (EnsembleKind::Bootstrap, BootstrapScheme::Classic) => Batching::Resample,
+            (EnsembleKind::Bootstrap, BootstrapScheme::Classic) => Batching::Resample {
+                size: c.optim.batch_size.filter(|&b| b < n),
+            },
             _ => c.optim.settings(task.epochs, n).batching,
         };
         let adversarial = (self.kind == EnsembleKind::Adversarial).then(|| {
@@ -204,59 +195,13 @@ impl Method for Ensemble {
         progress: &(dyn Fn(usize) + Sync),
     ) -> Result<Vec<RepOutput>, ModelError> {
         task.validate()?;
-        // With the validation-set noise estimate, the validation inputs are predicted with the
-        // test inputs (appended after them) and split off below.
-        let combined: Vec<f64>;
-        let with_valid;
-        if task.likelihood == Likelihood::Bernoulli
-            && (self.config.validation_noise || self.config.heteroscedastic)
-        {
+        if task.likelihood == Likelihood::Bernoulli && self.config.heteroscedastic {
             return Err(ModelError::invalid(
-                format!(
-                    "{}.{}",
-                    self.name,
-                    if self.config.heteroscedastic {
-                        "heteroscedastic"
-                    } else {
-                        "validation_noise"
-                    }
-                ),
+                format!("{}.heteroscedastic", self.name),
                 true,
                 "false for a classification problem: labels have no Gaussian noise to estimate",
             ));
         }
-        let (task, valid) = if self.config.validation_noise {
-            let v = task.validation.ok_or_else(|| {
-                ModelError::invalid(
-                    format!("{}.validation_noise", self.name),
-                    true,
-                    "a problem with a validation set (problem.validation, or \
-                     surrogate.split.validation > 0)",
-                )
-            })?;
-            if v.x.is_empty() || v.y.len() != task.repetitions.len() {
-                return Err(ModelError::invalid(
-                    "validation set",
-                    format!(
-                        "{} inputs, targets for {} repetitions",
-                        v.x.len() / task.d,
-                        v.y.len()
-                    ),
-                    format!(
-                        "at least one input and targets for all {}",
-                        task.repetitions.len()
-                    ),
-                ));
-            }
-            combined = [task.x_test, v.x].concat();
-            with_valid = Task {
-                x_test: &combined,
-                ..task.clone()
-            };
-            (&with_valid, Some(v))
-        } else {
-            (task, None)
-        };
         let members = self.config.members;
         let het = self.config.heteroscedastic;
         let shape = self.config.net.shape(task.d, if het { 2 } else { 1 });
@@ -271,6 +216,7 @@ impl Method for Ensemble {
             replica_targets: &replicas.targets,
             init_seeds: &replicas.init,
             stream_seeds: &replicas.stream,
+            replica_ids: &replicas.ids,
             x_test: &x_test,
         };
         let out = engine::train(&job, &self.train_settings(task), resources, progress)?;
@@ -294,97 +240,54 @@ impl Method for Ensemble {
                         diverged: out.diverged[r],
                     })
                     .collect();
+                // [004]'s t_{1−α/2, M} counts the members that entered the ensemble: those
+                // that did not diverge (all of them for a diverged repetition, which is left
+                // out anyway).
+                let survivors = members.iter().filter(|m| !m.diverged).count();
                 let family = if self.config.student_t {
                     Family::StudentT {
-                        dof: members.len() as f64,
+                        dof: if survivors >= 2 {
+                            survivors
+                        } else {
+                            members.len()
+                        } as f64,
                     }
                 } else {
                     self.config.intervals.family()
                 };
                 let mut o = combine_members(&members, family, keep_samples);
-                if let Some(v) = valid {
-                    // Split the validation points off and estimate σ̂² from them.
-                    let m_test = mt - v.x.len() / task.d;
-                    let sigma = validation_noise_sd(&v.y[k], &o.mean[m_test..], &o.std[m_test..]);
-                    o.mean.truncate(m_test);
-                    o.std.truncate(m_test);
-                    if let Some(rows) = o.samples.as_mut() {
-                        for row in rows {
-                            row.truncate(m_test);
-                        }
-                    }
-                    o.noise_std = Some(vec![sigma; m_test]);
-                    o.scalars.insert("validation_noise_sd".to_string(), sigma);
-                }
                 if het {
-                    // The noise variance: the mean of the members' variances (those kept, or
-                    // all of them for a diverged repetition, as `combine_members`).
+                    // The members' mixture N(μ_m, σ²_m), m over those kept (all of them for a
+                    // diverged repetition, as `combine_members`): its noise variance is the mean
+                    // of the σ²_m, and its predictive variance of y adds the spread of the
+                    // means with 1/M, mean_m σ²_m + (1/M)·Σ_m (μ_m − μ̄)²
+                    // (Lakshminarayanan et al. 2017, §2.4). The CI of f keeps the members'
+                    // sample std (1/(M − 1)) as every ensemble's uncertainty.
                     let kept: Vec<usize> = replicas
                         .clone()
                         .filter(|&r| o.diverged || !out.diverged[r])
                         .collect();
-                    o.noise_std = Some(
-                        (0..mt)
-                            .map(|i| {
-                                let sum: f64 =
-                                    kept.iter().map(|&r| f64::from(variances[r * mt + i])).sum();
-                                (sum / kept.len() as f64).sqrt()
-                            })
-                            .collect(),
-                    );
+                    let km = kept.len() as f64;
+                    let (noise, predictive): (Vec<f64>, Vec<f64>) = (0..mt)
+                        .map(|i| {
+                            let var: f64 = kept
+                                .iter()
+                                .map(|&r| f64::from(variances[r * mt + i]))
+                                .sum::<f64>()
+                                / km;
+                            let spread: f64 = kept
+                                .iter()
+                                .map(|&r| (f64::from(means[r * mt + i]) - o.mean[i]).powi(2))
+                                .sum::<f64>()
+                                / km;
+                            (var.sqrt(), (var + spread).sqrt())
+                        })
+                        .unzip();
+                    o.noise_std = Some(noise);
+                    o.predictive_std = Some(predictive);
                 }
                 o
             })
             .collect())
-    }
-}
-
-/// [004]'s noise estimate from a validation set: σ̂ = sqrt(mean_j max((y_j − f̂_j)² − σ̂_ω,j², 0))
-/// for validation targets `y`, the ensemble's predictions `mean` and its members' std `std`
-/// there.
-pub fn validation_noise_sd(y: &[f64], mean: &[f64], std: &[f64]) -> f64 {
-    let excess: f64 = y
-        .iter()
-        .zip(mean)
-        .zip(std)
-        .map(|((y, m), s)| ((y - m).powi(2) - s * s).max(0.0))
-        .sum();
-    (excess / y.len() as f64).sqrt()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_validation_noise_estimate_recovers_sigma() {
-        // y = f + ε with ε ~ N(0, 0.3²) at V = 20 000 points. With the truth as the prediction
-        // and σ̂_ω = 0, σ̂² is the mean of ε²: 0.09 ± 0.09·√(2/V) = 0.0009 (sd); checked at 5 sd.
-        // With σ̂_ω = 10 everywhere (members far more spread than the noise), every term is
-        // clipped to 0.
-        let mut rng = uqbench_anchor::Rng::new(42);
-        let v = 20_000;
-        let f: Vec<f64> = (0..v).map(|i| (i as f64 * 0.01).sin()).collect();
-        let y: Vec<f64> = f.iter().map(|f| f + 0.3 * rng.normal()).collect();
-        let s2 = validation_noise_sd(&y, &f, &vec![0.0; v]).powi(2);
-        assert!((s2 - 0.09).abs() < 5.0 * 0.0009, "{s2}");
-        assert_eq!(validation_noise_sd(&y, &f, &vec![10.0; v]), 0.0);
-        // A known member std s = 0.1 removes s² from each squared residual before clipping:
-        // E max(ε² − 0.01, 0) for ε ~ N(0, 0.09) (by numerical integration, midpoint rule).
-        let expected: f64 = {
-            let (n, lim) = (200_000, 3.0);
-            let h = 2.0 * lim / n as f64;
-            (0..n)
-                .map(|i| {
-                    let z = -lim + (i as f64 + 0.5) * h;
-                    let e = 0.3 * z;
-                    (e * e - 0.01).max(0.0) * (-0.5 * z * z).exp()
-                        / (2.0 * std::f64::consts::PI).sqrt()
-                        * h
-                })
-                .sum()
-        };
-        let got = validation_noise_sd(&y, &f, &vec![0.1; v]).powi(2);
-        assert!((got - expected).abs() < 5.0 * 0.0009, "{got} vs {expected}");
     }
 }

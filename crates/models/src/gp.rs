@@ -587,6 +587,8 @@ impl Gp {
         scalars.insert("gp_log_marginal_likelihood".into(), -e.nlml);
         Ok(RepOutput {
             noise_std: Some(vec![h[N]; mean.len()]),
+            noise_samples: None,
+            predictive_std: None,
             mean,
             std,
             family: Family::Normal,

@@ -20,17 +20,23 @@
 //! resonates with the posterior. Warm-up: the first `warmup` iterations adapt each replica's ε by Nesterov dual averaging
 //! toward an acceptance rate of `target_accept` (Hoffman & Gelman 2014, Algorithm 5:
 //! γ = 0.05, t₀ = 10, κ = 0.75, μ = ln 10ε₀) and are discarded; sampling then uses the
-//! averaged ε̄. A proposal whose energy error is not finite is a divergent transition: it is
-//! rejected (the state is selected, never blended, so no NaN leaks into it) and counted per
-//! repetition (`divergent_transitions`); a chain whose state itself becomes non-finite makes
-//! its repetition diverged (left out of the metrics and counted, like any divergence).
+//! averaged ε̄. A trajectory whose energy error H₁ − H₀ exceeds 1000 or is not finite is a
+//! divergent transition (Stan's rule); it is counted after warm-up per repetition
+//! (`divergent_transitions`). A proposal with a non-finite energy is rejected (the state is
+//! selected, never blended, so no NaN leaks into it); a chain whose state itself becomes
+//! non-finite makes its repetition diverged (left out of the metrics and counted, like any
+//! divergence).
 //!
 //! Output per repetition: the `draws` of f(x*) of every chain pooled; the prediction is
-//! their mean, the intervals their empirical quantiles, σ the mean of the σ draws. Per
-//! repetition, the split-R̂ and bulk ESS of f(x*) (rank-normalised, Vehtari et al. 2021)
-//! are reported at their worst test input (`rhat_max`, `ess_bulk_min`), with
-//! `rhat_flagged` = 1 where R̂ > `rhat_threshold` (1.01), plus `accept_rate`, `step_size`
-//! and `divergent_transitions`.
+//! their mean, the CI their empirical quantiles, and the PI of y the quantiles of the mixture
+//! of N(f_s, σ_s²) over the draws s (each draw with its own σ draw); `noise_std` records the
+//! mean σ draw. Diagnostics (spec §8, [`uqbench_metrics::mcmc`]): per test input the
+//! rank-normalised R̂ = max(bulk, tail) and the bulk and tail ESS of f(x*), reported per
+//! repetition at the worst input (`rhat_max`, `ess_bulk_min`, `ess_tail_min`), with
+//! `rhat_flagged` = 1 where R̂ > `rhat_threshold` (1.01); E-BFMI per chain (`ebfmi_min`, and
+//! `ebfmi_flagged`, the chains below 0.3); `divergent_transitions`; and `reference_grade` = 1
+//! where the repetition meets posteriordb's standard (R̂ < 1.01, bulk and tail ESS > 400 at
+//! every input, no divergent transitions). Also `accept_rate` and `step_size`.
 //!
 //! The chains' momenta and accept draws come from each replica's own host stream and are
 //! uploaded every iteration (this route is not device-resident like the built-in engine),
@@ -40,8 +46,8 @@ use std::ops::Range;
 
 use burn::tensor::{Device, Tensor};
 use serde::{Deserialize, Serialize};
-use statrs::distribution::{ContinuousCDF, Normal};
 use uqbench_anchor::Rng;
+use uqbench_metrics::mcmc::{self, EBFMI_THRESHOLD};
 
 use crate::config::MethodConfig;
 use crate::dropout_method::{fixed_noise_sd, Tau};
@@ -194,14 +200,13 @@ impl Method for Hmc {
             stream: &replicas.stream,
             noise: fixed_noise,
             device: resources.device.clone(),
-            diagnostics: std::sync::Mutex::new(vec![[0.0; 3]; replicas.init.len()]),
+            records: std::sync::Mutex::new(vec![ChainRecord::default(); replicas.init.len()]),
             bernoulli,
         };
         let out = run_chunks(&trainer, resources, progress)?;
         let (m, n, t, chains) = (task.n_test(), task.n_train(), c.draws, c.chains);
-        let sigma = out.rates.clone().unwrap_or_default();
-        let diagnostics = trainer
-            .diagnostics
+        let records = trainer
+            .records
             .into_inner()
             .expect("no panics while holding it");
         Ok((0..task.repetitions.len())
@@ -236,28 +241,44 @@ impl Method for Hmc {
                             / chains as f64
                     })
                     .collect();
-                let (mut rhat_max, mut ess_min) = (0.0_f64, f64::INFINITY);
-                for i in 0..m {
-                    let per_chain: Vec<Vec<f64>> = reps
-                        .clone()
-                        .map(|r| (0..t).map(|s| f64::from(draw(r, s)[i])).collect())
-                        .collect();
-                    let (rhat, ess) = rank_rhat_ess(&per_chain);
-                    rhat_max = rhat_max.max(rhat);
-                    ess_min = ess_min.min(ess);
-                }
-                let noise = reps.clone().map(|r| sigma[r]).sum::<f64>() / chains as f64;
                 let mut scalars = std::collections::BTreeMap::new();
-                scalars.insert("rhat_max".into(), rhat_max);
-                scalars.insert("ess_bulk_min".into(), ess_min);
-                scalars.insert(
-                    "rhat_flagged".into(),
-                    if rhat_max > c.rhat_threshold {
-                        1.0
-                    } else {
-                        0.0
-                    },
-                );
+                let chain_records: Vec<&ChainRecord> = reps.clone().map(|r| &records[r]).collect();
+                let divergent: f64 = chain_records.iter().map(|c| c.divergent as f64).sum();
+                if !diverged {
+                    let worst = worst_diagnostics(&rows, m, t);
+                    scalars.insert("rhat_max".into(), worst.rhat);
+                    scalars.insert("ess_bulk_min".into(), worst.ess_bulk);
+                    scalars.insert("ess_tail_min".into(), worst.ess_tail);
+                    scalars.insert(
+                        "rhat_flagged".into(),
+                        f64::from(u8::from(worst.rhat > c.rhat_threshold)),
+                    );
+                    let ebfmi: Vec<f64> = chain_records
+                        .iter()
+                        .map(|c| mcmc::ebfmi(&c.energy).unwrap_or(f64::NAN))
+                        .collect();
+                    scalars.insert(
+                        "ebfmi_min".into(),
+                        ebfmi.iter().copied().fold(f64::INFINITY, f64::min),
+                    );
+                    scalars.insert(
+                        "ebfmi_flagged".into(),
+                        ebfmi
+                            .iter()
+                            .filter(|&&b| b.is_nan() || b < EBFMI_THRESHOLD)
+                            .count() as f64,
+                    );
+                    scalars.insert(
+                        "reference_grade".into(),
+                        f64::from(u8::from(worst.reference_grade() && divergent == 0.0)),
+                    );
+                }
+                // Every draw's σ, in the order of the rows: chain-major, then draw.
+                let sigma_draws: Vec<f64> = chain_records
+                    .iter()
+                    .flat_map(|c| c.sigma.iter().copied())
+                    .collect();
+                let noise = sigma_draws.iter().sum::<f64>() / sigma_draws.len() as f64;
                 scalars.insert(
                     "final_objective".into(),
                     reps.clone().map(|r| out.final_objective[r]).sum::<f64>() / chains as f64,
@@ -266,14 +287,18 @@ impl Method for Hmc {
                     scalars.insert("sampled_noise_sd".into(), noise);
                 }
                 let noise_std = (!bernoulli).then(|| vec![noise; m]);
-                let per = |j: usize| reps.clone().map(|r| diagnostics[r][j]).sum::<f64>();
-                scalars.insert("divergent_transitions".into(), per(0));
-                scalars.insert("accept_rate".into(), per(1) / chains as f64);
-                scalars.insert("step_size".into(), per(2) / chains as f64);
+                let per_chain_mean = |f: &dyn Fn(&ChainRecord) -> f64| {
+                    chain_records.iter().map(|c| f(c)).sum::<f64>() / chains as f64
+                };
+                scalars.insert("divergent_transitions".into(), divergent);
+                scalars.insert("accept_rate".into(), per_chain_mean(&|c| c.accept_rate));
+                scalars.insert("step_size".into(), per_chain_mean(&|c| c.step_size));
                 RepOutput {
                     mean,
                     std,
                     noise_std,
+                    noise_samples: (!bernoulli).then_some(sigma_draws),
+                    predictive_std: None,
                     family: Family::Empirical,
                     samples: Some(rows),
                     train_mean: Some(train_mean),
@@ -285,91 +310,52 @@ impl Method for Hmc {
     }
 }
 
-/// Split-R̂ and bulk ESS of one scalar from several chains of equal length, on
-/// rank-normalised draws (Vehtari, Gelman, Simpson, Carpenter & Bürkner 2021): pool the
-/// draws, replace each by Φ⁻¹((rank − 3/8)/(S + 1/4)), split every chain in halves, then
-/// R̂ = sqrt(((n−1)/n·W + B/n)/W) and ESS = S/τ with τ from the chains' autocorrelations
-/// summed by Geyer's initial monotone positive-pair sequence. Constant draws give (1, S).
-pub fn rank_rhat_ess(chains: &[Vec<f64>]) -> (f64, f64) {
-    let half = chains[0].len() / 2;
-    let split: Vec<&[f64]> = chains
-        .iter()
-        .flat_map(|c| [&c[..half], &c[half..2 * half]])
-        .collect();
-    let s_total: usize = split.iter().map(|c| c.len()).sum();
-    // Ranks over the pooled draws (average ranks for ties).
-    let mut order: Vec<(f64, usize)> = split
-        .iter()
-        .flat_map(|c| c.iter().copied())
-        .enumerate()
-        .map(|(i, v)| (v, i))
-        .collect();
-    order.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let mut rank = vec![0.0; s_total];
-    let mut i = 0;
-    while i < order.len() {
-        let mut j = i;
-        while j + 1 < order.len() && order[j + 1].0 == order[i].0 {
-            j += 1;
-        }
-        let r = (i + j) as f64 / 2.0 + 1.0;
-        for o in &order[i..=j] {
-            rank[o.1] = r;
-        }
-        i = j + 1;
-    }
-    if order.first().map(|o| o.0) == order.last().map(|o| o.0) {
-        return (1.0, s_total as f64);
-    }
-    let normal = Normal::standard();
-    let z: Vec<f64> = rank
-        .iter()
-        .map(|r| normal.inverse_cdf((r - 0.375) / (s_total as f64 + 0.25)))
-        .collect();
-    let n = half as f64;
-    let c = split.len();
-    let parts: Vec<&[f64]> = z.chunks(half).collect();
-    let means: Vec<f64> = parts.iter().map(|p| p.iter().sum::<f64>() / n).collect();
-    let vars: Vec<f64> = parts
-        .iter()
-        .zip(&means)
-        .map(|(p, m)| p.iter().map(|v| (v - m).powi(2)).sum::<f64>() / (n - 1.0))
-        .collect();
-    let grand = means.iter().sum::<f64>() / c as f64;
-    let b = n / (c as f64 - 1.0) * means.iter().map(|m| (m - grand).powi(2)).sum::<f64>();
-    let w = vars.iter().sum::<f64>() / c as f64;
-    let var_plus = (n - 1.0) / n * w + b / n;
-    let rhat = (var_plus / w).sqrt();
-    // Autocorrelation at lag t, combined over chains (Stan's formula).
-    let rho = |t: usize| -> f64 {
-        let acov: f64 = parts
-            .iter()
-            .zip(&means)
-            .map(|(p, m)| {
-                (0..half - t)
-                    .map(|k| (p[k] - m) * (p[k + t] - m))
-                    .sum::<f64>()
-                    / n
-            })
-            .sum::<f64>()
-            / c as f64;
-        1.0 - (w - acov) / var_plus
+/// The repetition's diagnostics at its worst test input, each taken separately: the largest
+/// R̂ and the smallest bulk and tail ESS over the inputs (`rows`: chain-major draws of f at the
+/// m inputs, t per chain). An input whose draws are not finite counts as not mixed.
+fn worst_diagnostics(rows: &[Vec<f64>], m: usize, t: usize) -> mcmc::Diagnostics {
+    let mut worst = mcmc::Diagnostics {
+        rhat: 0.0,
+        rhat_bulk: 0.0,
+        rhat_tail: 0.0,
+        ess_bulk: f64::INFINITY,
+        ess_tail: f64::INFINITY,
+        mcse_mean: 0.0,
     };
-    let mut tau = -1.0;
-    let mut prev = f64::INFINITY;
-    let mut t = 0;
-    while t + 1 < half {
-        let pair = rho(t) + rho(t + 1);
-        if pair <= 0.0 {
-            break;
+    for i in 0..m {
+        // Draws are chain-major: chain c's t draws are rows c·t .. (c + 1)·t.
+        let column: Vec<f64> = rows.iter().map(|r| r[i]).collect();
+        let per_chain: Vec<Vec<f64>> = column.chunks(t).map(<[f64]>::to_vec).collect();
+        match mcmc::diagnose(&per_chain) {
+            Ok(d) => {
+                worst.rhat = worst.rhat.max(d.rhat);
+                worst.rhat_bulk = worst.rhat_bulk.max(d.rhat_bulk);
+                worst.rhat_tail = worst.rhat_tail.max(d.rhat_tail);
+                worst.ess_bulk = worst.ess_bulk.min(d.ess_bulk);
+                worst.ess_tail = worst.ess_tail.min(d.ess_tail);
+                worst.mcse_mean = worst.mcse_mean.max(d.mcse_mean);
+            }
+            Err(_) => {
+                worst.rhat = f64::INFINITY;
+                worst.ess_bulk = 0.0;
+                worst.ess_tail = 0.0;
+            }
         }
-        let pair = pair.min(prev);
-        tau += 2.0 * pair;
-        prev = pair;
-        t += 2;
     }
-    let ess = s_total as f64 / tau.max(1.0 / (s_total as f64).log10().max(1.0));
-    (rhat, ess.min(s_total as f64 * (s_total as f64).log10()))
+    worst
+}
+
+/// What one chain records besides its draws of f: divergent transitions after warm-up, its
+/// acceptance rate after warm-up, its adapted step size, its energy H₀ at the start of every
+/// sampling iteration (after the momenta are drawn; for the E-BFMI), and its σ draw at every
+/// sampling iteration (the noise of its draw of y).
+#[derive(Debug, Clone, Default)]
+struct ChainRecord {
+    divergent: u64,
+    accept_rate: f64,
+    step_size: f64,
+    energy: Vec<f64>,
+    sigma: Vec<f64>,
 }
 
 /// The BNN's parameters for a chunk: per layer W `[R, in, out]` and b `[R, 1, out]`.
@@ -426,9 +412,8 @@ struct HmcTrainer<'a> {
     stream: &'a [u64],
     noise: Option<f64>,
     device: Device,
-    /// Per replica, written by the chunk that ran it: divergent transitions after warm-up,
-    /// acceptance rate after warm-up, and the adapted step size.
-    diagnostics: std::sync::Mutex<Vec<[f64; 3]>>,
+    /// Per replica, written by the chunk that ran it.
+    records: std::sync::Mutex<Vec<ChainRecord>>,
     /// Labels: the Bernoulli likelihood of logits instead of the Gaussian one.
     bernoulli: bool,
 }
@@ -513,8 +498,7 @@ impl ChunkTrainer for HmcTrainer<'_> {
     }
 
     fn has_rates(&self) -> bool {
-        // The "rate" slot carries each chain's mean σ draw.
-        true
+        false
     }
 
     fn bytes_per_replica(&self) -> usize {
@@ -591,7 +575,8 @@ impl ChunkTrainer for HmcTrainer<'_> {
         let mut log_eps_bar = vec![0.0; rc];
         let mut accepted = vec![0u64; rc];
         let mut divergent = vec![0u64; rc];
-        let mut sigma_sum = vec![0.0; rc];
+        let mut energy = vec![Vec::with_capacity(c.draws); rc];
+        let mut sigma_draws = vec![Vec::with_capacity(c.draws); rc];
         let mut pred = vec![0.0f32; rc * c.draws * m];
         let mut train_sum: Option<Tensor<3>> = None;
         let (a0, b0) = (1.0, 1.0);
@@ -636,19 +621,24 @@ impl ChunkTrainer for HmcTrainer<'_> {
                 p = p.map2(&g1, |p, g| p - g.mul(scale.clone()));
             }
             let k1 = p.norm2().mul_scalar(0.5);
-            // H₀ − H₁ per replica, read back with the proposal's SSE.
-            let diff = download((u.clone() + k0) - (u1.clone() + k1))?;
+            // H₀ and H₀ − H₁ per replica, read back together.
+            let h0 = u.clone() + k0;
+            let both = download(Tensor::cat(vec![h0.clone(), h0 - (u1.clone() + k1)], 2))?;
             let mut accept = vec![0.0f32; rc];
             let mut alphas = vec![0.0; rc];
             for r in 0..rc {
-                let dh = f64::from(diff[r]);
+                let dh = f64::from(both[2 * r + 1]);
                 let alpha = if dh.is_finite() {
                     dh.min(0.0).exp()
                 } else {
                     0.0
                 };
-                if !dh.is_finite() && sampling {
-                    divergent[r] += 1;
+                if sampling {
+                    energy[r].push(f64::from(both[2 * r]));
+                    // The energy error H₁ − H₀ = −dh.
+                    if mcmc::is_divergent(-dh) {
+                        divergent[r] += 1;
+                    }
                 }
                 alphas[r] = alpha;
                 if streams[r].uniform() < alpha {
@@ -703,7 +693,7 @@ impl ChunkTrainer for HmcTrainer<'_> {
                 for r in 0..rc {
                     let dst = (r * c.draws + s) * m;
                     pred[dst..dst + m].copy_from_slice(&values[r * m..(r + 1) * m]);
-                    sigma_sum[r] += s2[r].sqrt();
+                    sigma_draws[r].push(s2[r].sqrt());
                 }
                 let (ft, _) = self.forward(&theta, &x);
                 train_sum = Some(match train_sum {
@@ -719,13 +709,15 @@ impl ChunkTrainer for HmcTrainer<'_> {
         )?;
         let u_host = download(u)?;
         {
-            let mut diag = self.diagnostics.lock().expect("no panics while holding it");
-            for r in 0..rc {
-                diag[range.start + r] = [
-                    divergent[r] as f64,
-                    accepted[r] as f64 / c.draws as f64,
-                    eps[r],
-                ];
+            let mut records = self.records.lock().expect("no panics while holding it");
+            for (r, (energy, sigma)) in energy.into_iter().zip(sigma_draws).enumerate() {
+                records[range.start + r] = ChainRecord {
+                    divergent: divergent[r],
+                    accept_rate: accepted[r] as f64 / c.draws as f64,
+                    step_size: eps[r],
+                    energy,
+                    sigma,
+                };
             }
         }
         Ok(ChunkOut {
@@ -734,7 +726,8 @@ impl ChunkTrainer for HmcTrainer<'_> {
             // The final potential per data point (a chain whose state became non-finite is
             // diverged through it and its draws).
             objective: u_host.iter().map(|&v| f64::from(v) / n as f64).collect(),
-            rates: sigma_sum.iter().map(|s| s / c.draws as f64).collect(),
+            // σ travels in the chain records.
+            rates: Vec::new(),
             steps: ((c.warmup + c.draws) * c.leapfrog_steps) as u64,
             // Not counted on this route (momenta are uploaded every iteration).
             uploads: 0,
@@ -769,34 +762,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn rhat_and_ess_tell_mixed_from_stuck_chains() {
-        // Four chains of 1000 independent normals: R̂ within 1.01 of 1 and ESS near 4000
-        // (the rank-normalised ESS of iid draws has sd ≈ a few %; checked at ±25%).
+    fn the_gamma_sampler_has_its_mean() {
         let mut rng = Rng::new(5);
-        let iid: Vec<Vec<f64>> = (0..4)
-            .map(|_| (0..1000).map(|_| rng.normal()).collect())
-            .collect();
-        let (rhat, ess) = rank_rhat_ess(&iid);
-        assert!((rhat - 1.0).abs() < 0.01, "R̂ {rhat}");
-        assert!((ess / 4000.0 - 1.0).abs() < 0.25, "ESS {ess}");
-        // One chain shifted by 3 sd: R̂ far above 1.01.
-        let mut stuck = iid.clone();
-        stuck[0].iter_mut().for_each(|v| *v += 3.0);
-        assert!(rank_rhat_ess(&stuck).0 > 1.1);
-        // A strongly autocorrelated AR(1) chain (φ = 0.9): ESS ≈ S(1 − φ)/(1 + φ) ≈ 211.
-        let ar: Vec<Vec<f64>> = (0..4)
-            .map(|_| {
-                let mut v = 0.0;
-                (0..1000)
-                    .map(|_| {
-                        v = 0.9 * v + rng.normal() * (1.0 - 0.81f64).sqrt();
-                        v
-                    })
-                    .collect()
-            })
-            .collect();
-        let (_, ess) = rank_rhat_ess(&ar);
-        assert!(ess > 100.0 && ess < 400.0, "ESS {ess}");
         // The Gamma sampler has mean shape (sd √(shape/n)): 20 000 draws of Gamma(3).
         let g: f64 = (0..20_000).map(|_| gamma_draw(&mut rng, 3.0)).sum::<f64>() / 20_000.0;
         assert!((g - 3.0).abs() < 5.0 * (3.0f64 / 20_000.0).sqrt(), "{g}");

@@ -33,5 +33,5 @@ pub use mfvi::{Mfvi, MfviConfig, MfviSettings};
 pub use mlp::{xavier_init, HostWeights, MlpShape};
 pub use task::{
     combine_members, Family, IntervalSetting, Likelihood, Member, Method, RepOutput, Replicas,
-    SeedBase, Task, Validation,
+    SeedBase, Task,
 };

@@ -127,12 +127,12 @@ pub struct BayesNet {
 
 impl BayesNet {
     /// Means from Xavier initialisation per replica, log sds at ln(`init_sd`), s at
-    /// ln(`noise`) when `learn_noise`.
+    /// ln(`noise[r]`) per replica when `learn_noise`.
     pub fn init(
         shape: &MlpShape,
         seeds: &[u64],
         init_sd: f64,
-        noise: f64,
+        noise: &[f64],
         learn_noise: bool,
         device: &Device,
     ) -> BayesNet {
@@ -154,8 +154,10 @@ impl BayesNet {
             activation: LeakyRelu {
                 slope: shape.negative_slope,
             },
-            log_noise: learn_noise
-                .then(|| Param::from_tensor(Tensor::full([r, 1, 1], noise.ln(), device))),
+            log_noise: learn_noise.then(|| {
+                let logs: Vec<f32> = noise.iter().map(|v| v.ln() as f32).collect();
+                Param::from_data(TensorData::new(logs, [r, 1, 1]), device)
+            }),
         }
     }
 
@@ -291,12 +293,22 @@ impl Method for Mfvi {
             .flat_map(|&k| task.y_train[k].iter().map(|&v| v as f32))
             .collect();
         let (x_train, x_test) = task.inputs_f32(c.net.standardize);
-        // A learned noise sd starts at a tenth of the targets' sd.
-        let y0 = &task.y_train[0];
-        let mean = y0.iter().sum::<f64>() / y0.len() as f64;
-        let sd = (y0.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / y0.len() as f64)
-            .sqrt()
-            .max(1e-6);
+        // A learned noise sd starts at a tenth of the sd of the replica's own repetition's
+        // targets (never another repetition's: a repetition's result depends on itself only).
+        let noise_init: Vec<f64> = replicas
+            .targets
+            .iter()
+            .map(|&k| match fixed_noise {
+                Some(s) => s,
+                None => {
+                    let y = &task.y_train[k];
+                    let mean = y.iter().sum::<f64>() / y.len() as f64;
+                    0.1 * (y.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / y.len() as f64)
+                        .sqrt()
+                        .max(1e-6)
+                }
+            })
+            .collect();
         let trainer = MfviTrainer {
             config: c,
             shape: c.net.shape(task.d, 1),
@@ -307,7 +319,7 @@ impl Method for Mfvi {
             stream: &replicas.stream,
             epochs: task.epochs,
             noise: fixed_noise,
-            noise_init: fixed_noise.unwrap_or(0.1 * sd),
+            noise_init: &noise_init,
             device: resources.device.clone(),
             path: resources.kernel_path(),
             bernoulli,
@@ -355,7 +367,8 @@ struct MfviTrainer<'a> {
     epochs: usize,
     /// σ_n when fixed.
     noise: Option<f64>,
-    noise_init: f64,
+    /// Per replica, σ_n at the start (the fixed value when σ_n is fixed).
+    noise_init: &'a [f64],
     device: Device,
     path: KernelPath,
     /// Labels: the data term is the Bernoulli NLL of the logit output.
@@ -407,7 +420,7 @@ impl ChunkTrainer for MfviTrainer<'_> {
             &self.shape,
             &self.init[range.clone()],
             c.init_sd,
-            self.noise_init,
+            &self.noise_init[range.clone()],
             self.noise.is_none(),
             &device,
         );
@@ -426,7 +439,7 @@ impl ChunkTrainer for MfviTrainer<'_> {
             &device,
         );
         let inv_n = 1.0 / n as f64;
-        let noise_init = self.noise_init;
+        let fixed_noise = self.noise.unwrap_or(1.0);
         let bernoulli = self.bernoulli;
         let objective =
             |model: &BayesNet, out: Tensor<3>, y: Tensor<3>, dev: &Device| -> Tensor<3> {
@@ -437,7 +450,7 @@ impl ChunkTrainer for MfviTrainer<'_> {
                     return Head::BernoulliLogit.value(out, &y)
                         + model.kl(c.prior_sd).mul_scalar(inv_n);
                 }
-                let s = model.log_noise(noise_init, rc, dev);
+                let s = model.log_noise(fixed_noise, rc, dev);
                 let data = (out - y)
                     .square()
                     .mean_dim(1)
@@ -468,7 +481,7 @@ impl ChunkTrainer for MfviTrainer<'_> {
         .into_iter()
         .map(f64::from)
         .collect();
-        let noise: Vec<f64> = download(model.log_noise(noise_init, rc, &plain).exp())?
+        let noise: Vec<f64> = download(model.log_noise(fixed_noise, rc, &plain).exp())?
             .into_iter()
             .map(f64::from)
             .collect();

@@ -55,9 +55,6 @@ pub struct Task<'a> {
     pub known_sigma: Option<f64>,
     /// Seed context.
     pub seeds: SeedBase,
-    /// A validation set, when the problem declares one (`problem.validation`): what
-    /// [004]'s naive bootstrap estimates the noise from.
-    pub validation: Option<Validation<'a>>,
     /// The problem's features G when f is linear in them (not for a surrogate problem): what
     /// the GP's `features` kernel uses.
     pub features: Option<&'a uqbench_anchor::FeatureMap>,
@@ -76,15 +73,6 @@ pub enum Likelihood {
     /// y ∈ {0, 1} with P(y = 1 | x) = sigmoid(f(x)): the network outputs the logit f, and
     /// every prediction (mean, samples) a method returns is on the logit scale.
     Bernoulli,
-}
-
-/// Validation inputs and each repetition's validation targets.
-#[derive(Debug, Clone, Copy)]
-pub struct Validation<'a> {
-    /// Inputs `[V, d]`, row-major.
-    pub x: &'a [f64],
-    /// Targets of each repetition of the task, in the task's order.
-    pub y: &'a [Vec<f64>],
 }
 
 impl Task<'_> {
@@ -156,10 +144,12 @@ impl Task<'_> {
             targets: Vec::new(),
             init: Vec::new(),
             stream: Vec::new(),
+            ids: Vec::new(),
         };
         for (k, &rep) in self.repetitions.iter().enumerate() {
             for m in 0..members as u64 {
                 r.targets.push(k);
+                r.ids.push(rep * members as u64 + m);
                 r.init.push(self.seeds.seed(rep, m, &init_purpose));
                 r.stream.push(self.seeds.seed(rep, m, &stream_purpose));
             }
@@ -253,6 +243,9 @@ pub struct Replicas {
     pub init: Vec<u64>,
     /// Per replica, the seed of its stream of draws.
     pub stream: Vec<u64>,
+    /// Per replica, its identifier repetition·members + member: distinct between the replicas
+    /// of a (setting, method), whichever repetitions a task holds.
+    pub ids: Vec<u64>,
 }
 
 /// The shape of a method's predictive distribution of f(x*), which its intervals come from
@@ -305,6 +298,15 @@ pub struct RepOutput {
     pub std: Vec<f64>,
     /// Aleatoric noise sd at every test input, when the method models it.
     pub noise_std: Option<Vec<f64>>,
+    /// The sd of the predictive distribution of a new y at every test input, when it is not
+    /// sqrt(std² + noise_std²): a mean–variance ensemble's mixture has variance
+    /// mean_m σ²_m + (1/M)·Σ_m (μ_m − μ̄)² (Lakshminarayanan et al. 2017), with 1/M where the
+    /// uncertainty of f, the members' sample std, has 1/(M − 1).
+    pub predictive_std: Option<Vec<f64>>,
+    /// The noise sd that goes with each sample (one per row of `samples`), when the method
+    /// draws the noise with its samples (HMC's σ draws): the predictive of y is then the
+    /// mixture of N(sample, σ_s²) over the samples, not a mixture with one σ.
+    pub noise_samples: Option<Vec<f64>>,
     /// The predictive distribution's family: where the intervals come from.
     pub family: Family,
     /// Member predictions or Monte-Carlo samples, one row per member or sample: when asked,
@@ -411,6 +413,8 @@ pub fn combine_members(members: &[Member<'_>], family: Family, keep_samples: boo
         mean,
         std,
         noise_std: None,
+        predictive_std: None,
+        noise_samples: None,
         family,
         samples: (keep_samples || family == Family::Empirical).then(|| {
             rows.iter()

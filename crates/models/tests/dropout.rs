@@ -43,7 +43,6 @@ fn run(
             experiment: p.name.clone(),
             setting: p.setting.label(),
         },
-        validation: None,
         features: None,
         likelihood: uqbench_models::Likelihood::Gaussian,
     };

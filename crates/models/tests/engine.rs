@@ -52,6 +52,7 @@ fn run(
     let replica_targets: Vec<usize> = replicas.iter().map(|r| r / 3).collect();
     let init: Vec<u64> = replicas.iter().map(|&r| 1000 + r as u64).collect();
     let batch: Vec<u64> = replicas.iter().map(|&r| 2000 + r as u64).collect();
+    let ids: Vec<u64> = replicas.iter().map(|&r| r as u64).collect();
     let job = Job {
         shape: &s,
         x_train: &d.x,
@@ -59,6 +60,7 @@ fn run(
         replica_targets: &replica_targets,
         init_seeds: &init,
         stream_seeds: &batch,
+        replica_ids: &ids,
         x_test: &d.x_test,
     };
     // CI's wgpu adapter is lavapipe, a software rasterizer: allowed here on purpose.
@@ -95,7 +97,11 @@ fn variants() -> Vec<TrainSettings> {
             ..base.clone()
         },
         TrainSettings {
-            batching: Batching::Resample,
+            batching: Batching::Resample { size: None },
+            ..base.clone()
+        },
+        TrainSettings {
+            batching: Batching::Resample { size: Some(16) },
             ..base.clone()
         },
         TrainSettings {
@@ -215,6 +221,7 @@ fn divergence_is_reported_per_replica_and_does_not_leak() {
     let targets = vec![d.targets[0].clone(), vec![3e38f32; 40]];
     let replica_targets = [0usize, 0, 1, 1];
     let seeds = [1u64, 2, 3, 4];
+    let ids = [0u64, 1, 2, 3];
     let job = Job {
         shape: &s,
         x_train: &d.x,
@@ -222,6 +229,7 @@ fn divergence_is_reported_per_replica_and_does_not_leak() {
         replica_targets: &replica_targets,
         init_seeds: &seeds,
         stream_seeds: &seeds,
+        replica_ids: &ids,
         x_test: &d.x_test,
     };
     let res = Resources::new(BackendKind::Flex, open_device(BackendKind::Flex).unwrap());
@@ -234,6 +242,7 @@ fn divergence_is_reported_per_replica_and_does_not_leak() {
         replica_targets: &replica_targets[..2],
         init_seeds: &seeds[..2],
         stream_seeds: &seeds[..2],
+        replica_ids: &ids[..2],
         ..job.clone()
     };
     let alone = engine::train(&healthy, &settings, &res, &|_| {}).unwrap();
@@ -253,6 +262,7 @@ fn bad_settings_are_clear_errors() {
         replica_targets: &rt,
         init_seeds: &seeds,
         stream_seeds: &seeds,
+        replica_ids: &[0],
         x_test: &d.x_test,
     };
     let mut res = Resources::new(BackendKind::Flex, open_device(BackendKind::Flex).unwrap());

@@ -42,7 +42,6 @@ fn run(kind: EnsembleKind, config: EnsembleConfig, reps: &[u64], samples: bool) 
             experiment: "e1".into(),
             setting: "f_main=1".into(),
         },
-        validation: None,
         features: None,
         likelihood: uqbench_models::Likelihood::Gaussian,
     };
@@ -93,7 +92,6 @@ fn plain_ensemble_fits_and_is_less_certain_out_of_distribution() {
             experiment: "cubic".into(),
             setting: String::new(),
         },
-        validation: None,
         features: None,
         likelihood: uqbench_models::Likelihood::Gaussian,
     };
@@ -240,7 +238,6 @@ fn the_autodiff_route_runs_on_the_trainer_and_chunks_do_not_change_it() {
             experiment: "e1".into(),
             setting: "f_main=1".into(),
         },
-        validation: None,
         features: None,
         likelihood: uqbench_models::Likelihood::Gaussian,
     };
@@ -318,7 +315,6 @@ fn mean_variance_members_estimate_the_noise() {
             experiment: "cubic_hetero".into(),
             setting: String::new(),
         },
-        validation: None,
         features: None,
         likelihood: uqbench_models::Likelihood::Gaussian,
     };
@@ -355,13 +351,12 @@ fn mean_variance_members_estimate_the_noise() {
 }
 
 #[test]
-fn the_naive_bootstrap_needs_two_members_and_a_validation_set() {
+fn the_naive_bootstrap_needs_two_members() {
     let naive = |members: usize| EnsembleConfig {
         own: EnsembleSettings {
             members,
             bootstrap: BootstrapScheme::Classic,
             student_t: true,
-            validation_noise: true,
             ..EnsembleSettings::default()
         },
         ..EnsembleConfig::default()
@@ -373,36 +368,7 @@ fn the_naive_bootstrap_needs_two_members_and_a_validation_set() {
         e.contains("Boot.members") && e.contains("at least 2"),
         "{e}"
     );
-    // E1 declares no validation design: a clear error naming the setting.
-    let method = Ensemble::new("Boot", EnsembleKind::Bootstrap, naive(2)).unwrap();
-    let p = e1();
-    let y = vec![p.draw(0).train_y];
-    let task = Task {
-        d: 1,
-        x_train: p.train.inputs.as_slice(),
-        y_train: &y,
-        repetitions: &[0],
-        x_test: p.test.inputs.as_slice(),
-        epochs: 2,
-        known_sigma: None,
-        seeds: SeedBase {
-            base: 1,
-            experiment: "e1".into(),
-            setting: "f_main=1".into(),
-        },
-        validation: None,
-        features: None,
-        likelihood: uqbench_models::Likelihood::Gaussian,
-    };
-    let res = Resources::new(BackendKind::Flex, open_device(BackendKind::Flex).unwrap());
-    let e = method
-        .run(&task, &res, false, &|_| {})
-        .unwrap_err()
-        .to_string();
-    assert!(
-        e.contains("Boot.validation_noise") && e.contains("problem.validation"),
-        "{e}"
-    );
+    assert!(Ensemble::new("Boot", EnsembleKind::Bootstrap, naive(2)).is_ok());
 }
 
 /// A 1-D logistic problem: P(y = 1 | x) = sigmoid(2x) on x ∈ [−3, 3] (N = 400 points on a
@@ -450,7 +416,6 @@ fn the_bernoulli_head_learns_a_logistic_probability() {
             experiment: "logistic".into(),
             setting: String::new(),
         },
-        validation: None,
         features: None,
         likelihood: uqbench_models::Likelihood::Bernoulli,
     };

@@ -37,7 +37,6 @@ fn run(p: &Problem, config: GpConfig, reps: &[u64]) -> Vec<RepOutput> {
             experiment: "gp".into(),
             setting: String::new(),
         },
-        validation: None,
         features: p.linear().map(|(f, _)| f),
         likelihood: uqbench_models::Likelihood::Gaussian,
     };
@@ -97,7 +96,6 @@ fn two_points_with_fixed_hyperparameters_match_the_closed_form() {
             experiment: "t".into(),
             setting: String::new(),
         },
-        validation: None,
         features: None,
         likelihood: uqbench_models::Likelihood::Gaussian,
     };
@@ -250,7 +248,6 @@ fn bad_settings_name_the_key() {
             experiment: "gp".into(),
             setting: String::new(),
         },
-        validation: None,
         features: None,
         likelihood: uqbench_models::Likelihood::Gaussian,
     };

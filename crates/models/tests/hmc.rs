@@ -36,7 +36,6 @@ fn hmc_on_bayesian_linear_regression_recovers_the_posterior() {
             experiment: "hmc".into(),
             setting: String::new(),
         },
-        validation: None,
         features: None,
         likelihood: uqbench_models::Likelihood::Gaussian,
     };

@@ -22,7 +22,6 @@ fn task<'a>(x: &'a [f64], y: &'a [Vec<f64>], x_test: &'a [f64], epochs: usize) -
             experiment: "mfvi".into(),
             setting: String::new(),
         },
-        validation: None,
         features: None,
         likelihood: uqbench_models::Likelihood::Gaussian,
     }

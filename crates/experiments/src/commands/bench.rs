@@ -105,6 +105,7 @@ fn train(args: &TrainBench) -> Result<()> {
     let replica_targets = vec![0usize; args.replicas];
     let init: Vec<u64> = (0..args.replicas).map(|r| seed(r, "init")).collect();
     let batch: Vec<u64> = (0..args.replicas).map(|r| seed(r, "batch")).collect();
+    let ids: Vec<u64> = (0..args.replicas as u64).collect();
     let x_test: Vec<f32> = (0..100).map(|i| -6.0 + 12.0 * i as f32 / 99.0).collect();
     let job = Job {
         shape: &shape,
@@ -113,6 +114,7 @@ fn train(args: &TrainBench) -> Result<()> {
         replica_targets: &replica_targets,
         init_seeds: &init,
         stream_seeds: &batch,
+        replica_ids: &ids,
         x_test: &x_test,
     };
     let settings = TrainSettings::paper(args.epochs, args.n);
@@ -229,7 +231,6 @@ fn autodiff(
             experiment: "bench".into(),
             setting: String::new(),
         },
-        validation: None,
         features: None,
         likelihood: uqbench_models::Likelihood::Gaussian,
     };

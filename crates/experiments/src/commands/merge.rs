@@ -38,36 +38,57 @@ pub fn run(args: &MergeArgs) -> Result<()> {
     }
     let spec = ExperimentSpec::from_toml_str(&text, None)?;
     let plan = Plan::new(spec, None)?;
-    prepare_dir(&args.out, &text, true)?;
-    let meta = RunMeta::read(&args.dirs[0]);
-    let mut copied = 0usize;
-    for unit in &plan.units {
+    let metas: Vec<RunMeta> = args.dirs.iter().map(|d| RunMeta::read(d)).collect();
+    // Every repetition file of the plan must come from exactly one directory.
+    let mut sources = Vec::new();
+    let mut missing: Vec<(usize, u64)> = Vec::new();
+    let mut duplicated: Vec<(PathBuf, Vec<&Path>)> = Vec::new();
+    for (ui, unit) in plan.units.iter().enumerate() {
         let setting = &plan.settings[unit.setting];
         for r in unit.reps.clone() {
-            let target = rep_path(&args.out, setting, &unit.method, r);
-            for d in &args.dirs {
-                let source = rep_path(d, setting, &unit.method, r);
-                if !source.is_file() {
-                    continue;
-                }
-                let bytes = std::fs::read(&source)?;
-                if target.is_file() {
-                    if std::fs::read(&target)? != bytes {
-                        bail!(
-                            "{} and {} disagree: the shards did not run the same computation",
-                            source.display(),
-                            target.display()
-                        );
-                    }
-                } else {
-                    write_atomic(&target, &bytes)?;
-                    copied += 1;
-                }
+            let holders: Vec<&Path> = args
+                .dirs
+                .iter()
+                .filter(|d| rep_path(d, setting, &unit.method, r).is_file())
+                .map(PathBuf::as_path)
+                .collect();
+            match holders.as_slice() {
+                [] => missing.push((ui, r)),
+                [one] => sources.push((
+                    rep_path(one, setting, &unit.method, r),
+                    rep_path(&args.out, setting, &unit.method, r),
+                )),
+                _ => duplicated.push((rep_path(Path::new(""), setting, &unit.method, r), holders)),
             }
+        }
+    }
+    if !duplicated.is_empty() || !missing.is_empty() {
+        bail!(
+            "{}",
+            completeness_report(&plan, &metas, &missing, &duplicated)
+        );
+    }
+    prepare_dir(&args.out, &text, true)?;
+    let meta = metas[0].clone();
+    let mut copied = 0usize;
+    for (source, target) in sources {
+        let bytes = std::fs::read(&source)?;
+        if target.is_file() {
+            if std::fs::read(&target)? != bytes {
+                bail!(
+                    "{} and {} disagree: the output directory holds another computation",
+                    source.display(),
+                    target.display()
+                );
+            }
+        } else {
+            write_atomic(&target, &bytes)?;
+            copied += 1;
         }
     }
     let merged = RunMeta {
         shard: None,
+        reps: None,
         merged_from: args.dirs.clone(),
         ..meta
     };
@@ -78,4 +99,99 @@ pub fn run(args: &MergeArgs) -> Result<()> {
         args.out.display()
     );
     runner::finish(&args.out, &plan, &merged)
+}
+
+/// Ranges of consecutive numbers: `[0, 1, 2, 5]` → `0..3, 5..6`.
+fn ranges(v: &[u64]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < v.len() {
+        let mut j = i;
+        while j + 1 < v.len() && v[j + 1] == v[j] + 1 {
+            j += 1;
+        }
+        out.push(format!("{}..{}", v[i], v[j] + 1));
+        i = j + 1;
+    }
+    out.join(", ")
+}
+
+/// What a merge lacks or holds twice, grouped per setting and method, with what to rerun.
+pub fn completeness_report(
+    plan: &Plan,
+    metas: &[RunMeta],
+    missing: &[(usize, u64)],
+    duplicated: &[(PathBuf, Vec<&Path>)],
+) -> String {
+    let mut lines = Vec::new();
+    if !missing.is_empty() {
+        let mut groups: std::collections::BTreeMap<(usize, &str), Vec<u64>> = Default::default();
+        for &(ui, r) in missing {
+            let u = &plan.units[ui];
+            groups
+                .entry((u.setting, u.method.as_str()))
+                .or_default()
+                .push(r);
+        }
+        lines.push(format!(
+            "{} repetition files are missing (none of the directories holds them):",
+            missing.len()
+        ));
+        for ((setting, method), reps) in &groups {
+            let label = plan.settings[*setting].label();
+            lines.push(format!(
+                "  setting {} method {method}: repetitions {}",
+                if label.is_empty() { "-" } else { &label },
+                ranges(reps)
+            ));
+        }
+        // The shards to rerun, when the parts are shards of one split.
+        let ns: Vec<usize> = metas
+            .iter()
+            .filter_map(|m| m.shard.as_deref()?.split_once('/')?.1.parse().ok())
+            .collect();
+        if ns.len() == metas.len() && ns.windows(2).all(|w| w[0] == w[1]) {
+            let n = ns[0];
+            let mut shards: Vec<usize> = missing.iter().map(|&(ui, _)| ui % n).collect();
+            shards.sort_unstable();
+            shards.dedup();
+            lines.push(format!(
+                "rerun (with --resume in its directory) {}",
+                shards
+                    .iter()
+                    .map(|i| format!("--shard {i}/{n}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        } else {
+            let mut reps: Vec<u64> = missing.iter().map(|&(_, r)| r).collect();
+            reps.sort_unstable();
+            reps.dedup();
+            lines.push(format!(
+                "run the missing repetitions with --reps (e.g. --reps {}) and merge again",
+                ranges(&reps).split(", ").next().unwrap_or_default()
+            ));
+        }
+    }
+    if !duplicated.is_empty() {
+        lines.push(format!(
+            "{} repetition files are held by more than one directory (the parts overlap):",
+            duplicated.len()
+        ));
+        for (path, dirs) in duplicated.iter().take(20) {
+            lines.push(format!(
+                "  {} in {}",
+                path.display(),
+                dirs.iter()
+                    .map(|d| d.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(" and ")
+            ));
+        }
+        if duplicated.len() > 20 {
+            lines.push(format!("  … and {} more", duplicated.len() - 20));
+        }
+        lines.push("merge parts with disjoint repetitions only".into());
+    }
+    lines.join("\n")
 }

@@ -15,7 +15,8 @@ use uqbench_metrics::regression as reg;
 #[derive(Debug, Args)]
 pub struct MetricsArgs {
     /// Input JSON: {"kind": "regression", "mean": [..], "std": [..], "y": [..], "samples":
-    /// [[..], ..]} or {"kind": "classification", "probs": [[..], ..], "labels": [..]}.
+    /// [[..], ..]}, {"kind": "classification", "probs": [[..], ..], "labels": [..]} or
+    /// {"kind": "draws", "draws": [[..chain 0..], [..chain 1..], ..]} (MCMC diagnostics).
     #[arg(long)]
     pub input: PathBuf,
     /// Bins of the classification calibration errors (equal width for ECE/RMSCE/SCE, equal
@@ -52,6 +53,8 @@ enum Input {
         #[serde(default)]
         loglik: Option<Vec<Vec<f64>>>,
     },
+    /// MCMC draws of one quantity, one list per chain.
+    Draws { draws: Vec<Vec<f64>> },
 }
 
 /// Runs `uqbench metrics`.
@@ -61,7 +64,8 @@ pub fn run(args: &MetricsArgs) -> Result<()> {
     let input: Input = serde_json::from_str(&text).with_context(|| {
         format!(
             "{} is not a metrics input: expected {{\"kind\": \"regression\", \"mean\", \"std\", \"y\"[, \
-             \"samples\"]}} or {{\"kind\": \"classification\", \"probs\", \"labels\"}}",
+             \"samples\"]}}, {{\"kind\": \"classification\", \"probs\", \"labels\"}} or \
+             {{\"kind\": \"draws\", \"draws\": [[chain 0], [chain 1], ..]}}",
             args.input.display()
         )
     })?;
@@ -98,6 +102,22 @@ fn loglik_metrics(table: &[Vec<f64>], out: &mut Map<String, Value>) -> Result<()
 fn compute(input: &Input, args: &MetricsArgs) -> Result<Map<String, Value>> {
     let mut out = Map::new();
     match input {
+        Input::Draws { draws } => {
+            let d = uqbench_metrics::mcmc::diagnose(draws)?;
+            out.insert("kind".into(), json!("draws"));
+            out.insert("chains".into(), json!(draws.len()));
+            out.insert("draws_per_chain".into(), json!(draws[0].len()));
+            for (name, v) in [
+                ("rhat", d.rhat),
+                ("rhat_bulk", d.rhat_bulk),
+                ("rhat_tail", d.rhat_tail),
+                ("ess_bulk", d.ess_bulk),
+                ("ess_tail", d.ess_tail),
+                ("mcse_mean", d.mcse_mean),
+            ] {
+                out.insert(name.into(), finite_or_null(v));
+            }
+        }
         Input::Regression {
             mean,
             std,

@@ -41,6 +41,10 @@ pub struct RunArgs {
     /// shards' directories with `uqbench merge`.
     #[arg(long, value_name = "I/N")]
     pub shard: Option<String>,
+    /// Run only repetitions A..B (half-open, 0-based) of every setting and method, e.g.
+    /// `--reps 0..25`; combine runs of disjoint repetitions with `uqbench merge`.
+    #[arg(long, value_name = "A..B")]
+    pub reps: Option<String>,
     /// No progress bars: one line per finished work unit.
     #[arg(long)]
     pub quiet: bool,
@@ -77,11 +81,34 @@ fn parse_shard(s: &str) -> Result<(usize, usize)> {
     }
 }
 
+/// Parses `--reps A..B` (half-open, 0-based) against the spec's `total` repetitions.
+pub fn parse_reps(s: &str, total: u64) -> Result<std::ops::Range<u64>> {
+    let parsed = s
+        .split_once("..")
+        .and_then(|(a, b)| Some((a.trim().parse::<u64>().ok()?, b.trim().parse::<u64>().ok()?)));
+    match parsed {
+        Some((a, b)) if a < b && b <= total => Ok(a..b),
+        _ => bail!(
+            "--reps {s}: expected A..B with 0 ≤ A < B ≤ {total} (the spec's run.repetitions), \
+             e.g. --reps 0..{}",
+            total.clamp(1, 10)
+        ),
+    }
+}
+
 /// Runs `uqbench run`.
 pub fn run(args: &RunArgs) -> Result<()> {
     let spec = ExperimentSpec::load_profile(&args.spec, args.profile.as_deref())?;
     let shard = args.shard.as_deref().map(parse_shard).transpose()?;
     let mut plan = Plan::new(spec, args.methods.as_deref())?;
+    let reps = args
+        .reps
+        .as_deref()
+        .map(|r| parse_reps(r, plan.repetitions()))
+        .transpose()?;
+    if let Some(r) = &reps {
+        plan.restrict(r.clone());
+    }
     // The recorded spec lists the methods actually run.
     if let Some(run) = plan.spec.run.as_mut() {
         run.methods = plan
@@ -105,14 +132,6 @@ pub fn run(args: &RunArgs) -> Result<()> {
     }
     let device = open_device(args.backend)?;
     prepare_dir(&dir, &plan.spec.resolved_toml()?, args.resume)?;
-    let meta = RunMeta {
-        profile: args.profile.clone(),
-        backend: args.backend.name().to_string(),
-        shard: args.shard.clone(),
-        merged_from: Vec::new(),
-    };
-    meta.write(&dir)?;
-
     let mut resources = Resources::new(args.backend, device);
     if let Some(t) = args.threads {
         resources.threads = t.max(1);
@@ -124,6 +143,24 @@ pub fn run(args: &RunArgs) -> Result<()> {
         resources.memory_budget = mb << 20;
     }
     resources.chunk = args.chunk;
+    let device_name = if args.backend.is_gpu() {
+        uqbench_models::wgpu_status()
+            .map(|a| a.to_string())
+            .unwrap_or_else(|_| args.backend.name().to_string())
+    } else {
+        crate::store::cpu_model()
+    };
+    let meta = RunMeta {
+        shard: args.shard.clone(),
+        reps: args.reps.clone(),
+        ..RunMeta::new(
+            args.profile.clone(),
+            args.backend.name(),
+            device_name,
+            resources.threads,
+        )
+    };
+    meta.write(&dir)?;
 
     let todo: Vec<&runner::Unit> = plan
         .units
@@ -170,7 +207,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
     .progress_chars("=> ");
     let show_lines = args.quiet || multi.is_hidden();
     eprintln!(
-        "{}: {} settings × {} methods × {k} repetitions, {} of {} work units to run{} → {}",
+        "{}: {} settings × {} methods × {k} repetitions, {} of {} work units to run{}{} → {}",
         plan.spec.name,
         plan.settings.len(),
         plan.methods.len(),
@@ -178,6 +215,9 @@ pub fn run(args: &RunArgs) -> Result<()> {
         plan.units.len(),
         shard
             .map(|(i, n)| format!(" (shard {i}/{n})"))
+            .unwrap_or_default(),
+        reps.as_ref()
+            .map(|r| format!(" (repetitions {}..{})", r.start, r.end))
             .unwrap_or_default(),
         dir.display()
     );
@@ -245,9 +285,15 @@ pub fn run(args: &RunArgs) -> Result<()> {
             );
         }
     }
-    if let Some((i, n)) = shard {
+    if shard.is_some() || reps.is_some() {
         eprintln!(
-            "shard {i}/{n} finished in {}; combine the shards with `uqbench merge DIR… --out DIR`",
+            "{} finished in {}; combine the parts with `uqbench merge DIR… --out DIR`",
+            match (&args.shard, &args.reps) {
+                (Some(s), Some(r)) => format!("shard {s} of repetitions {r}"),
+                (Some(s), None) => format!("shard {s}"),
+                (None, Some(r)) => format!("repetitions {r}"),
+                (None, None) => unreachable!("checked above"),
+            },
             dir.display()
         );
         return Ok(());

@@ -208,7 +208,7 @@ fn read_rep(dir: &Path, rep: u64, sc: &Scoring<'_>) -> Result<RepResult> {
         Some(columns) => {
             let (intervals, crps) = summary::empirical(
                 &columns,
-                sc.sigma,
+                summary::NoiseSd::PerPoint(noise_std.as_deref().unwrap_or(sc.sigma)),
                 &summary::with_coverage_level(sc.levels),
                 sc.truth,
             )
@@ -222,6 +222,7 @@ fn read_rep(dir: &Path, rep: u64, sc: &Scoring<'_>) -> Result<RepResult> {
         mean,
         std,
         noise_std,
+        predictive_std: None,
         family,
         intervals,
         crps,

@@ -24,7 +24,7 @@ use uqbench_metrics::classification::{
 };
 use uqbench_metrics::ranking::{referral_curve, roc_auc};
 
-use super::compute::{mean_of, mean_se_per_point, mixing_flag, proportions, regions};
+use super::compute::{mean_se_per_point, mixing_flag, proportions, region_aggregate, regions};
 use super::types::{level_name, nullable_vec, MethodSummary, PointMetric, Scalar, TestInfo};
 use uqbench_metrics::regression::quantile_sorted;
 
@@ -206,10 +206,7 @@ fn label_metrics(prob: &[f64], labels: &[bool], idx: &[usize]) -> Result<BTreeMa
 fn over_reps(v: &[f64]) -> Scalar {
     let finite: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
     match uqbench_metrics::coverage::mean_se(&finite) {
-        Ok(s) => Scalar {
-            value: s.mean,
-            stderr: s.se,
-        },
+        Ok(s) => Scalar::with_se(s.mean, s.se),
         Err(_) => Scalar::bare(f64::NAN),
     }
 }
@@ -253,37 +250,36 @@ pub fn summarize_classification(
         });
     }
     let regs = regions(test);
-    // Per-point metrics over repetitions.
+    // Per repetition and test input (`[r][i]`): a per-point metric is the mean over
+    // repetitions, a region aggregate the mean over repetitions of each repetition's mean over
+    // the region, with its standard error over the repetitions (spec §8).
     let per_rep = |f: &dyn Fn(&ClassRep, usize) -> f64| -> Vec<Vec<f64>> {
         used.iter()
             .map(|r| (0..m).map(|i| f(r, i)).collect())
             .collect()
     };
-    let mut pointwise: Vec<(String, PointMetric)> = vec![
-        (
-            "prob".into(),
-            mean_se_per_point(&per_rep(&|r, i| r.prob[i]), m),
-        ),
+    let mut per_point: Vec<(String, Vec<Vec<f64>>)> = vec![
         (
             "abs_error".into(),
-            mean_se_per_point(&per_rep(&|r, i| (r.prob[i] - test.truth[i]).abs()), m),
+            per_rep(&|r, i| (r.prob[i] - test.truth[i]).abs()),
         ),
         (
             "predictive_entropy".into(),
-            mean_se_per_point(&per_rep(&|r, i| binary_entropy(r.prob[i])), m),
+            per_rep(&|r, i| binary_entropy(r.prob[i])),
         ),
         (
             "expected_entropy".into(),
-            mean_se_per_point(&per_rep(&|r, i| r.expected_entropy[i]), m),
+            per_rep(&|r, i| r.expected_entropy[i]),
         ),
         (
             "mutual_information".into(),
-            mean_se_per_point(
-                &per_rep(&|r, i| binary_entropy(r.prob[i]) - r.expected_entropy[i]),
-                m,
-            ),
+            per_rep(&|r, i| binary_entropy(r.prob[i]) - r.expected_entropy[i]),
         ),
     ];
+    let mut pointwise: Vec<(String, PointMetric)> = vec![(
+        "prob".into(),
+        mean_se_per_point(&per_rep(&|r, i| r.prob[i]), m),
+    )];
     for &l in levels {
         let name = level_name(l);
         let bounds: Vec<&ProbBounds> = used
@@ -301,34 +297,49 @@ pub fn summarize_classification(
             .collect::<Result<_>>()?;
         // The interval covers the exact probability (closed: a zero-width interval at the
         // truth covers it).
-        let covered =
-            |b: &ProbBounds, i: usize| b.lower[i] <= test.truth[i] && test.truth[i] <= b.upper[i];
+        let covered: Vec<Vec<f64>> = bounds
+            .iter()
+            .map(|b| {
+                (0..m)
+                    .map(|i| {
+                        f64::from(u8::from(
+                            b.lower[i] <= test.truth[i] && test.truth[i] <= b.upper[i],
+                        ))
+                    })
+                    .collect()
+            })
+            .collect();
         let hits: Vec<u64> = (0..m)
-            .map(|i| bounds.iter().filter(|b| covered(b, i)).count() as u64)
+            .map(|i| covered.iter().filter(|c| c[i] > 0.5).count() as u64)
             .collect();
         pointwise.push((format!("coverage_{name}"), proportions(&hits, k)));
+        per_repetition.insert(
+            format!("coverage_{name}"),
+            covered
+                .iter()
+                .map(|c| c.iter().sum::<f64>() / m as f64)
+                .collect(),
+        );
+        for (region, idx) in &regs {
+            aggregate
+                .entry((*region).to_string())
+                .or_default()
+                .insert(format!("coverage_{name}"), region_aggregate(&covered, idx));
+        }
         let widths: Vec<Vec<f64>> = bounds
             .iter()
             .map(|b| (0..m).map(|i| b.upper[i] - b.lower[i]).collect())
             .collect();
-        pointwise.push((format!("width_{name}"), mean_se_per_point(&widths, m)));
-        per_repetition.insert(
-            format!("coverage_{name}"),
-            bounds
-                .iter()
-                .map(|b| (0..m).filter(|&i| covered(b, i)).count() as f64 / m as f64)
-                .collect(),
-        );
+        per_point.push((format!("width_{name}"), widths));
     }
     for (region, idx) in &regs {
         let agg = aggregate.entry((*region).to_string()).or_default();
-        for (name, pm) in &pointwise {
-            if name == "prob" {
-                continue;
-            }
-            let v: Vec<f64> = idx.iter().map(|&i| pm.value[i]).collect();
-            agg.insert(name.clone(), mean_of(&v));
+        for (name, v) in &per_point {
+            agg.insert(name.clone(), region_aggregate(v, idx));
         }
+    }
+    for (name, v) in per_point {
+        pointwise.push((name, mean_se_per_point(&v, m)));
     }
     // Label-based metrics per repetition, then mean ± se over repetitions.
     let fractions = referral_fractions();
@@ -436,9 +447,7 @@ pub fn summarize_classification(
             .collect();
         all.insert(name, over_reps(&v));
     }
-    let mut flags: Vec<String> = mixing_flag(reps.iter().map(|r| &r.scalars), reps.len())
-        .into_iter()
-        .collect();
+    let mut flags: Vec<String> = mixing_flag(used.iter().map(|r| &r.scalars), reps.len());
     if !diverged.is_empty() {
         flags.push(format!(
             "{} of {} repetitions diverged and are left out",
@@ -585,6 +594,53 @@ mod tests {
             // in expectation.
             assert!(all[&format!("random_auc_{name}")].value > 0.5);
         }
+    }
+
+    #[test]
+    fn region_error_bars_are_over_repetitions_by_hand() {
+        // Four points with P = 0.2, 0.5, 0.7, 0.9, the first two `in`; three repetitions of two
+        // draws each.
+        let test = TestInfo {
+            x: (0..4).map(|i| vec![f64::from(i), 0.0]).collect(),
+            coord: None,
+            region: vec![Region::In, Region::In, Region::Out, Region::Out],
+            label: vec![None; 4],
+            truth: vec![0.2, 0.5, 0.7, 0.9],
+            sigma: vec![0.0; 4],
+        };
+        let draws = [
+            [[0.1, 0.5, 0.6, 0.9], [0.3, 0.5, 0.8, 0.9]],
+            [[0.4, 0.4, 0.7, 0.7], [0.4, 0.6, 0.7, 0.9]],
+            [[0.1, 0.1, 0.5, 0.9], [0.1, 0.3, 0.5, 0.9]],
+        ];
+        let reps: Vec<ClassRep> = draws
+            .iter()
+            .enumerate()
+            .map(|(r, d)| {
+                let rows: Vec<Vec<f64>> = d.iter().map(|row| row.to_vec()).collect();
+                ClassRep::from_draws(r as u64, &rows, &[0.5], BTreeMap::new(), false).unwrap()
+            })
+            .collect();
+        let s = summarize_classification(&test, &reps, &[0.5], &labels_for(&test)).unwrap();
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
+        // Mean probabilities: rep 0 (0.2, 0.5, 0.7, 0.9), rep 1 (0.4, 0.5, 0.7, 0.8), rep 2
+        // (0.1, 0.2, 0.5, 0.9); |error| rep 0 (0, 0, 0, 0), rep 1 (0.2, 0, 0, 0.1), rep 2 (0.1,
+        // 0.3, 0.2, 0). `in` per repetition 0, 0.1, 0.2 → 0.1 ± 0.1/√3; `all` 0, 0.075, 0.15
+        // → 0.075 ± 0.075/√3.
+        let e = s.aggregate["in"]["abs_error"];
+        assert!(close(e.value, 0.1) && close(e.stderr, 0.1 / 3f64.sqrt()));
+        let e = s.aggregate["all"]["abs_error"];
+        assert!(close(e.value, 0.075) && close(e.stderr, 0.075 / 3f64.sqrt()));
+        // Central 50% intervals of two draws a ≤ b (type 7): [a + (b − a)/4, a + 3(b − a)/4].
+        // Covered (closed): rep 0 (1, 1, 1, 1), rep 1 (0, 1, 1, 0), rep 2 (0, 0, 0, 1); `in`
+        // per repetition 1, ½, 0 → ½ ± ½/√3.
+        let c = s.aggregate["in"]["coverage_0.5"];
+        assert!(close(c.value, 0.5) && close(c.stderr, 0.5 / 3f64.sqrt()));
+        // Widths in `in`: (0.1 + 0)/2, (0 + 0.1)/2, (0 + 0.1)/2 per repetition → 0.05 ± 0.
+        let w = s.aggregate["in"]["width_0.5"];
+        assert!(close(w.value, 0.05) && close(w.stderr, 0.0));
+        // The spread across the `in` points of their mean widths (1/30 and 2/30) is descriptive.
+        assert!(close(w.points_sd.unwrap(), (1.0 / 30.0) / 2f64.sqrt()));
     }
 
     #[test]

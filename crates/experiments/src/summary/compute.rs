@@ -26,7 +26,7 @@ fn validate(test: &TestInfo, reps: &[RepResult]) -> Result<()> {
                 r.std.len()
             );
         }
-        if let Some(n) = &r.noise_std {
+        for n in [&r.noise_std, &r.predictive_std].into_iter().flatten() {
             if n.len() != m {
                 bail!(
                     "repetition {}: {} noise sds for {m} test inputs",
@@ -131,8 +131,10 @@ pub fn summarize_method(
     }
     let in_context =
         |r: &RepResult, e: anyhow::Error| e.context(format!("repetition {}", r.repetition));
-
-    // Deviation, uncertainty, spec §2's coverage, CRPS and RMSE per test input.
+    // Every quantity below is first computed per repetition and test input (`[r][i]`); a
+    // per-point metric is its mean over repetitions, a region aggregate the mean over
+    // repetitions of each repetition's mean over the region's points, and every standard
+    // error is over the K independent repetitions (spec §8).
     let deviation: Vec<Vec<f64>> = ok
         .iter()
         .map(|r| {
@@ -144,21 +146,20 @@ pub fn summarize_method(
         })
         .collect();
     let uncertainty: Vec<Vec<f64>> = ok.iter().map(|r| r.std.clone()).collect();
-    let mut hits = vec![0u64; m];
+    let mut covered = Vec::with_capacity(k);
     let mut crps = Vec::with_capacity(k);
     for r in &ok {
         let (lo, hi) = r.coverage_interval().map_err(|e| in_context(r, e))?;
-        for i in 0..m {
-            if lo[i] < test.truth[i] && test.truth[i] < hi[i] {
-                hits[i] += 1;
-            }
-        }
+        covered.push(
+            (0..m)
+                .map(|i| f64::from(u8::from(lo[i] < test.truth[i] && test.truth[i] < hi[i])))
+                .collect::<Vec<f64>>(),
+        );
         crps.push(r.crps(&test.truth).map_err(|e| in_context(r, e))?);
     }
-    let dev = mean_se_per_point(&deviation, m);
-    let unc = mean_se_per_point(&uncertainty, m);
-    let cov = proportions(&hits, k);
-    let crps = mean_se_per_point(&crps, m);
+    let hits: Vec<u64> = (0..m)
+        .map(|i| covered.iter().filter(|c| c[i] > 0.5).count() as u64)
+        .collect();
     let rmse = PointMetric {
         value: (0..m)
             .map(|i| (deviation.iter().map(|d| d[i] * d[i]).sum::<f64>() / k as f64).sqrt())
@@ -166,6 +167,7 @@ pub fn summarize_method(
         stderr: vec![f64::NAN; m],
         ..Default::default()
     };
+    let unc = mean_se_per_point(&uncertainty, m);
     if let Some(anchor) = anchor_uncertainty {
         let ratio = PointMetric {
             value: unc.value.iter().zip(anchor).map(|(u, a)| u / a).collect(),
@@ -174,6 +176,12 @@ pub fn summarize_method(
         };
         points.insert("uncertainty_ratio".into(), ratio);
     }
+    let regs = regions(test);
+    let mut per_point: Vec<(String, Vec<Vec<f64>>)> = vec![
+        ("deviation".into(), deviation),
+        ("uncertainty".into(), uncertainty),
+        ("crps".into(), crps),
+    ];
 
     // Pointwise coverage fractions of [004] and widths, per level.
     for &level in levels {
@@ -190,123 +198,70 @@ pub fn summarize_method(
                     .map_err(|e| in_context(r, e))?,
             );
         }
-        let as_iv = |v: &[(Vec<f64>, Vec<f64>)]| -> Vec<Vec<f64>> {
+        let widths = |v: &[(Vec<f64>, Vec<f64>)]| -> Vec<Vec<f64>> {
             v.iter()
                 .map(|(l, u)| u.iter().zip(l).map(|(u, l)| u - l).collect())
                 .collect()
         };
-        let ci_iv: Vec<Intervals<'_>> = ci
-            .iter()
-            .map(|(l, u)| Intervals { lower: l, upper: u })
-            .collect();
-        let pi_iv: Vec<Intervals<'_>> = pi
-            .iter()
-            .map(|(l, u)| Intervals { lower: l, upper: u })
-            .collect();
-        let cicf = coverage::cicf(&ci_iv, &test.truth)?;
-        let picf = coverage::picf(&pi_iv, &test.truth, &test.sigma)?;
-        // Each repetition's marginal coverage over all test inputs.
-        let mut cicp_r = Vec::with_capacity(k);
-        let mut picp_r = Vec::with_capacity(k);
-        for r in 0..k {
-            cicp_r.push(mean_of(&coverage::cicf(&ci_iv[r..r + 1], &test.truth)?).value);
-            picp_r
-                .push(mean_of(&coverage::picf(&pi_iv[r..r + 1], &test.truth, &test.sigma)?).value);
+        // Per repetition: whether its CI covers f (0/1), and the probability that its PI
+        // covers a new y (exact from the known noise).
+        let mut cicf_r = Vec::with_capacity(k);
+        let mut picf_r = Vec::with_capacity(k);
+        for ((cl, cu), (pl, pu)) in ci.iter().zip(&pi) {
+            cicf_r.push(coverage::cicf(
+                &[Intervals {
+                    lower: cl,
+                    upper: cu,
+                }],
+                &test.truth,
+            )?);
+            picf_r.push(coverage::picf(
+                &[Intervals {
+                    lower: pl,
+                    upper: pu,
+                }],
+                &test.truth,
+                &test.sigma,
+            )?);
         }
-        per_repetition.insert(format!("cicp_{name}"), cicp_r);
-        per_repetition.insert(format!("picp_{name}"), picp_r);
-        let mean_width = |iv: &[(Vec<f64>, Vec<f64>)]| -> Vec<f64> {
-            let widths = as_iv(iv);
-            (0..m)
-                .map(|i| widths.iter().map(|w| w[i]).sum::<f64>() / k as f64)
-                .collect()
+        // Each repetition's marginal coverage over all test inputs ([004]'s histograms).
+        let over_points = |v: &[Vec<f64>]| -> Vec<f64> {
+            v.iter().map(|r| r.iter().sum::<f64>() / m as f64).collect()
         };
-        // Mean widths over the repetitions of the CI (of f) and the PI (of y).
-        let width = mean_width(&ci);
-        let pi_width = mean_width(&pi);
-        let cicf_hits: Vec<u64> = cicf.iter().map(|p| (p * k as f64).round() as u64).collect();
+        per_repetition.insert(format!("cicp_{name}"), over_points(&cicf_r));
+        per_repetition.insert(format!("picp_{name}"), over_points(&picf_r));
+        let cicf_hits: Vec<u64> = (0..m)
+            .map(|i| cicf_r.iter().filter(|c| c[i] > 0.5).count() as u64)
+            .collect();
         points.insert(format!("cicf_{name}"), proportions(&cicf_hits, k));
-        points.insert(
-            format!("picf_{name}"),
-            PointMetric {
-                stderr: vec![f64::NAN; m],
-                value: picf.clone(),
-                ..Default::default()
-            },
-        );
-        points.insert(
-            format!("width_{name}"),
-            PointMetric {
-                value: width.clone(),
-                stderr: vec![f64::NAN; m],
-                ..Default::default()
-            },
-        );
-        points.insert(
-            format!("pi_width_{name}"),
-            PointMetric {
-                value: pi_width.clone(),
-                stderr: vec![f64::NAN; m],
-                ..Default::default()
-            },
-        );
-        for (region, idx) in regions(test) {
-            let pick = |v: &[f64]| -> Vec<f64> { idx.iter().map(|&i| v[i]).collect() };
-            let entry = aggregate.entry(region.to_string()).or_default();
-            let c = pick(&cicf);
-            let p = pick(&picf);
+        points.insert(format!("picf_{name}"), mean_se_per_point(&picf_r, m));
+        let cicf = points[&format!("cicf_{name}")].value.clone();
+        let picf = points[&format!("picf_{name}")].value.clone();
+        for (region, idx) in &regs {
+            let entry = aggregate.entry((*region).to_string()).or_default();
             entry.insert(
                 format!("cicf_brier_{name}"),
-                Scalar::bare(coverage::coverage_brier(&c, level)?),
+                brier_over_reps(&cicf_r, &cicf, idx, level)?,
             );
             entry.insert(
                 format!("picf_brier_{name}"),
-                Scalar::bare(coverage::coverage_brier(&p, level)?),
+                brier_over_reps(&picf_r, &picf, idx, level)?,
             );
-            // Marginal coverage of the region: the mean of the per-point fractions, which is
-            // also the mean over repetitions of each repetition's fraction of the region
-            // covered. The repetitions are independent (the test inputs are not: one
-            // repetition's intervals are correlated across x), so the standard error is the
-            // spread of the per-repetition fractions over √K, the binomial-type error of a
-            // mean over K independent data sets.
-            let per_rep = |iv: &[Intervals<'_>], pi: bool| -> Result<Vec<f64>> {
-                (0..k)
-                    .map(|r| {
-                        let sub: Vec<f64> = if pi {
-                            coverage::picf(&iv[r..r + 1], &test.truth, &test.sigma)?
-                        } else {
-                            coverage::cicf(&iv[r..r + 1], &test.truth)?
-                        };
-                        Ok(pick(&sub).iter().sum::<f64>() / idx.len() as f64)
-                    })
-                    .collect()
-            };
-            entry.insert(
-                format!("cicp_{name}"),
-                Scalar {
-                    value: mean_of(&c).value,
-                    stderr: mean_of(&per_rep(&ci_iv, false)?).stderr,
-                },
-            );
-            entry.insert(
-                format!("picp_{name}"),
-                Scalar {
-                    value: mean_of(&p).value,
-                    stderr: mean_of(&per_rep(&pi_iv, true)?).stderr,
-                },
-            );
-            entry.insert(format!("width_{name}"), mean_of(&pick(&width)));
-            entry.insert(format!("pi_width_{name}"), mean_of(&pick(&pi_width)));
+            // Marginal coverage of the region: each repetition's fraction of the region
+            // covered (CICP) or its mean PI coverage probability (PICP), over repetitions.
+            entry.insert(format!("cicp_{name}"), region_aggregate(&cicf_r, idx));
+            entry.insert(format!("picp_{name}"), region_aggregate(&picf_r, idx));
         }
+        per_point.push((format!("width_{name}"), widths(&ci)));
+        per_point.push((format!("pi_width_{name}"), widths(&pi)));
     }
 
-    for (region, idx) in regions(test) {
-        let pick = |v: &[f64]| -> Vec<f64> { idx.iter().map(|&i| v[i]).collect() };
-        let entry = aggregate.entry(region.to_string()).or_default();
-        entry.insert("deviation".into(), mean_of(&pick(&dev.value)));
-        entry.insert("uncertainty".into(), mean_of(&pick(&unc.value)));
-        entry.insert("coverage".into(), mean_of(&pick(&cov.value)));
-        entry.insert("crps".into(), mean_of(&pick(&crps.value)));
+    for (region, idx) in &regs {
+        let entry = aggregate.entry((*region).to_string()).or_default();
+        for (name, v) in &per_point {
+            entry.insert(name.clone(), region_aggregate(v, idx));
+        }
+        entry.insert("coverage".into(), region_aggregate(&covered, idx));
         entry.insert("points".into(), Scalar::bare(idx.len() as f64));
         if let Some(ratio) = points.get("uncertainty_ratio") {
             // The median, not the mean: where every feature vanishes the anchor is certain
@@ -314,10 +269,17 @@ pub fn summarize_method(
             // x = −5 at f_main = 1 or x = 2 at f_main = 5).
             entry.insert(
                 "uncertainty_ratio".into(),
-                Scalar::bare(median(&pick(&ratio.value))),
+                Scalar::bare(median(
+                    &idx.iter().map(|&i| ratio.value[i]).collect::<Vec<_>>(),
+                )),
             );
         }
     }
+    for (name, v) in per_point {
+        points.insert(name, mean_se_per_point(&v, m));
+    }
+    points.insert("coverage".into(), proportions(&hits, k));
+    points.insert("rmse".into(), rmse);
     // Per-repetition scalars (learned rates, objectives, training fit): mean and standard error
     // over the repetitions that entered the metrics.
     let mut names: Vec<&String> = ok.iter().flat_map(|r| r.scalars.keys()).collect();
@@ -327,22 +289,17 @@ pub fn summarize_method(
         let v: Vec<f64> = ok
             .iter()
             .filter_map(|r| r.scalars.get(name).copied())
+            .filter(|v| !v.is_nan())
             .collect();
-        let s = coverage::mean_se(&v).expect("at least one value");
-        aggregate.entry("all".into()).or_default().insert(
-            name.clone(),
-            Scalar {
-                value: s.mean,
-                stderr: s.se,
-            },
-        );
+        let Ok(s) = coverage::mean_se(&v) else {
+            continue;
+        };
+        aggregate
+            .entry("all".into())
+            .or_default()
+            .insert(name.clone(), Scalar::with_se(s.mean, s.se));
     }
 
-    points.insert("deviation".into(), dev);
-    points.insert("uncertainty".into(), unc);
-    points.insert("coverage".into(), cov);
-    points.insert("crps".into(), crps);
-    points.insert("rmse".into(), rmse);
     Ok(MethodSummary {
         repetitions: k,
         diverged,
@@ -353,16 +310,68 @@ pub fn summarize_method(
     })
 }
 
-/// Mean over test inputs, with the standard error of that mean treating inputs as a sample
-/// (inputs are correlated, so read it as descriptive).
-pub(super) fn mean_of(v: &[f64]) -> Scalar {
-    match coverage::mean_se(v) {
-        Ok(s) => Scalar {
-            value: s.mean,
-            stderr: s.se,
-        },
-        Err(_) => Scalar::bare(f64::NAN),
+/// A region's aggregate of a quantity given per repetition and test input (`v[r][i]`): the
+/// mean over repetitions of each repetition's mean over the region's points `idx`, with its
+/// standard error over the repetitions (sample sd, n − 1, over √K: the repetitions are
+/// independent, the test inputs of one repetition are not), and the spread across the region's
+/// points of the per-point means over repetitions as `points_sd` (descriptive only). NaN values
+/// (an undefined quantity at a point) are left out of a repetition's mean.
+pub(super) fn region_aggregate(v: &[Vec<f64>], idx: &[usize]) -> Scalar {
+    let per_rep: Vec<f64> = v
+        .iter()
+        .filter_map(|r| {
+            let vals: Vec<f64> = idx.iter().map(|&i| r[i]).filter(|x| !x.is_nan()).collect();
+            (!vals.is_empty()).then(|| vals.iter().sum::<f64>() / vals.len() as f64)
+        })
+        .collect();
+    let Ok(s) = coverage::mean_se(&per_rep) else {
+        return Scalar::bare(f64::NAN);
+    };
+    let point_means: Vec<f64> = idx
+        .iter()
+        .filter_map(|&i| {
+            let col: Vec<f64> = v.iter().map(|r| r[i]).filter(|x| !x.is_nan()).collect();
+            (!col.is_empty()).then(|| col.iter().sum::<f64>() / col.len() as f64)
+        })
+        .collect();
+    Scalar {
+        value: s.mean,
+        stderr: if per_rep.len() > 1 { s.se } else { f64::NAN },
+        points_sd: coverage::mean_se(&point_means)
+            .ok()
+            .filter(|_| point_means.len() > 1)
+            .map(|p| p.se * (point_means.len() as f64).sqrt()),
     }
+}
+
+/// [004]'s Brier score of a coverage fraction over the region `idx`, mean_i (CF(x_i) − level)²
+/// with CF(x_i) the mean over repetitions of `per_rep[r][i]` (`cf`), and its jackknife standard
+/// error over repetitions: the score is not a mean of per-repetition values, so its error bar
+/// comes from leaving out one repetition at a time, sqrt((K − 1)/K · Σ_r (B₍₋ᵣ₎ − B̄)²), where
+/// B₍₋ᵣ₎ uses CF₍₋ᵣ₎(x_i) = (K·CF(x_i) − per_rep[r][i])/(K − 1).
+fn brier_over_reps(per_rep: &[Vec<f64>], cf: &[f64], idx: &[usize], level: f64) -> Result<Scalar> {
+    let pick: Vec<f64> = idx.iter().map(|&i| cf[i]).collect();
+    let value = coverage::coverage_brier(&pick, level)?;
+    let k = per_rep.len() as f64;
+    if per_rep.len() < 2 {
+        return Ok(Scalar::bare(value));
+    }
+    let loo: Vec<f64> = per_rep
+        .iter()
+        .map(|r| {
+            idx.iter()
+                .map(|&i| ((k * cf[i] - r[i]) / (k - 1.0) - level).powi(2))
+                .sum::<f64>()
+                / idx.len() as f64
+        })
+        .collect();
+    let mean = loo.iter().sum::<f64>() / k;
+    let var = loo.iter().map(|b| (b - mean).powi(2)).sum::<f64>() * (k - 1.0) / k;
+    Ok(Scalar {
+        value,
+        stderr: var.sqrt(),
+        points_sd: None,
+    })
 }
 
 /// The median (NaN for no values).
@@ -380,21 +389,56 @@ fn median(v: &[f64]) -> f64 {
     }
 }
 
-/// The flag of MCMC repetitions whose chains did not mix: methods report `rhat_flagged` per
-/// repetition (split-R̂ above their threshold).
+/// The flags of an MCMC method's repetitions (spec §8), from the scalars it reports per
+/// repetition: chains that did not mix (`rhat_flagged`: R̂ above the method's threshold),
+/// chains with a low E-BFMI (`ebfmi_flagged`), divergent transitions, and how many
+/// repetitions meet posteriordb's reference standard (`reference_grade`). Methods without
+/// these scalars get no flag.
 pub(super) fn mixing_flag<'a>(
-    scalars: impl Iterator<Item = &'a BTreeMap<String, f64>>,
+    scalars: impl Iterator<Item = &'a BTreeMap<String, f64>> + Clone,
     total: usize,
-) -> Option<String> {
-    let flagged = scalars
-        .filter(|s| s.get("rhat_flagged").is_some_and(|v| *v > 0.0))
-        .count();
-    (flagged > 0).then(|| {
-        format!(
-            "{flagged} of {total} repetitions have chains that did not mix (split-R̂ above the \
-             threshold; see rhat_max, ess_bulk_min)"
-        )
-    })
+) -> Vec<String> {
+    let count = |key: &str| {
+        scalars
+            .clone()
+            .filter(|s| s.get(key).is_some_and(|v| *v > 0.0))
+            .count()
+    };
+    let has = |key: &str| scalars.clone().any(|s| s.contains_key(key));
+    let mut flags = Vec::new();
+    let flagged = count("rhat_flagged");
+    if flagged > 0 {
+        flags.push(format!(
+            "{flagged} of {total} repetitions have chains that did not mix (R̂ = max(bulk, tail) \
+             above the threshold; see rhat_max, ess_bulk_min, ess_tail_min)"
+        ));
+    }
+    let low = count("ebfmi_flagged");
+    if low > 0 {
+        flags.push(format!(
+            "{low} of {total} repetitions have a chain with E-BFMI below 0.3 (ebfmi_min)"
+        ));
+    }
+    let divergent = count("divergent_transitions");
+    if divergent > 0 {
+        flags.push(format!(
+            "{divergent} of {total} repetitions had divergent transitions after warm-up \
+             (energy error above 1000)"
+        ));
+    }
+    if has("reference_grade") {
+        let good = count("reference_grade");
+        flags.push(format!(
+            "{good} of {total} repetitions meet posteriordb's reference standard (R̂ < 1.01, bulk \
+             and tail ESS > 400 at every test input, no divergent transitions){}",
+            if good < total {
+                "; the others' intervals are not reference-grade"
+            } else {
+                ""
+            }
+        ));
+    }
+    flags
 }
 
 /// Index sets per region: `all`, then each region that occurs.
@@ -465,8 +509,10 @@ pub fn summarize_setting(
                 ));
             }
         }
-        s.flags
-            .extend(mixing_flag(reps.iter().map(|r| &r.scalars), reps.len()));
+        s.flags.extend(mixing_flag(
+            reps.iter().filter(|r| !r.diverged).map(|r| &r.scalars),
+            reps.len(),
+        ));
         if !s.diverged.is_empty() {
             s.flags.push(format!(
                 "{} of {} repetitions diverged and are left out",
@@ -507,6 +553,7 @@ pub fn anchor_rep(
     Ok(RepResult {
         repetition: rep,
         noise_std: (!problem.sigma_known).then(|| post.noise_std.clone()),
+        predictive_std: None,
         family: match post.dof {
             None => Family::Normal,
             Some(dof) => Family::StudentT { dof },
@@ -537,6 +584,7 @@ mod tests {
             mean: mean.to_vec(),
             std: std.to_vec(),
             noise_std: None,
+            predictive_std: None,
             family: Family::Normal,
             intervals: BTreeMap::new(),
             crps: None,
@@ -610,7 +658,96 @@ mod tests {
             csv.contains(&format!("w=1,M,0,0,,in,,deviation,{},", 1.6 / 3.0)),
             "{csv}"
         );
-        assert!(summary.aggregate_csv().contains("w=1,M,all,diverged,1,\n"));
+        assert!(summary.aggregate_csv().contains("w=1,M,all,diverged,1,,\n"));
+    }
+
+    #[test]
+    fn region_error_bars_are_over_repetitions_by_hand() {
+        // Four points (truth 0, 1, 2, 3; σ = 1), the first two `in`, the last two `out`, and
+        // three repetitions.
+        let test = TestInfo {
+            x: (0..4).map(|i| vec![f64::from(i)]).collect(),
+            coord: None,
+            region: vec![Region::In, Region::In, Region::Out, Region::Out],
+            label: vec![None; 4],
+            truth: vec![0.0, 1.0, 2.0, 3.0],
+            sigma: vec![1.0; 4],
+        };
+        let rep4 = |r: u64, mean: [f64; 4], std: [f64; 4]| RepResult {
+            repetition: r,
+            mean: mean.to_vec(),
+            std: std.to_vec(),
+            ..rep(r, [0.0; 2], [0.0; 2])
+        };
+        let reps = vec![
+            rep4(0, [0.5, 1.0, 2.0, 4.0], [0.5; 4]),
+            rep4(1, [-1.0, 1.5, 2.2, 3.0], [0.4; 4]),
+            rep4(2, [0.1, 0.0, 2.5, 3.5], [0.2, 0.2, 1.0, 1.0]),
+        ];
+        let s = summarize_method(&test, &reps, &[0.9], None).unwrap();
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
+        let se3 = |v: [f64; 3]| {
+            let m = (v[0] + v[1] + v[2]) / 3.0;
+            (v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / 2.0 / 3.0).sqrt()
+        };
+        // Deviations: rep 0 [0.5, 0, 0, 1], rep 1 [1, 0.5, 0.2, 0], rep 2 [0.1, 1, 0.5, 0.5].
+        // `in` per repetition: 0.25, 0.75, 0.55 → mean 0.516667, sd 0.251661, se 0.145297.
+        let dev = s.aggregate["in"]["deviation"];
+        assert!(close(dev.value, 1.55 / 3.0) && close(dev.stderr, 0.145_296_631_4));
+        assert!(close(dev.stderr, se3([0.25, 0.75, 0.55])));
+        // `all` per repetition: 0.375, 0.425, 0.525 → se of those.
+        let dev = s.aggregate["all"]["deviation"];
+        assert!(close(dev.value, 1.325 / 3.0) && close(dev.stderr, se3([0.375, 0.425, 0.525])));
+        // The spread across the `in` points of their mean deviations, 0.53333 and 0.5, is
+        // |difference|/√2 = 0.0235702: descriptive, and not the standard error.
+        assert!(close(
+            s.aggregate["in"]["deviation"].points_sd.unwrap(),
+            0.1 / 3.0 / 2f64.sqrt()
+        ));
+        // Coverage of ±1.96·std (strict): rep 0 [1, 1, 1, 0], rep 1 [0, 1, 1, 1], rep 2
+        // [1, 0, 1, 1]. `in` per repetition 1, ½, ½ → 2/3 with se sqrt(1/12/3) = 1/6; `all`
+        // per repetition ¾ each → se 0 (the across-points "se" of the old code was 0.083).
+        let cov = s.aggregate["in"]["coverage"];
+        assert!(close(cov.value, 2.0 / 3.0) && close(cov.stderr, 1.0 / 6.0));
+        let cov = s.aggregate["all"]["coverage"];
+        assert!(close(cov.value, 0.75) && close(cov.stderr, 0.0));
+        // Width at 0.9 in `in`: per repetition 2z·0.5, 2z·0.4, 2z·0.2.
+        let z = 1.644_853_626_951_472_2;
+        let w = s.aggregate["in"]["width_0.9"];
+        assert!(
+            close(w.value, 2.0 * z * 1.1 / 3.0) && close(w.stderr, 2.0 * z * se3([0.5, 0.4, 0.2]))
+        );
+        // CICF at 0.9 in `in` (half widths 0.822, 0.658, 0.329): rep 0 [1, 1], rep 1 [0, 1],
+        // rep 2 [1, 0]; CF = (2/3, 2/3), Brier (2/3 − 0.9)² = 0.054444. Leaving out one
+        // repetition: CF (½, ½) → 0.16, (1, ½) → 0.085, (½, 1) → 0.085; mean 0.11, jackknife
+        // se sqrt(2/3 · (0.05² + 2·0.025²)) = 0.05.
+        let b = s.aggregate["in"]["cicf_brier_0.9"];
+        assert!(close(b.value, (2.0f64 / 3.0 - 0.9).powi(2)) && close(b.stderr, 0.05));
+        // The region's CICP: per repetition 1, ½, ½ → 2/3 ± 1/6.
+        let c = s.aggregate["in"]["cicp_0.9"];
+        assert!(close(c.value, 2.0 / 3.0) && close(c.stderr, 1.0 / 6.0));
+        // The CSV carries the spread in its own column.
+        let summary = Summary {
+            experiment: "t".into(),
+            levels: vec![0.9],
+            settings: vec![SettingSummary {
+                setting: String::new(),
+                test,
+                methods: BTreeMap::from([("M".to_string(), s)]),
+            }],
+        };
+        let csv = summary.aggregate_csv();
+        assert!(csv.starts_with("setting,method,region,metric,value,stderr,points_sd\n"));
+        let row: Vec<f64> = csv
+            .lines()
+            .find(|l| l.starts_with(",M,in,deviation,"))
+            .expect("the row")
+            .split(',')
+            .skip(4)
+            .map(|v| v.parse().unwrap())
+            .collect();
+        assert!(close(row[0], 1.55 / 3.0) && close(row[1], 0.145_296_631_4));
+        assert!(close(row[2], 0.1 / 3.0 / 2f64.sqrt()), "{csv}");
     }
 
     #[test]

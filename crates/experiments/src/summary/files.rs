@@ -89,26 +89,28 @@ impl Summary {
     }
 
     /// The aggregate CSV: one row per setting × method × region × metric, with `diverged`
-    /// (repetitions left out) per setting × method.
+    /// (repetitions left out) per setting × method. `stderr` is over repetitions; `points_sd`
+    /// is the descriptive spread across the region's test inputs, where the metric has one.
     pub fn aggregate_csv(&self) -> String {
-        let mut out = String::from("setting,method,region,metric,value,stderr\n");
+        let mut out = String::from("setting,method,region,metric,value,stderr,points_sd\n");
         for s in &self.settings {
             for (method, ms) in &s.methods {
                 for (region, metrics) in &ms.aggregate {
                     for (metric, v) in metrics {
                         let _ = writeln!(
                             out,
-                            "{},{},{region},{metric},{},{}",
+                            "{},{},{region},{metric},{},{},{}",
                             csv_field(&s.setting),
                             csv_field(method),
                             num(v.value),
-                            num(v.stderr)
+                            num(v.stderr),
+                            v.points_sd.map(num).unwrap_or_default()
                         );
                     }
                 }
                 let _ = writeln!(
                     out,
-                    "{},{},all,diverged,{},",
+                    "{},{},all,diverged,{},,",
                     csv_field(&s.setting),
                     csv_field(method),
                     ms.diverged.len()

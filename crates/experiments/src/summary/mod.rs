@@ -20,6 +20,6 @@ pub use classify::{
 };
 pub use compute::{anchor_rep, summarize_setting};
 pub use types::{
-    empirical, level_name, with_coverage_level, RepContext, RepResult, Scalar, SettingSummary,
-    Summary, TestInfo, ANCHOR, UNDERFIT_FACTOR,
+    empirical, level_name, with_coverage_level, NoiseSd, RepContext, RepResult, Scalar,
+    SettingSummary, Summary, TestInfo, ANCHOR, UNDERFIT_FACTOR,
 };

@@ -8,7 +8,8 @@ use serde::{Deserialize, Deserializer, Serialize};
 use uqbench_anchor::{central_quantile, Problem, Region};
 use uqbench_metrics::coverage::PAPER_Z;
 use uqbench_metrics::regression::{
-    crps_gaussian, crps_sample, crps_student_t, normal_mixture_quantile, quantile_sorted,
+    crps_gaussian, crps_sample, crps_student_t, normal_mixture_quantile,
+    normal_mixture_quantile_sds, quantile_sorted,
 };
 use uqbench_models::{Family, RepOutput};
 
@@ -92,6 +93,15 @@ pub struct RepResult {
         deserialize_with = "nullable_opt_vec"
     )]
     pub noise_std: Option<Vec<f64>>,
+    /// The sd of the predictive distribution of a new y, when the method's is not
+    /// sqrt(std² + noise²) (a mean–variance ensemble's mixture); the PI of a normal or
+    /// Student-t family uses it.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "nullable_opt_vec"
+    )]
+    pub predictive_std: Option<Vec<f64>>,
     /// The predictive family its intervals come from (normal when absent).
     #[serde(default, skip_serializing_if = "is_normal")]
     pub family: Family,
@@ -181,7 +191,10 @@ impl RepResult {
             let Some(samples) = &out.samples else {
                 bail!("repetition {rep}: an empirical predictive family needs its samples");
             };
-            let noise = out.noise_std.as_deref().unwrap_or(ctx.test_sigma);
+            let noise = match &out.noise_samples {
+                Some(sds) => NoiseSd::PerDraw(sds),
+                None => NoiseSd::PerPoint(out.noise_std.as_deref().unwrap_or(ctx.test_sigma)),
+            };
             let columns = columns_of(samples, ctx.truth.len())?;
             let (ints, c) = empirical(&columns, noise, &ctx.all_levels(), ctx.truth)?;
             intervals = ints;
@@ -192,6 +205,7 @@ impl RepResult {
             mean: out.mean,
             std: out.std,
             noise_std: out.noise_std,
+            predictive_std: out.predictive_std,
             family: out.family,
             intervals,
             crps,
@@ -231,15 +245,13 @@ impl RepResult {
                 });
             }
         };
-        Ok(self
-            .mean
-            .iter()
-            .zip(&self.std)
-            .zip(noise)
-            .map(|((m, s), n)| {
-                let half = match which {
-                    Which::Ci => q * s,
-                    Which::Pi => q * (s * s + n * n).sqrt(),
+        Ok((0..self.mean.len())
+            .map(|i| {
+                let (m, s) = (self.mean[i], self.std[i]);
+                let half = match (which, &self.predictive_std) {
+                    (Which::Ci, _) => q * s,
+                    (Which::Pi, Some(p)) => q * p[i],
+                    (Which::Pi, None) => q * (s * s + noise[i] * noise[i]).sqrt(),
                 };
                 (m - half, m + half)
             })
@@ -296,12 +308,22 @@ pub fn columns_of(rows: &[Vec<f64>], m: usize) -> Result<Vec<Vec<f64>>> {
         .collect())
 }
 
+/// The noise sd of a new y around each draw of f.
+#[derive(Debug, Clone, Copy)]
+pub enum NoiseSd<'a> {
+    /// One sd per test input, the same for every draw.
+    PerPoint(&'a [f64]),
+    /// One sd per draw (the same at every test input): a sampler's σ draws.
+    PerDraw(&'a [f64]),
+}
+
 /// The empirical intervals at `levels` and the sample CRPS against `truth`, from the draws at
 /// every test input (`columns[i]`): CI ends are type-7 quantiles of the draws, PI ends
-/// quantiles of the mixture of N(draw, noise²).
+/// quantiles of the mixture of N(draw, noise²) (each draw with its own noise sd for
+/// [`NoiseSd::PerDraw`]).
 pub fn empirical(
     columns: &[Vec<f64>],
-    noise: &[f64],
+    noise: NoiseSd<'_>,
     levels: &[f64],
     truth: &[f64],
 ) -> Result<(BTreeMap<String, LevelBounds>, Vec<f64>)> {
@@ -311,6 +333,18 @@ pub fn empirical(
             "samples for {} test inputs; the problem has {m}",
             columns.len()
         );
+    }
+    if let NoiseSd::PerDraw(sds) = noise {
+        if let Some(c) = columns.iter().find(|c| c.len() != sds.len()) {
+            bail!(
+                "{} noise sds for {} draws: one per draw is needed",
+                sds.len(),
+                c.len()
+            );
+        }
+        if let Some(s) = sds.iter().find(|s| !(s.is_finite() && **s > 0.0)) {
+            bail!("noise sd of a draw {s}: valid is a positive, finite number");
+        }
     }
     let mut out: BTreeMap<String, LevelBounds> = levels
         .iter()
@@ -339,10 +373,18 @@ pub fn empirical(
             let b = out.get_mut(&level_name(l)).expect("inserted above");
             b.ci_lower.push(quantile_sorted(&sorted, lo));
             b.ci_upper.push(quantile_sorted(&sorted, hi));
-            b.pi_lower
-                .push(normal_mixture_quantile(&sorted, noise[i], lo));
-            b.pi_upper
-                .push(normal_mixture_quantile(&sorted, noise[i], hi));
+            let (pl, pu) = match noise {
+                NoiseSd::PerPoint(sd) => (
+                    normal_mixture_quantile(&sorted, sd[i], lo),
+                    normal_mixture_quantile(&sorted, sd[i], hi),
+                ),
+                NoiseSd::PerDraw(sds) => (
+                    normal_mixture_quantile_sds(column, sds, lo),
+                    normal_mixture_quantile_sds(column, sds, hi),
+                ),
+            };
+            b.pi_lower.push(pl);
+            b.pi_upper.push(pu);
         }
     }
     Ok((out, crps))
@@ -364,13 +406,19 @@ pub struct PointMetric {
     pub upper: Option<Vec<f64>>,
 }
 
-/// A single number with its standard error.
+/// A single number with its standard error over repetitions.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Scalar {
     /// The value.
     pub value: f64,
-    /// Its standard error (NaN where not defined).
+    /// Its standard error over the repetitions that entered the metrics (NaN where not
+    /// defined).
     pub stderr: f64,
+    /// For a region aggregate of a per-point metric: the sd across the region's test inputs of
+    /// the per-point values, a descriptive spread (the inputs are not independent samples, so
+    /// this is no standard error).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub points_sd: Option<f64>,
 }
 
 impl Scalar {
@@ -379,6 +427,16 @@ impl Scalar {
         Scalar {
             value,
             stderr: f64::NAN,
+            points_sd: None,
+        }
+    }
+
+    /// A mean with its standard error.
+    pub fn with_se(value: f64, stderr: f64) -> Scalar {
+        Scalar {
+            value,
+            stderr,
+            points_sd: None,
         }
     }
 }
@@ -476,6 +534,7 @@ mod tests {
             mean: vec![1.0, 2.0],
             std: vec![0.5, 1.0],
             noise_std: None,
+            predictive_std: None,
             family,
             intervals: BTreeMap::new(),
             crps: None,
@@ -519,7 +578,13 @@ mod tests {
         // and 3.6. Without noise the PI equals the CI.
         let samples: Vec<Vec<f64>> = (0..5).map(|k| vec![k as f64, 10.0 + k as f64]).collect();
         let columns = columns_of(&samples, 2).unwrap();
-        let (ints, crps) = empirical(&columns, &[0.0, 0.0], &[0.8], &[2.0, 0.0]).unwrap();
+        let (ints, crps) = empirical(
+            &columns,
+            NoiseSd::PerPoint(&[0.0, 0.0]),
+            &[0.8],
+            &[2.0, 0.0],
+        )
+        .unwrap();
         let b = &ints["0.8"];
         assert!((b.ci_lower[0] - 0.4).abs() < 1e-12 && (b.ci_upper[0] - 3.6).abs() < 1e-12);
         assert_eq!(b.pi_lower, b.ci_lower);

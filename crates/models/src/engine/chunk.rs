@@ -129,13 +129,14 @@ impl Trainer<'_> {
         // The replicas' streams, keyed on the device (one upload each): the training noise,
         // the mini-batch draws, and (below) the prediction passes' noise.
         let seeds = &job.stream_seeds[range.clone()];
+        let ids = &job.replica_ids[range.clone()];
         let noise_rng = self.settings.dropout.as_ref().map(|_| {
-            io.uploads.set(io.uploads.get() + 1);
-            DeviceRng::new(seeds, PURPOSE_NOISE, dev)
+            io.uploads.set(io.uploads.get() + 2);
+            DeviceRng::new(seeds, ids, PURPOSE_NOISE, dev)
         });
         let batch_rng = (!matches!(self.settings.batching, Batching::Full)).then(|| {
-            io.uploads.set(io.uploads.get() + 1);
-            DeviceRng::new(seeds, PURPOSE_BATCH, dev)
+            io.uploads.set(io.uploads.get() + 2);
+            DeviceRng::new(seeds, ids, PURPOSE_BATCH, dev)
         });
         let x_rows = x_full.clone().reshape([n, d]);
         let y_flat = y_full.clone().reshape([rc * n]);
@@ -155,9 +156,15 @@ impl Trainer<'_> {
         };
         let rng = noise_rng.as_ref();
 
+        // The classic bootstrap's resample, per replica: indices into the N points `[rc, N]`
+        // (draw 0 of the batch stream; later draws are the epochs' orders).
+        let resample = match self.settings.batching {
+            Batching::Resample { .. } => Some(batch_rng.as_ref().expect("batching").below(0, n, n)),
+            _ => None,
+        };
         let resampled = match self.settings.batching {
-            Batching::Resample => {
-                Some(gather(batch_rng.as_ref().expect("batching").below(0, n, n)))
+            Batching::Resample { size: None } => {
+                Some(gather(resample.clone().expect("drawn above")))
             }
             _ => None,
         };
@@ -169,10 +176,25 @@ impl Trainer<'_> {
                     t += 1;
                     self.step(&mut s, x_full.clone(), &y_full, eps.as_ref(), t, rng);
                 }
-                Batching::Resample => {
+                Batching::Resample { size: None } => {
                     let (xb, yb) = resampled.as_ref().expect("drawn above");
                     t += 1;
                     self.step(&mut s, xb.clone(), yb, eps.as_ref(), t, rng);
+                }
+                Batching::Resample { size: Some(size) } => {
+                    // The resample in a fresh order every epoch (draw epoch + 1: draw 0 made
+                    // the resample), cut into mini-batches.
+                    let order = batch_rng
+                        .as_ref()
+                        .expect("batching")
+                        .permutation(epoch + 1, n);
+                    let idx = resample.clone().expect("drawn above").gather(1, order);
+                    for start in (0..n).step_by(*size) {
+                        let end = (start + size).min(n);
+                        let (xb, yb) = gather(idx.clone().slice([0..rc, start..end]));
+                        t += 1;
+                        self.step(&mut s, xb, &yb, eps.as_ref(), t, rng);
+                    }
                 }
                 Batching::WithReplacement { size, per_epoch } => {
                     for _ in 0..*per_epoch {
@@ -221,8 +243,8 @@ impl Trainer<'_> {
         let mut pred = vec![0.0f32; rc * passes * m * dout];
         let (h, _) = self.net.hidden(&s, x_test);
         let predict_rng = self.settings.dropout.as_ref().map(|_| {
-            io.uploads.set(io.uploads.get() + 1);
-            DeviceRng::new(seeds, PURPOSE_PREDICT, dev)
+            io.uploads.set(io.uploads.get() + 2);
+            DeviceRng::new(seeds, ids, PURPOSE_PREDICT, dev)
         });
         for pass in 0..passes {
             let noise = predict_rng
@@ -248,8 +270,8 @@ impl Trainer<'_> {
             }
             None => {
                 let (h, _) = self.net.hidden(&s, x_full);
-                io.uploads.set(io.uploads.get() + 1);
-                let fit_rng = DeviceRng::new(seeds, PURPOSE_FIT, dev);
+                io.uploads.set(io.uploads.get() + 2);
+                let fit_rng = DeviceRng::new(seeds, ids, PURPOSE_FIT, dev);
                 let mut sum = vec![0.0f64; rc * n];
                 for pass in 0..passes {
                     let noise = self.noise(Some(&fit_rng), pass as u64, n);

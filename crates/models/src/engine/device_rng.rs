@@ -2,11 +2,23 @@
 //! bootstrap batches are computed where they are used, with no host work or upload inside
 //! the epoch loop.
 //!
-//! Every number is a hash of (replica key, draw counter, element index): the replica key comes
-//! from the replica's seed and the stream's purpose (uploaded once per chunk), the counter
-//! names the draw (a step, a pass), and the index is the element's position within the
-//! replica's tensor. So a replica's numbers do not depend on its chunk, and the same seed
-//! gives the same numbers on every backend: the hash uses only integer operations whose low
+//! Every number is a hash of (replica keys, draw counter, element index). A replica has two
+//! 31-bit keys, uploaded once per chunk: key A is its identifier within the (setting, method)
+//! job, (repetition·members + member)·8 + purpose, distinct between any two replicas and
+//! streams by construction; key B hashes its seed and the stream's purpose, so the numbers
+//! also depend on the experiment, setting and base seed. The counter names the draw (a step,
+//! a pass) and the index is the element's position within the replica's tensor:
+//!
+//!   x = mix((mix(B ⊕ c) + index) mod 2³¹),   bits = mix(x ⊕ mix(A ⊕ c′)).
+//!
+//! For a fixed counter and element, mix(A ⊕ c′) is injective in A and the outer mix is a
+//! bijection, so two replicas whose inner hashes x coincide (equal B, or B's offset by less
+//! than the element count, which among 12 000 replicas happens often) still draw different
+//! numbers: no two replicas of a job share a stream, however their seeds fall. (With key B
+//! alone, 31 bits, two of 12 000 replicas would share a stream with probability 3%.)
+//!
+//! So a replica's numbers depend only on its own keys, never on its chunk, and the same keys
+//! give the same numbers on every backend: the hash uses only integer operations whose low
 //! 31 bits agree between the i32 (flex, wgpu) and i64 (ndarray) integer tensors (values are
 //! kept in [0, 2³¹) by masking after every multiply, add and left shift, so right shifts are
 //! logical and products agree in their low bits).
@@ -21,6 +33,10 @@ use uqbench_anchor::seed::splitmix64;
 const M31: i32 = 0x7FFF_FFFF;
 /// The multiplier of the integer hash (Mueller's 0x45d9f3b).
 const MUL: i32 = 0x045D_9F3B;
+/// Streams (purposes) per replica that key A keeps apart.
+pub(crate) const PURPOSES: u64 = 8;
+/// Replica identifiers must stay below this for key A to be injective in 31 bits.
+pub(crate) const MAX_REPLICA_ID: u64 = (1 << 31) / PURPOSES;
 
 /// The 31-bit integer hash, host version (for keys and tests).
 pub(crate) fn mix_host(mut x: i64) -> i64 {
@@ -42,25 +58,55 @@ fn mix<const D: usize>(x: Tensor<D, Int>) -> Tensor<D, Int> {
     x.clone().bitwise_xor(x.bitwise_right_shift_scalar(16))
 }
 
+/// Key A of a replica's stream: its identifier and the purpose, injective (see the module).
+pub(crate) fn key_a(id: u64, purpose: u64) -> i64 {
+    debug_assert!(id < MAX_REPLICA_ID && purpose < PURPOSES);
+    (id * PURPOSES + purpose) as i64
+}
+
+/// Key B of a replica's stream: 31 bits of its seed and the purpose.
+pub(crate) fn key_b(seed: u64, purpose: u64) -> i64 {
+    (splitmix64(seed ^ splitmix64(purpose)) >> 33) as i64
+}
+
+/// The draw counter's two 31-bit keys (c for key B's chain, c′ for key A's).
+fn counter_keys(counter: u64) -> (i64, i64) {
+    (
+        mix_host(splitmix64(counter) as i64 >> 1),
+        mix_host(splitmix64(counter ^ 0x5851_F42D_4C95_7F2D) as i64 >> 1),
+    )
+}
+
+/// The host version of one element's 31 bits (tests).
+#[cfg(test)]
+pub(crate) fn bits_host(seed: u64, id: u64, purpose: u64, counter: u64, index: i64) -> i64 {
+    let (c, c2) = counter_keys(counter);
+    let base = mix_host(key_b(seed, purpose) ^ c);
+    let x = mix_host((base + index) & i64::from(M31));
+    mix_host(x ^ mix_host(key_a(id, purpose) ^ c2))
+}
+
 /// One stream per replica of a chunk, on the device.
 pub(crate) struct DeviceRng {
-    /// Per replica, its 31-bit key `[R, 1, 1]`.
-    keys: Tensor<3, Int>,
+    /// Per replica, key A `[R, 1, 1]`.
+    keys_a: Tensor<3, Int>,
+    /// Per replica, key B `[R, 1, 1]`.
+    keys_b: Tensor<3, Int>,
     device: Device,
     /// Element indices `[1, n, k]` per shape, made once.
     indices: RefCell<HashMap<(usize, usize), Tensor<3, Int>>>,
 }
 
 impl DeviceRng {
-    /// The streams of replicas with these seeds for one purpose (a small number naming the
-    /// stream: noise, prediction noise, batches). Uploads the keys: one upload.
-    pub fn new(seeds: &[u64], purpose: u64, device: &Device) -> DeviceRng {
-        let keys: Vec<i32> = seeds
-            .iter()
-            .map(|&s| (splitmix64(s ^ splitmix64(purpose)) >> 33) as i32)
-            .collect();
+    /// The streams of replicas with these seeds and identifiers (unique within the job: see
+    /// the module) for one purpose (a small number below [`PURPOSES`] naming the stream:
+    /// noise, prediction noise, batches). Uploads the keys once.
+    pub fn new(seeds: &[u64], ids: &[u64], purpose: u64, device: &Device) -> DeviceRng {
+        let up =
+            |keys: Vec<i32>| Tensor::from_data(TensorData::new(keys, [seeds.len(), 1, 1]), device);
         DeviceRng {
-            keys: Tensor::from_data(TensorData::new(keys, [seeds.len(), 1, 1]), device),
+            keys_a: up(ids.iter().map(|&id| key_a(id, purpose) as i32).collect()),
+            keys_b: up(seeds.iter().map(|&s| key_b(s, purpose) as i32).collect()),
             device: device.clone(),
             indices: RefCell::new(HashMap::new()),
         }
@@ -72,7 +118,7 @@ impl DeviceRng {
             .entry((n, k))
             .or_insert_with(|| {
                 Tensor::<1, Int>::arange(0..(n * k) as i64, &self.device)
-                    .cast(self.keys.dtype())
+                    .cast(self.keys_b.dtype())
                     .reshape([1, n, k])
             })
             .clone()
@@ -80,9 +126,12 @@ impl DeviceRng {
 
     /// 31 random bits per element `[R, n, k]` for draw `counter`.
     pub fn bits(&self, counter: u64, n: usize, k: usize) -> Tensor<3, Int> {
-        let c = mix_host(splitmix64(counter) as i64 >> 1) as i32;
-        let key = mix(self.keys.clone().bitwise_xor_scalar(c));
-        mix((key + self.index(n, k)).bitwise_and_scalar(M31))
+        let (c, c2) = counter_keys(counter);
+        let base = mix(self.keys_b.clone().bitwise_xor_scalar(c as i32));
+        let x = mix((base + self.index(n, k)).bitwise_and_scalar(M31));
+        let a = mix(self.keys_a.clone().bitwise_xor_scalar(c2 as i32));
+        let dims = x.dims();
+        mix(x.bitwise_xor(a.expand(dims)))
     }
 
     /// Uniforms in (0, 1) `[R, n, k]`: 24 bits, (b + ½)·2⁻²⁴, so never 0 or 1.
@@ -103,7 +152,7 @@ impl DeviceRng {
 
     /// Per replica, `size` indices below `n` `[R, size]` (with replacement).
     pub fn below(&self, counter: u64, n: usize, size: usize) -> Tensor<2, Int> {
-        let r = self.keys.dims()[0];
+        let r = self.keys_b.dims()[0];
         let u = self.uniform(counter, size, 1).reshape([r, size]);
         u.mul_scalar(n as f64).floor().int().clamp(0, n as i64 - 1)
     }
@@ -111,7 +160,7 @@ impl DeviceRng {
     /// Per replica, a uniformly random permutation of 0..n `[R, n]`: the order of n random
     /// 31-bit keys.
     pub fn permutation(&self, counter: u64, n: usize) -> Tensor<2, Int> {
-        let r = self.keys.dims()[0];
+        let r = self.keys_b.dims()[0];
         self.bits(counter, n, 1).reshape([r, n]).argsort(1)
     }
 }
@@ -121,57 +170,123 @@ mod tests {
     use super::*;
     use crate::backend::{open_device, BackendKind};
 
-    fn host_bits(seed: u64, purpose: u64, counter: u64, index: i64) -> i64 {
-        let key = (splitmix64(seed ^ splitmix64(purpose)) >> 33) as i64;
-        let c = mix_host(splitmix64(counter) as i64 >> 1);
-        let k = mix_host(key ^ c);
-        mix_host((k + index) & i64::from(M31))
+    fn ints(t: Tensor<3, Int>) -> Vec<i64> {
+        t.into_data().convert::<i64>().iter::<i64>().collect()
     }
 
     #[test]
     fn every_backend_computes_the_host_hash_and_chunks_do_not_matter() {
         crate::backend::allow_software_gpu();
         let seeds = [3u64, u64::MAX, 1 << 40];
+        let ids = [0u64, 17, 5];
         for kind in BackendKind::ALL {
             let device = open_device(*kind).unwrap();
-            let rng = DeviceRng::new(&seeds, 7, &device);
-            let bits: Vec<i64> = rng
-                .bits(11, 4, 5)
-                .into_data()
-                .convert::<i64>()
-                .iter::<i64>()
-                .collect();
-            for (r, &seed) in seeds.iter().enumerate() {
+            let rng = DeviceRng::new(&seeds, &ids, 7, &device);
+            let bits = ints(rng.bits(11, 4, 5));
+            for (r, (&seed, &id)) in seeds.iter().zip(&ids).enumerate() {
                 for i in 0..20 {
                     assert_eq!(
                         bits[r * 20 + i],
-                        host_bits(seed, 7, 11, i as i64),
+                        bits_host(seed, id, 7, 11, i as i64),
                         "{kind} r{r} i{i}"
                     );
                 }
             }
             // The second replica alone draws what it draws in the batch.
-            let alone = DeviceRng::new(&seeds[1..2], 7, &device)
-                .bits(11, 4, 5)
-                .into_data()
-                .convert::<i64>()
-                .iter::<i64>()
-                .collect::<Vec<_>>();
+            let alone = ints(DeviceRng::new(&seeds[1..2], &ids[1..2], 7, &device).bits(11, 4, 5));
             assert_eq!(alone, bits[20..40]);
         }
     }
 
     #[test]
-    fn uniforms_normals_and_indices_have_their_distributions() {
-        // 2 replicas × 20 000 draws: the uniform mean is ½ ± 1/√(12·40 000) = 0.0014 (sd), the
-        // normal's mean 0 ± 0.005 and variance 1 ± √(2/40 000) = 0.007; checked at 5 sd. Every
-        // index is in range and a permutation holds each index once.
+    fn replicas_with_equal_seeds_still_draw_different_streams() {
+        // Key B alone (31 bits) would give two replicas with equal seeds the same stream; key A
+        // (their identifiers) keeps them apart at every element.
         let device = Device::flex();
-        let rng = DeviceRng::new(&[1, 2], 0, &device);
-        let u: Vec<f32> = rng.uniform(0, 200, 100).into_data().iter::<f32>().collect();
+        let rng = DeviceRng::new(&[9, 9, 9], &[0, 1, 2], 1, &device);
+        let b = ints(rng.bits(0, 50, 32));
+        let (r0, r1, r2) = (&b[..1600], &b[1600..3200], &b[3200..]);
+        assert!(r0.iter().zip(r1).all(|(a, b)| a != b));
+        assert!(r0.iter().zip(r2).all(|(a, b)| a != b));
+    }
+
+    /// 10⁶ uniforms of 1 000 replicas × 1 000 elements, for draw `counter`, as f64.
+    fn million(rng: &DeviceRng, counter: u64) -> Vec<f64> {
+        rng.uniform(counter, 1000, 1)
+            .into_data()
+            .iter::<f32>()
+            .map(f64::from)
+            .collect()
+    }
+
+    fn correlation(a: &[f64], b: &[f64]) -> f64 {
+        let n = a.len() as f64;
+        let (ma, mb) = (a.iter().sum::<f64>() / n, b.iter().sum::<f64>() / n);
+        let cov: f64 = a.iter().zip(b).map(|(x, y)| (x - ma) * (y - mb)).sum();
+        let va: f64 = a.iter().map(|x| (x - ma).powi(2)).sum();
+        let vb: f64 = b.iter().map(|y| (y - mb).powi(2)).sum();
+        cov / (va * vb).sqrt()
+    }
+
+    #[test]
+    fn the_stream_is_uniform_and_independent() {
+        // 1 000 replicas that share one seed (the worst case for key B: their streams differ
+        // through key A only), 1 000 elements each: 10⁶ draws per counter.
+        let device = Device::flex();
+        let seeds = vec![77u64; 1000];
+        let ids: Vec<u64> = (0..1000).collect();
+        let rng = DeviceRng::new(&seeds, &ids, 2, &device);
+        let u = million(&rng, 0);
         assert!(u.iter().all(|&v| v > 0.0 && v < 1.0));
-        let mean = u.iter().map(|&v| f64::from(v)).sum::<f64>() / u.len() as f64;
-        assert!((mean - 0.5).abs() < 5.0 * 0.0014, "{mean}");
+        // Uniformity: chi-square over 100 equal bins has 99 degrees of freedom (mean 99, sd
+        // √198 = 14.1); 99 + 6 sd = 184 is exceeded with probability below 1e-6.
+        let mut counts = [0u64; 100];
+        for &v in &u {
+            counts[((v * 100.0) as usize).min(99)] += 1;
+        }
+        let expected = u.len() as f64 / 100.0;
+        let chi2: f64 = counts
+            .iter()
+            .map(|&c| (c as f64 - expected).powi(2) / expected)
+            .sum();
+        assert!(chi2 < 184.0, "chi-square {chi2}");
+        // Independence: a sample correlation of n independent pairs has sd 1/√n. Between
+        // neighbouring replicas (pairs r, r + 1 at the same element: n = 999 000), between
+        // elements (i, i + 1 within a replica: n = 999 000), and between draws (counters 0
+        // and 1 at the same place: n = 10⁶). 6 sd ≈ 0.006: false alarms below 1e-8 each.
+        let bound = 6.0 / 999_000f64.sqrt();
+        let (a, b): (Vec<f64>, Vec<f64>) = (0..999)
+            .flat_map(|r| (0..1000).map(move |i| (r * 1000 + i, (r + 1) * 1000 + i)))
+            .map(|(x, y)| (u[x], u[y]))
+            .unzip();
+        let c = correlation(&a, &b);
+        assert!(c.abs() < bound, "between replicas: {c}");
+        let (a, b): (Vec<f64>, Vec<f64>) = (0..1000)
+            .flat_map(|r| (0..999).map(move |i| (r * 1000 + i, r * 1000 + i + 1)))
+            .map(|(x, y)| (u[x], u[y]))
+            .unzip();
+        let c = correlation(&a, &b);
+        assert!(c.abs() < bound, "between elements: {c}");
+        let next = million(&rng, 1);
+        let c = correlation(&u, &next);
+        assert!(c.abs() < bound, "between draws: {c}");
+        // Between one replica's element i and its neighbour's element i + 1: a shifted-stream
+        // overlap would show here.
+        let (a, b): (Vec<f64>, Vec<f64>) = (0..999)
+            .flat_map(|r| (0..999).map(move |i| (r * 1000 + i + 1, (r + 1) * 1000 + i)))
+            .map(|(x, y)| (u[x], u[y]))
+            .unzip();
+        let c = correlation(&a, &b);
+        assert!(c.abs() < 6.0 / (a.len() as f64).sqrt(), "shifted: {c}");
+    }
+
+    #[test]
+    fn uniforms_normals_and_indices_have_their_distributions() {
+        // 2 replicas × 20 000 draws: the normal's mean 0 ± 0.005 and variance 1 ± √(2/40 000)
+        // = 0.007; checked at 5 sd. Every index is in range and a permutation holds each index
+        // once.
+        let device = Device::flex();
+        let rng = DeviceRng::new(&[1, 2], &[0, 1], 0, &device);
         let z: Vec<f64> = rng
             .normal(1, 200, 100)
             .into_data()

@@ -20,6 +20,10 @@ pub struct Job<'a> {
     /// For every replica, the seed of its stream of mini-batch (or resample) and dropout
     /// draws.
     pub stream_seeds: &'a [u64],
+    /// For every replica, its identifier within the (setting, method) job, distinct between
+    /// replicas: repetition·members + member ([`crate::task::Task::replicas`]). It keys the
+    /// replica's device streams so that no two replicas share one (`engine::device_rng`).
+    pub replica_ids: &'a [u64],
     /// Test inputs, row-major `[M, d]`.
     pub x_test: &'a [f32],
 }
@@ -66,15 +70,31 @@ impl Job<'_> {
         if r == 0 {
             return Err(ModelError::invalid("replicas", 0, "at least 1"));
         }
-        if self.init_seeds.len() != r || self.stream_seeds.len() != r {
+        if self.init_seeds.len() != r || self.stream_seeds.len() != r || self.replica_ids.len() != r
+        {
             return Err(ModelError::invalid(
                 "replica seeds",
                 format!(
-                    "{} init and {} stream seeds",
+                    "{} init seeds, {} stream seeds and {} identifiers",
                     self.init_seeds.len(),
-                    self.stream_seeds.len()
+                    self.stream_seeds.len(),
+                    self.replica_ids.len()
                 ),
                 format!("one of each per replica ({r})"),
+            ));
+        }
+        if let Some(&id) = self
+            .replica_ids
+            .iter()
+            .find(|&&id| id >= super::device_rng::MAX_REPLICA_ID)
+        {
+            return Err(ModelError::invalid(
+                "replica identifier (repetition·members + member)",
+                id,
+                format!(
+                    "below {}: fewer repetitions × members per setting",
+                    super::device_rng::MAX_REPLICA_ID
+                ),
             ));
         }
         if let Some(&t) = self

@@ -95,8 +95,10 @@ fn widest_layer_input(shape: &MlpShape) -> usize {
 /// Training points one step sees: all N, or the mini-batch size.
 fn points_per_step(settings: &TrainSettings, n_train: usize) -> usize {
     match &settings.batching {
-        Batching::Full | Batching::Resample => n_train,
-        Batching::Shuffled { size } | Batching::WithReplacement { size, .. } => *size,
+        Batching::Full | Batching::Resample { size: None } => n_train,
+        Batching::Shuffled { size }
+        | Batching::WithReplacement { size, .. }
+        | Batching::Resample { size: Some(size) } => *size,
     }
 }
 

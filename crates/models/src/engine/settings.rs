@@ -25,9 +25,13 @@ pub enum Batching {
         /// Mini-batches per epoch.
         per_epoch: usize,
     },
-    /// One resample of N points with replacement per replica, drawn before training and
-    /// then used full-batch (the classic bootstrap of [002]/[004]).
-    Resample,
+    /// One resample of N points with replacement per replica, drawn before training (the
+    /// classic bootstrap of [002]/[004]), then used full-batch (`size: None`) or, every epoch,
+    /// in a fresh random order cut into mini-batches of `size` (⌈N/size⌉ steps per epoch).
+    Resample {
+        /// Mini-batch size within the resample, or `None` for full batches.
+        size: Option<usize>,
+    },
 }
 
 /// Optimisation settings shared by all replicas of a job.
@@ -155,7 +159,9 @@ impl TrainSettings {
             ));
         }
         match &self.batching {
-            Batching::Shuffled { size } | Batching::WithReplacement { size, .. }
+            Batching::Shuffled { size }
+            | Batching::WithReplacement { size, .. }
+            | Batching::Resample { size: Some(size) }
                 if *size == 0 || *size > n_train =>
             {
                 return Err(ModelError::invalid(
@@ -184,8 +190,10 @@ impl TrainSettings {
     /// Optimiser steps per epoch.
     pub fn steps_per_epoch(&self, n_train: usize) -> usize {
         match self.batching {
-            Batching::Full | Batching::Resample => 1,
-            Batching::Shuffled { size } => n_train.div_ceil(size),
+            Batching::Full | Batching::Resample { size: None } => 1,
+            Batching::Shuffled { size } | Batching::Resample { size: Some(size) } => {
+                n_train.div_ceil(size)
+            }
             Batching::WithReplacement { per_epoch, .. } => per_epoch,
         }
     }

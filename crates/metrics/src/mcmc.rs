@@ -1,0 +1,466 @@
+//! MCMC convergence diagnostics of one scalar quantity from several chains, as Vehtari,
+//! Gelman, Simpson, Carpenter & Bürkner (2021) define them and ArviZ and the R package
+//! `posterior` compute them (spec §8):
+//!
+//! - split every chain into its first and last ⌊n/2⌋ draws (the middle draw of an odd chain is
+//!   dropped), so that a trend within a chain shows up as disagreement between halves;
+//! - rank-normalise the pooled draws: z = Φ⁻¹((r − 3/8)/(S + 1/4)), ranks averaged over ties;
+//! - bulk R̂ from z; tail R̂ from the same on the folded draws |θ − median(θ)|; R̂ = the larger;
+//! - bulk ESS from z; tail ESS = min of the ESS of the indicators 1{θ ≤ q₀.₀₅} and
+//!   1{θ ≤ q₀.₉₅} (type-7 quantiles of the pooled, unsplit draws);
+//! - the MCSE of the mean, sd(θ)/√ESS_mean with ESS_mean from the split (not rank-normalised)
+//!   draws.
+//!
+//! The ESS uses the chains' autocovariances (by FFT, exact up to rounding) combined with
+//! Stan's formula and truncated by Geyer's initial positive sequence made monotone, exactly as
+//! ArviZ's `_ess` does; the tests compare every number with ArviZ 0.23.4.
+//!
+//! Also: the energy-based diagnostics of HMC (E-BFMI per chain, and Stan's rule for a
+//! divergent transition).
+
+use serde::{Deserialize, Serialize};
+use statrs::distribution::{ContinuousCDF, Normal};
+
+use crate::error::{non_empty, MetricError};
+
+/// Stan's threshold on the energy error H(end) − H(start) of a trajectory above which (or
+/// where it is not finite) the transition counts as divergent.
+pub const DIVERGENCE_ENERGY: f64 = 1000.0;
+
+/// E-BFMI below this flags a chain whose momentum resampling explores the energy poorly
+/// (Betancourt 2016; Stan's and ArviZ's threshold).
+pub const EBFMI_THRESHOLD: f64 = 0.3;
+
+/// posteriordb's reference-posterior standard: R̂ below this ...
+pub const REFERENCE_RHAT: f64 = 1.01;
+/// ... and bulk and tail ESS above this, with no divergent transitions.
+pub const REFERENCE_ESS: f64 = 400.0;
+
+/// The diagnostics of one quantity.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Diagnostics {
+    /// max(bulk R̂, tail R̂).
+    pub rhat: f64,
+    /// Rank-normalised split-R̂.
+    pub rhat_bulk: f64,
+    /// Rank-normalised split-R̂ of the folded draws.
+    pub rhat_tail: f64,
+    /// Bulk effective sample size.
+    pub ess_bulk: f64,
+    /// Tail effective sample size (5% and 95% quantiles).
+    pub ess_tail: f64,
+    /// Monte-Carlo standard error of the mean.
+    pub mcse_mean: f64,
+}
+
+impl Diagnostics {
+    /// Whether the quantity meets posteriordb's reference standard on its own (R̂ < 1.01,
+    /// bulk and tail ESS > 400; divergences are a property of the sampler, checked apart).
+    pub fn reference_grade(&self) -> bool {
+        self.rhat < REFERENCE_RHAT && self.ess_bulk > REFERENCE_ESS && self.ess_tail > REFERENCE_ESS
+    }
+}
+
+/// Checks the chains: at least two, each with at least 4 draws, all of equal length and finite.
+fn check_chains(chains: &[Vec<f64>]) -> Result<usize, MetricError> {
+    if chains.len() < 2 {
+        return Err(MetricError::Invalid {
+            what: "draws: chains".into(),
+            value: chains.len() as f64,
+            valid: "at least 2 chains (R̂ compares chains)".into(),
+        });
+    }
+    let n = chains[0].len();
+    for (c, chain) in chains.iter().enumerate() {
+        if chain.len() != n {
+            return Err(MetricError::Length {
+                what: format!("draws: chain 0 and chain {c}"),
+                left: n,
+                right: chain.len(),
+            });
+        }
+        if let Some((i, v)) = chain.iter().enumerate().find(|(_, v)| !v.is_finite()) {
+            return Err(MetricError::Invalid {
+                what: format!("draws[{c}][{i}]"),
+                value: *v,
+                valid: "every draw must be finite".into(),
+            });
+        }
+    }
+    if n < 4 {
+        return Err(MetricError::Invalid {
+            what: "draws: draws per chain".into(),
+            value: n as f64,
+            valid: "at least 4 (split-R̂ halves each chain)".into(),
+        });
+    }
+    Ok(n)
+}
+
+/// Every diagnostic of one quantity from its chains (`chains[c][draw]`).
+pub fn diagnose(chains: &[Vec<f64>]) -> Result<Diagnostics, MetricError> {
+    check_chains(chains)?;
+    let split = split_chains(chains);
+    let rhat_bulk = rhat_raw(&z_scale(&split));
+    let med = median(&split.iter().flatten().copied().collect::<Vec<_>>());
+    let folded: Vec<Vec<f64>> = split
+        .iter()
+        .map(|c| c.iter().map(|v| (v - med).abs()).collect())
+        .collect();
+    let rhat_tail = rhat_raw(&z_scale(&folded));
+    let ess_bulk = ess_raw(&z_scale(&split));
+    let ess_tail = ess_quantile(chains, 0.05).min(ess_quantile(chains, 0.95));
+    let ess_mean = ess_raw(&split);
+    let all: Vec<f64> = chains.iter().flatten().copied().collect();
+    let s = all.len() as f64;
+    let mean = all.iter().sum::<f64>() / s;
+    let sd = (all.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (s - 1.0)).sqrt();
+    Ok(Diagnostics {
+        rhat: rhat_bulk.max(rhat_tail),
+        rhat_bulk,
+        rhat_tail,
+        ess_bulk,
+        ess_tail,
+        mcse_mean: sd / ess_mean.sqrt(),
+    })
+}
+
+/// E-BFMI of one chain from its energies at the start of every iteration (after the momenta
+/// are resampled): Σₙ (Eₙ − Eₙ₋₁)² / Σₙ (Eₙ − Ē)², as Stan computes it.
+pub fn ebfmi(energy: &[f64]) -> Result<f64, MetricError> {
+    non_empty("energy", energy.len())?;
+    let n = energy.len() as f64;
+    let mean = energy.iter().sum::<f64>() / n;
+    let num: f64 = energy.windows(2).map(|w| (w[1] - w[0]).powi(2)).sum();
+    let den: f64 = energy.iter().map(|e| (e - mean).powi(2)).sum();
+    Ok(if den > 0.0 { num / den } else { f64::NAN })
+}
+
+/// Whether a trajectory with energy error `dh` = H(end) − H(start) is a divergent transition
+/// (Stan's rule: above [`DIVERGENCE_ENERGY`], or not finite).
+pub fn is_divergent(dh: f64) -> bool {
+    !dh.is_finite() || dh > DIVERGENCE_ENERGY
+}
+
+/// The first and last ⌊n/2⌋ draws of every chain, as separate chains.
+fn split_chains(chains: &[Vec<f64>]) -> Vec<Vec<f64>> {
+    let n = chains[0].len();
+    let half = n / 2;
+    chains
+        .iter()
+        .map(|c| c[..half].to_vec())
+        .chain(chains.iter().map(|c| c[n - half..].to_vec()))
+        .collect()
+}
+
+/// The median of the values (the mean of the middle two for an even count).
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        0.5 * (s[n / 2 - 1] + s[n / 2])
+    }
+}
+
+/// Rank normalisation of the pooled draws: Φ⁻¹((r − 3/8)/(S + 1/4)) with average ranks for
+/// ties, in the chains' shape.
+fn z_scale(chains: &[Vec<f64>]) -> Vec<Vec<f64>> {
+    let all: Vec<f64> = chains.iter().flatten().copied().collect();
+    let s = all.len();
+    let mut order: Vec<usize> = (0..s).collect();
+    order.sort_by(|&a, &b| all[a].total_cmp(&all[b]));
+    let mut rank = vec![0.0; s];
+    let mut i = 0;
+    while i < s {
+        let mut j = i;
+        while j + 1 < s && all[order[j + 1]] == all[order[i]] {
+            j += 1;
+        }
+        // Ranks are 1-based: positions i..=j share the average (i + j)/2 + 1.
+        let r = (i + j) as f64 / 2.0 + 1.0;
+        for &o in &order[i..=j] {
+            rank[o] = r;
+        }
+        i = j + 1;
+    }
+    let normal = Normal::standard();
+    let z: Vec<f64> = rank
+        .iter()
+        .map(|r| normal.inverse_cdf((r - 0.375) / (s as f64 + 0.25)))
+        .collect();
+    let n = chains[0].len();
+    z.chunks(n).map(<[f64]>::to_vec).collect()
+}
+
+/// Mean and variance with denominator `n − ddof`.
+fn moments(v: &[f64], ddof: f64) -> (f64, f64) {
+    let n = v.len() as f64;
+    let mean = v.iter().sum::<f64>() / n;
+    (
+        mean,
+        v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - ddof),
+    )
+}
+
+/// Split-R̂ of chains as given (already split and, for the rank versions, normalised):
+/// sqrt((B/W + n − 1)/n) with B = n·var(chain means), W = mean within-chain variance.
+fn rhat_raw(chains: &[Vec<f64>]) -> f64 {
+    let n = chains[0].len() as f64;
+    let stats: Vec<(f64, f64)> = chains.iter().map(|c| moments(c, 1.0)).collect();
+    let means: Vec<f64> = stats.iter().map(|s| s.0).collect();
+    let b = n * moments(&means, 1.0).1;
+    let w = stats.iter().map(|s| s.1).sum::<f64>() / stats.len() as f64;
+    ((b / w + n - 1.0) / n).sqrt()
+}
+
+/// The ESS of 1{θ ≤ q_p}, q_p the type-7 quantile of all draws.
+fn ess_quantile(chains: &[Vec<f64>], p: f64) -> f64 {
+    let mut all: Vec<f64> = chains.iter().flatten().copied().collect();
+    all.sort_by(f64::total_cmp);
+    let h = (all.len() - 1) as f64 * p;
+    let lo = h.floor() as usize;
+    let q = all[lo] + (h - lo as f64) * (all[(lo + 1).min(all.len() - 1)] - all[lo]);
+    let indicator: Vec<Vec<f64>> = chains
+        .iter()
+        .map(|c| c.iter().map(|&v| if v <= q { 1.0 } else { 0.0 }).collect())
+        .collect();
+    ess_raw(&split_chains(&indicator))
+}
+
+/// The ESS of chains as given (ArviZ's `_ess`): autocorrelations by Stan's formula, summed in
+/// pairs while the pair sums stay positive (Geyer's initial positive sequence), made monotone,
+/// τ = −1 + 2Σρ̂ (+ the last even term), ESS = S/max(τ, 1/log₁₀ S).
+fn ess_raw(chains: &[Vec<f64>]) -> f64 {
+    let (c, n) = (chains.len(), chains[0].len());
+    let s = (c * n) as f64;
+    let (lo, hi) = chains
+        .iter()
+        .flatten()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &v| {
+            (a.min(v), b.max(v))
+        });
+    // numpy's float resolution, 1e-15: constant draws give ESS = S.
+    if hi - lo < 1e-15 {
+        return s;
+    }
+    let acov: Vec<Vec<f64>> = chains.iter().map(|ch| autocovariance(ch)).collect();
+    let lag_mean = |t: usize| acov.iter().map(|a| a[t]).sum::<f64>() / c as f64;
+    let nf = n as f64;
+    let mean_var = lag_mean(0) * nf / (nf - 1.0);
+    let mut var_plus = mean_var * (nf - 1.0) / nf;
+    if c > 1 {
+        let means: Vec<f64> = chains.iter().map(|ch| moments(ch, 1.0).0).collect();
+        var_plus += moments(&means, 1.0).1;
+    }
+    let rho = |t: usize| 1.0 - (mean_var - lag_mean(t)) / var_plus;
+    let mut rho_t = vec![0.0; n];
+    let mut even = 1.0;
+    rho_t[0] = even;
+    let mut odd = rho(1);
+    rho_t[1] = odd;
+    let mut t = 1;
+    while t + 3 < n && even + odd > 0.0 {
+        even = rho(t + 1);
+        odd = rho(t + 2);
+        if even + odd >= 0.0 {
+            rho_t[t + 1] = even;
+            rho_t[t + 2] = odd;
+        }
+        t += 2;
+    }
+    // max_t = t − 2 may be −1 (ArviZ's Python indexing wraps then; it cannot here, since the
+    // loop above runs at least once whenever n > 4 and ρ̂₀ + ρ̂₁ > 0).
+    let max_t = t as isize - 2;
+    if even > 0.0 && max_t + 1 >= 0 {
+        rho_t[(max_t + 1) as usize] = even;
+    }
+    let mut t = 1isize;
+    while t <= max_t - 2 {
+        let (a, b) = ((t + 1) as usize, (t + 2) as usize);
+        let (p, q) = ((t - 1) as usize, t as usize);
+        if rho_t[a] + rho_t[b] > rho_t[p] + rho_t[q] {
+            rho_t[a] = (rho_t[p] + rho_t[q]) / 2.0;
+            rho_t[b] = rho_t[a];
+        }
+        t += 2;
+    }
+    let upto = (max_t + 1).max(0) as usize;
+    let mut tau = -1.0 + 2.0 * rho_t[..upto.min(n)].iter().sum::<f64>();
+    if upto < n {
+        tau += rho_t[upto];
+    }
+    let tau = tau.max(1.0 / s.log10());
+    if rho_t.iter().any(|v| v.is_nan()) {
+        return f64::NAN;
+    }
+    s / tau
+}
+
+/// Autocovariances of one chain at every lag, Σₖ (xₖ − x̄)(xₖ₊ₜ − x̄)/n, by FFT of the
+/// zero-padded centred chain (padding to ≥ 2n makes the circular correlation linear).
+fn autocovariance(x: &[f64]) -> Vec<f64> {
+    let n = x.len();
+    let mean = x.iter().sum::<f64>() / n as f64;
+    let size = (2 * n).next_power_of_two();
+    let mut re: Vec<f64> = x.iter().map(|v| v - mean).collect();
+    re.resize(size, 0.0);
+    let mut im = vec![0.0; size];
+    fft(&mut re, &mut im, false);
+    for (r, i) in re.iter_mut().zip(im.iter_mut()) {
+        *r = *r * *r + *i * *i;
+        *i = 0.0;
+    }
+    fft(&mut re, &mut im, true);
+    re.truncate(n);
+    for v in &mut re {
+        *v /= size as f64 * n as f64;
+    }
+    re
+}
+
+/// In-place iterative radix-2 FFT of a power-of-two length (unnormalised; `inverse` conjugates
+/// the twiddles).
+fn fft(re: &mut [f64], im: &mut [f64], inverse: bool) {
+    let n = re.len();
+    let mut j = 0;
+    for i in 1..n {
+        let mut bit = n >> 1;
+        while j & bit != 0 {
+            j ^= bit;
+            bit >>= 1;
+        }
+        j |= bit;
+        if i < j {
+            re.swap(i, j);
+            im.swap(i, j);
+        }
+    }
+    let sign = if inverse { 1.0 } else { -1.0 };
+    let mut len = 2;
+    while len <= n {
+        let ang = sign * 2.0 * std::f64::consts::PI / len as f64;
+        for start in (0..n).step_by(len) {
+            for k in 0..len / 2 {
+                let (s, c) = (ang * k as f64).sin_cos();
+                let (a, b) = (start + k, start + k + len / 2);
+                let (xr, xi) = (re[b] * c - im[b] * s, re[b] * s + im[b] * c);
+                re[b] = re[a] - xr;
+                im[b] = im[a] - xi;
+                re[a] += xr;
+                im[a] += xi;
+            }
+        }
+        len <<= 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A deterministic, portable stream for the fixed inputs below: x ↦ a multiplicative
+    /// congruential generator's uniforms, turned into AR(1) chains.
+    fn chains(c: usize, n: usize, phi: f64, shift: f64) -> Vec<Vec<f64>> {
+        let mut state: u64 = 12345;
+        let mut uniform = || {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((state >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+        };
+        (0..c)
+            .map(|k| {
+                let mut v = 0.0;
+                (0..n)
+                    .map(|_| {
+                        // A centred uniform with variance 1 as the innovation.
+                        let e = (uniform() - 0.5) * 12f64.sqrt();
+                        v = phi * v + e;
+                        v + if k == 0 { shift } else { 0.0 }
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn direct_and_fft_autocovariances_agree() {
+        let x = &chains(1, 37, 0.5, 0.0)[0];
+        let fast = autocovariance(x);
+        let mean = x.iter().sum::<f64>() / 37.0;
+        for t in 0..37 {
+            let direct: f64 = (0..37 - t)
+                .map(|k| (x[k] - mean) * (x[k + t] - mean))
+                .sum::<f64>()
+                / 37.0;
+            assert!((fast[t] - direct).abs() < 1e-12, "lag {t}");
+        }
+    }
+
+    /// Reference values computed by ArviZ 0.23.4 (numpy 2.4.6, scipy 1.17.1, no numba) on the
+    /// same inputs, written out by `python -c` with the generator above reimplemented in
+    /// numpy: `az.rhat(x, method="rank")`, `az.rhat(x, method="z_scale")` (bulk),
+    /// `az.rhat(x, method="folded")` (tail), `az.ess(x, method="bulk")`,
+    /// `az.ess(x, method="tail")`, `az.mcse(x, method="mean")`, with x of shape
+    /// (chains, draws). See `scripts/arviz_reference.py`.
+    #[test]
+    fn agrees_with_arviz() {
+        #[rustfmt::skip]
+        let cases: [(usize, usize, f64, f64, [f64; 6]); 5] = [
+            (4, 1000, 0.0, 0.0, [0.9999131742518487, 0.9999030904907832, 0.9999131742518487, 3737.0628773565804, 3762.2719877496256, 0.016442217551120387]),
+            (4, 1000, 0.9, 0.0, [1.0104759226088098, 1.0090105645917054, 1.0104759226088098, 193.14230602220513, 357.6713446791302, 0.17252114174774358]),
+            (4, 101, 0.5, 0.8, [1.0661647288576503, 1.0661647288576503, 1.0084263376002296, 59.280981004377736, 126.64630833505068, 0.16011246502056262]),
+            (2, 9, 0.3, 0.0, [1.4426869397813626, 0.9145284036262925, 1.4426869397813626, 19.265919722494797, 19.265919722494797, 0.22641746805282204]),
+            (3, 400, 0.99, 2.0, [1.3726977402860305, 1.3726977402860305, 1.2102888494984771, 6.842791782492985, 23.597876077443996, 3.424264339130588]),
+        ];
+        for (c, n, phi, shift, expect) in cases {
+            let d = diagnose(&chains(c, n, phi, shift)).unwrap();
+            let got = [
+                d.rhat,
+                d.rhat_bulk,
+                d.rhat_tail,
+                d.ess_bulk,
+                d.ess_tail,
+                d.mcse_mean,
+            ];
+            for (k, (g, e)) in got.iter().zip(expect).enumerate() {
+                let tol = if k < 3 { 1e-6 } else { 1e-3 };
+                assert!(
+                    ((g - e) / e).abs() < tol,
+                    "case ({c}, {n}, {phi}, {shift}) value {k}: {g} vs ArviZ {e}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn bad_input_is_named() {
+        let e = diagnose(&[vec![1.0; 10]]).unwrap_err().to_string();
+        assert!(e.contains("at least 2 chains"), "{e}");
+        let e = diagnose(&[vec![1.0; 10], vec![1.0; 9]])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("chain 1"), "{e}");
+        let e = diagnose(&[vec![1.0, f64::NAN, 0.0, 1.0], vec![1.0; 4]])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("draws[0][1]"), "{e}");
+        // Constant draws: ESS is the number of draws, as ArviZ returns.
+        assert!(is_divergent(f64::NAN) && is_divergent(1000.5) && !is_divergent(999.0));
+    }
+
+    #[test]
+    fn ebfmi_of_independent_and_sticky_energies() {
+        // Independent energies: E[(Eₙ − Eₙ₋₁)²] = 2 Var, so E-BFMI ≈ 2; a random walk's
+        // increments are small against its spread, so E-BFMI ≪ 0.3.
+        let x = &chains(1, 4000, 0.0, 0.0)[0];
+        let b = ebfmi(x).unwrap();
+        // sd of the ratio for n = 4000 iid draws is about 2·sqrt(3/n)·… < 0.05; 0.15 is 3 sd.
+        assert!((b - 2.0).abs() < 0.15, "{b}");
+        let walk = &chains(1, 4000, 0.999, 0.0)[0];
+        assert!(ebfmi(walk).unwrap() < EBFMI_THRESHOLD);
+    }
+}
