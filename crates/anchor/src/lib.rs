@@ -17,25 +17,31 @@
 //!
 //! This crate never depends on burn: it is the reference the deep methods are judged by.
 
+pub mod blr;
 pub mod design;
 pub mod error;
 pub mod expr;
 pub mod features;
 pub mod posterior;
 pub mod problem;
-pub mod seed;
 pub mod surrogate;
+pub mod task_data;
 pub mod tcc;
 
+pub use blr::{Blr, ANCHOR};
 pub use design::{Bound, Design, DesignSpec, Inputs, MixtureComponent, Region};
 pub use error::AnchorError;
 pub use expr::{Expr, Num};
 pub use features::{FeatureMap, FeatureSpec, Term};
-pub use posterior::{central_quantile, Anchor, Posterior, RANK_TOLERANCE};
+pub use posterior::{Anchor, Posterior, RANK_TOLERANCE};
 pub use problem::{
     Draw, GammaSpec, Model, Noise, Problem, ProblemSpec, ReportPoint, Setting, SurrogateInfo,
     TestSet,
 };
 pub use seed::{Rng, SeedPath};
 pub use surrogate::SurrogateSpec;
+pub use task_data::TaskData;
 pub use tcc::{logistic, ClassSpec, ClassificationSpec, Tcc};
+pub use uqbench_core::central_quantile;
+/// The seed derivation and the portable generator (from `uqbench-core`).
+pub use uqbench_core::seed;

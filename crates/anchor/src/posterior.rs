@@ -23,7 +23,7 @@
 //! [`Anchor::posterior`] costs O(N·p + M·p) per repetition.
 
 use nalgebra::{DMatrix, DVector};
-use statrs::distribution::{ContinuousCDF, Normal, StudentsT};
+use uqbench_core::central_quantile;
 
 use crate::design::Inputs;
 use crate::error::AnchorError;
@@ -113,21 +113,6 @@ fn interval(mean: &[f64], scale: &[f64], q: f64) -> (Vec<f64>, Vec<f64>) {
         .unzip()
 }
 
-/// The factor q with P(|T| ≤ q) = level, T standard normal (`dof = None`) or Student t.
-pub fn central_quantile(level: f64, dof: Option<f64>) -> f64 {
-    assert!(
-        level > 0.0 && level < 1.0,
-        "interval level {level} must lie in (0, 1)"
-    );
-    let p = 0.5 + level / 2.0;
-    match dof {
-        None => Normal::standard().inverse_cdf(p),
-        Some(nu) => StudentsT::new(0.0, 1.0, nu)
-            .expect("degrees of freedom are positive")
-            .inverse_cdf(p),
-    }
-}
-
 impl Anchor {
     /// Fits the anchor for a resolved problem; an error for a surrogate problem, which has
     /// none (check [`Problem::linear`] first).
@@ -163,7 +148,40 @@ impl Anchor {
         name: &str,
         setting: &str,
     ) -> Result<Anchor, AnchorError> {
-        let (n, p) = (train.len(), features.p());
+        let p = features.p();
+        let eval = |x: &Inputs| {
+            let mut out = vec![0.0; x.len() * p];
+            for (row, g) in x.rows().zip(out.chunks_mut(p)) {
+                features.eval_into(row, g);
+            }
+            out
+        };
+        Anchor::from_features(
+            p,
+            &eval(train),
+            train_sigma,
+            &eval(test),
+            test_sigma,
+            sigma_known,
+            name,
+            setting,
+        )
+    }
+
+    /// Fits the anchor from the features G at the training and test inputs (row-major, `p`
+    /// columns) and σ(x) there. `name` and `setting` only label errors.
+    #[allow(clippy::too_many_arguments)]
+    pub fn from_features(
+        p: usize,
+        train_g: &[f64],
+        train_sigma: &[f64],
+        test_g: &[f64],
+        test_sigma: &[f64],
+        sigma_known: bool,
+        name: &str,
+        setting: &str,
+    ) -> Result<Anchor, AnchorError> {
+        let n = train_g.len() / p.max(1);
         if train_sigma.len() != n {
             return Err(AnchorError::Shape {
                 what: "σ at the training inputs".into(),
@@ -171,10 +189,11 @@ impl Anchor {
                 got: train_sigma.len(),
             });
         }
-        if test_sigma.len() != test.len() {
+        let m = test_g.len() / p.max(1);
+        if test_sigma.len() != m {
             return Err(AnchorError::Shape {
                 what: "σ at the test inputs".into(),
-                expected: test.len(),
+                expected: m,
                 got: test_sigma.len(),
             });
         }
@@ -204,9 +223,7 @@ impl Anchor {
 
         let weights = DVector::from_iterator(n, train_sigma.iter().map(|s| 1.0 / s));
         let mut phi = DMatrix::<f64>::zeros(n, p);
-        let mut g = vec![0.0; p];
-        for (i, x) in train.rows().enumerate() {
-            features.eval_into(x, &mut g);
+        for (i, g) in train_g.chunks(p).enumerate() {
             for j in 0..p {
                 phi[(i, j)] = g[j] * weights[i];
             }
@@ -263,14 +280,7 @@ impl Anchor {
             });
         }
 
-        let m = test.len();
-        let mut test_g = DMatrix::<f64>::zeros(m, p);
-        for (i, x) in test.rows().enumerate() {
-            features.eval_into(x, &mut g);
-            for j in 0..p {
-                test_g[(i, j)] = g[j];
-            }
-        }
+        let test_g = DMatrix::<f64>::from_row_slice(m, p, test_g);
         // Z = R⁻ᵀ D G*ᵀ (p×M); the variance at test point i is ‖Z[:, i]‖².
         let mut dg = test_g.transpose();
         for j in 0..p {

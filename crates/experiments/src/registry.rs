@@ -2,9 +2,12 @@
 //! method is one file in `crates/models/src/` plus one line in [`KINDS`].
 
 use anyhow::{bail, Context, Result};
+use uqbench_anchor::{Blr, ANCHOR};
+use uqbench_core::Method;
+use uqbench_gp::Gp;
 use uqbench_models::{
     BootstrapScheme, DropoutKind, DropoutMethod, EnsMcd, Ensemble, EnsembleConfig, EnsembleKind,
-    Gp, Hmc, Method, Mfvi,
+    Hmc, Mfvi,
 };
 
 type Builder = fn(name: &str, settings: toml::Value) -> Result<Box<dyn Method>>;
@@ -50,6 +53,14 @@ fn deterministic(name: &str, s: toml::Value) -> Result<Box<dyn Method>> {
     ensemble(name, toml::Value::Table(table), EnsembleKind::Plain)
 }
 
+/// The anchor: exact, it takes no settings.
+fn anchor(name: &str, s: toml::Value) -> Result<Box<dyn Method>> {
+    if s.as_table().is_some_and(|t| !t.is_empty()) {
+        bail!("[methods.{name}]: the anchor ({ANCHOR}) takes no settings");
+    }
+    Ok(Box::new(Blr))
+}
+
 fn dropout(name: &str, s: toml::Value, kind: DropoutKind) -> Result<Box<dyn Method>> {
     Ok(Box::new(DropoutMethod::new(name, kind, config(name, s)?)?))
 }
@@ -58,6 +69,7 @@ fn dropout(name: &str, s: toml::Value, kind: DropoutKind) -> Result<Box<dyn Meth
 /// or by its NAME.
 #[rustfmt::skip]
 pub const KINDS: &[(&str, Builder)] = &[
+    (ANCHOR, anchor),
     ("Ens", |n, s| ensemble(n, s, EnsembleKind::Plain)),
     ("EnsAdvA", |n, s| ensemble(n, s, EnsembleKind::Adversarial)),
     ("EnsBS", |n, s| ensemble(n, s, EnsembleKind::Bootstrap)),
@@ -75,9 +87,6 @@ pub const KINDS: &[(&str, Builder)] = &[
 
 /// Builds method `name` from its settings table (possibly empty).
 pub fn build(name: &str, table: Option<&toml::Table>) -> Result<Box<dyn Method>> {
-    if name == crate::summary::ANCHOR {
-        bail!("method {name}: the anchor is always included and takes no settings");
-    }
     let mut table = table.cloned().unwrap_or_default();
     let kind = match table.remove("kind") {
         Some(toml::Value::String(k)) => k,
@@ -89,7 +98,7 @@ pub fn build(name: &str, table: Option<&toml::Table>) -> Result<Box<dyn Method>>
     };
     let Some((_, builder)) = KINDS.iter().find(|(k, _)| *k == kind) else {
         bail!(
-            "unknown method `{kind}`{}; valid methods: BLR (always run), {}",
+            "unknown method `{kind}`{}; valid methods: {}",
             if kind == name {
                 String::new()
             } else {

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use uqbench_anchor::{logistic, Anchor, Problem, SeedPath, Setting};
-use uqbench_models::{Likelihood, Method, RepOutput, Resources, SeedBase, Task};
+use uqbench_core::{Compute, Method, Prediction, SeedBase};
 
 use crate::figures::{FigureInput, SettingFigures};
 use crate::registry;
@@ -82,7 +82,7 @@ impl Plan {
             methods.retain(|m| m == ANCHOR || only.contains(m));
         }
         let settings = spec.settings();
-        for m in methods.iter().filter(|m| *m != ANCHOR) {
+        for m in &methods {
             for s in &settings {
                 registry::build(m, spec.method_table(m, s)?.as_ref()).with_context(|| {
                     if s.values.is_empty() {
@@ -177,26 +177,22 @@ pub fn unit_done(dir: &Path, plan: &Plan, unit: &Unit) -> bool {
         .all(|r| rep_path(dir, &plan.settings[unit.setting], &unit.method, r).is_file())
 }
 
-/// A setting's resolved problem and its anchor.
+/// A setting's resolved problem, its design checked.
 pub struct Resolved {
     /// The problem.
     pub problem: Problem,
-    /// Its anchor; `None` for a surrogate problem, which has none.
-    pub anchor: Option<Anchor>,
 }
 
 impl Resolved {
-    /// Resolves `setting` of `spec`.
+    /// Resolves `setting` of `spec`, and for a problem with an anchor checks its design (a
+    /// rank-deficient design is an error before anything trains).
     pub fn new(spec: &ExperimentSpec, setting: &Setting) -> Result<Resolved> {
         let problem = spec.resolve(setting)?;
-        let anchor = match problem.linear() {
-            Some(_) => Some(
-                Anchor::fit(&problem)
-                    .with_context(|| format!("anchor of {}", problem.display_name()))?,
-            ),
-            None => None,
-        };
-        Ok(Resolved { problem, anchor })
+        if problem.linear().is_some() {
+            Anchor::fit(&problem)
+                .with_context(|| format!("anchor of {}", problem.display_name()))?;
+        }
+        Ok(Resolved { problem })
     }
 }
 
@@ -238,139 +234,147 @@ pub fn run_unit(
     plan: &Plan,
     unit: &Unit,
     resolved: &Resolved,
-    resources: &Resources,
+    compute: &Compute,
     progress: &(dyn Fn(f64) + Sync),
 ) -> Result<()> {
     let setting = &plan.settings[unit.setting];
-    let problem = &resolved.problem;
+    let method: Box<dyn Method> = registry::build(
+        &unit.method,
+        plan.spec.method_table(&unit.method, setting)?.as_ref(),
+    )?;
     let reps: Vec<u64> = unit.reps.clone().collect();
-    let classification = problem.classification().is_some();
-    let results: Vec<RepResult> = if unit.method == ANCHOR {
-        let anchor = resolved
-            .anchor
-            .as_ref()
-            .context("the anchor of a problem without one (a surrogate problem)")?;
-        reps.iter()
-            .map(|&r| summary::anchor_rep(problem, anchor, r))
-            .collect::<Result<_>>()?
-    } else {
-        let method: Box<dyn Method> = registry::build(
-            &unit.method,
-            plan.spec.method_table(&unit.method, setting)?.as_ref(),
-        )?;
-        let draws: Vec<_> = reps.iter().map(|&r| problem.draw(r)).collect();
-        let y: Vec<Vec<f64>> = draws.iter().map(|d| d.train_y.clone()).collect();
-        let source = plan.spec.run_spec()?.noise;
-        // With the validation-set noise estimate, the validation inputs are predicted after the
-        // test inputs and split off below.
-        let m_test = problem.test.truth.len();
-        let validation = match (source, &problem.validation) {
-            (NoiseSource::Validation, Some((x, _, _))) if !classification => Some(x),
-            (NoiseSource::Validation, _) if !classification => bail!(
-                "run.noise = \"validation\": {} has no validation set",
-                problem.display_name()
-            ),
-            _ => None,
+    let stored = predict(
+        &plan.spec,
+        setting,
+        &resolved.problem,
+        method.as_ref(),
+        &reps,
+        compute,
+        progress,
+    )?;
+    for (&r, rep) in reps.iter().zip(stored) {
+        let text = match rep {
+            Stored::Regression(rep) => serde_json::to_string(&rep)?,
+            Stored::Classification(rep) => serde_json::to_string(&rep)?,
         };
-        let x_test: Vec<f64> = match validation {
-            Some(x) => [problem.test.inputs.as_slice(), x.as_slice()].concat(),
-            None => problem.test.inputs.as_slice().to_vec(),
-        };
-        let task = Task {
-            d: problem.d(),
-            x_train: problem.train.inputs.as_slice(),
-            y_train: &y,
-            repetitions: &reps,
-            x_test: &x_test,
-            epochs: plan.spec.epochs(setting)?,
-            known_sigma: problem.known_sigma(),
-            seeds: SeedBase {
-                base: plan.spec.seed,
-                experiment: plan.spec.name.clone(),
-                setting: setting.label(),
-            },
-            features: problem.linear().map(|(features, _)| features),
-            likelihood: if classification {
-                Likelihood::Bernoulli
-            } else {
-                Likelihood::Gaussian
-            },
-        };
-        let total = (reps.len() * method.replicas_per_repetition()) as f64;
-        // A classification problem needs every member's or pass's logits.
-        let mut outputs = method
-            .run(&task, resources, classification, &|done| {
-                progress(done as f64 / total)
-            })
-            .with_context(|| format!("method {} at {}", unit.method, problem.display_name()))?;
-        for (o, d) in outputs.iter_mut().zip(&draws) {
-            let valid = validation.map(|_| split_off(o, m_test));
-            if classification || o.noise_std.is_some() || o.diverged {
-                continue;
-            }
-            let estimate = match (source, valid, &d.validation_y, &o.train_mean) {
-                (NoiseSource::Validation, Some((mean, std)), Some(yv), _) => Some((
-                    "validation_noise_sd",
-                    uqbench_metrics::regression::validation_noise_sd(yv, &mean, &std),
-                )),
-                (NoiseSource::Residual, _, _, Some(fit)) => Some((
-                    "residual_noise_sd",
-                    (fit.iter()
-                        .zip(&d.train_y)
-                        .map(|(f, y)| (y - f).powi(2))
-                        .sum::<f64>()
-                        / fit.len() as f64)
-                        .sqrt(),
-                )),
-                _ => None,
-            };
-            if let Some((name, sd)) = estimate {
-                o.noise_std = Some(vec![sd; m_test]);
-                o.scalars.insert(name.to_string(), sd);
-            }
-        }
-        let levels = &plan.spec.run_spec()?.levels;
-        if classification {
-            for (&r, o) in reps.iter().zip(outputs) {
-                let rep = class_rep(r, o, levels).with_context(|| {
-                    format!("method {} at {}", unit.method, problem.display_name())
-                })?;
-                let path = rep_path(dir, setting, &unit.method, r);
-                write_atomic(&path, serde_json::to_string(&rep)?.as_bytes())?;
-            }
-            progress(1.0);
-            return Ok(());
-        }
-        reps.iter()
-            .zip(outputs)
-            .zip(&y)
-            .map(|((&r, o), y): ((&u64, RepOutput), &Vec<f64>)| {
-                RepResult::from_output(
-                    r,
-                    o,
-                    &RepContext {
-                        levels,
-                        truth: &problem.test.truth,
-                        test_sigma: &problem.test.sigma,
-                        train_y: y,
-                        train_sigma: &problem.train_sigma,
-                    },
-                )
-                .with_context(|| format!("method {} at {}", unit.method, problem.display_name()))
-            })
-            .collect::<Result<_>>()?
-    };
-    for r in &results {
-        let path = rep_path(dir, setting, &unit.method, r.repetition);
-        write_atomic(&path, serde_json::to_string(r)?.as_bytes())?;
+        write_atomic(&rep_path(dir, setting, &unit.method, r), text.as_bytes())?;
     }
     progress(1.0);
     Ok(())
 }
 
+/// One repetition's result in its track's stored form.
+pub enum Stored {
+    /// A regression problem's.
+    Regression(RepResult),
+    /// A classification problem's.
+    Classification(ClassRep),
+}
+
+/// Runs `method` on repetitions `reps` of one setting of `spec` (its problem resolved) and
+/// returns their stored forms: the same path for every method, the anchor included, in a run
+/// and in `score`. `progress` receives the fraction done.
+pub fn predict(
+    spec: &ExperimentSpec,
+    setting: &Setting,
+    problem: &Problem,
+    method: &dyn Method,
+    reps: &[u64],
+    compute: &Compute,
+    progress: &(dyn Fn(f64) + Sync),
+) -> Result<Vec<Stored>> {
+    let classification = problem.classification().is_some();
+    // A spec without [run] (scored, not run) has no levels, the known noise, and no training.
+    let (levels, source, epochs) = match &spec.run {
+        Some(run) => (&run.levels[..], run.noise, spec.epochs(setting)?),
+        None => (&[][..], NoiseSource::Known, 1),
+    };
+    // With the validation-set noise estimate, the validation inputs are predicted after the
+    // test inputs and split off below.
+    let with_validation = source == NoiseSource::Validation && !classification;
+    if with_validation && problem.validation.is_none() {
+        bail!(
+            "run.noise = \"validation\": {} has no validation set",
+            problem.display_name()
+        );
+    }
+    let data = problem.task_data(reps, with_validation);
+    let task = data.task(
+        epochs,
+        SeedBase {
+            base: spec.seed,
+            experiment: spec.name.clone(),
+            setting: setting.label(),
+        },
+    );
+    let total = (reps.len() * method.replicas_per_repetition()) as f64;
+    let context = || format!("method {} at {}", method.name(), problem.display_name());
+    // A classification problem needs every member's or pass's logits.
+    let mut outputs = method
+        .run(&task, compute, classification, &|done| {
+            progress(done as f64 / total)
+        })
+        .with_context(context)?;
+    let m_test = data.m_test;
+    for (k, o) in outputs.iter_mut().enumerate() {
+        let valid = with_validation.then(|| split_off(o, m_test));
+        if classification || o.noise_std.is_some() || o.noise_known || o.diverged {
+            continue;
+        }
+        let estimate = match (source, valid, &o.train_mean) {
+            (NoiseSource::Validation, Some((mean, std)), _) => Some((
+                "validation_noise_sd",
+                uqbench_metrics::regression::validation_noise_sd(
+                    &data.validation_y[k],
+                    &mean,
+                    &std,
+                ),
+            )),
+            (NoiseSource::Residual, _, Some(fit)) => Some((
+                "residual_noise_sd",
+                (fit.iter()
+                    .zip(&data.y[k])
+                    .map(|(f, y)| (y - f).powi(2))
+                    .sum::<f64>()
+                    / fit.len() as f64)
+                    .sqrt(),
+            )),
+            _ => None,
+        };
+        if let Some((name, sd)) = estimate {
+            o.noise_std = Some(vec![sd; m_test]);
+            o.scalars.insert(name.to_string(), sd);
+        }
+    }
+    reps.iter()
+        .zip(outputs)
+        .zip(&data.y)
+        .map(|((&r, o), y)| {
+            Ok(if classification {
+                Stored::Classification(class_rep(r, o, levels).with_context(context)?)
+            } else {
+                Stored::Regression(
+                    RepResult::from_output(
+                        r,
+                        o,
+                        &RepContext {
+                            levels,
+                            truth: &problem.test.truth,
+                            test_sigma: &problem.test.sigma,
+                            train_y: y,
+                            train_sigma: &problem.train_sigma,
+                        },
+                    )
+                    .with_context(context)?,
+                )
+            })
+        })
+        .collect()
+}
+
 /// Splits the predictions at the inputs after the first `m` (the validation inputs) off a
 /// method's output: their mean and uncertainty.
-fn split_off(o: &mut RepOutput, m: usize) -> (Vec<f64>, Vec<f64>) {
+fn split_off(o: &mut Prediction, m: usize) -> (Vec<f64>, Vec<f64>) {
     let mean = o.mean.split_off(m);
     let std = o.std.split_off(m);
     for v in [&mut o.noise_std, &mut o.predictive_std]
@@ -388,7 +392,7 @@ fn split_off(o: &mut RepOutput, m: usize) -> (Vec<f64>, Vec<f64>) {
 /// A method's output for one repetition of a classification problem in stored form: its
 /// draws (members × passes) are logits, turned into probabilities by the logistic function
 /// in f64.
-fn class_rep(rep: u64, out: RepOutput, levels: &[f64]) -> Result<ClassRep> {
+fn class_rep(rep: u64, out: Prediction, levels: &[f64]) -> Result<ClassRep> {
     let samples = out
         .samples
         .context("a classification method must return its members' or passes' logits")?;

@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 use burn::tensor::wgpu::WgpuBackend;
 use burn::tensor::Device;
 
-use crate::error::ModelError;
+use uqbench_core::MethodError;
 
 /// The backends this build has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -60,7 +60,7 @@ impl fmt::Display for BackendKind {
 }
 
 impl FromStr for BackendKind {
-    type Err = ModelError;
+    type Err = MethodError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s.to_ascii_lowercase().as_str() {
@@ -70,14 +70,14 @@ impl FromStr for BackendKind {
             #[cfg(feature = "cuda")]
             "cuda" => Ok(BackendKind::Cuda),
             #[cfg(not(feature = "cuda"))]
-            "cuda" => Err(ModelError::BackendUnavailable {
+            "cuda" => Err(MethodError::BackendUnavailable {
                 backend: "cuda".into(),
                 reason: "this build has no CUDA backend".into(),
                 hint: "build with `cargo build --release -p uqbench --features cuda`, or use \
                        --backend wgpu (any GPU with a Vulkan driver) or flex"
                     .into(),
             }),
-            _ => Err(ModelError::UnknownBackend(s.to_string())),
+            _ => Err(MethodError::UnknownBackend(s.to_string())),
         }
     }
 }
@@ -168,7 +168,7 @@ fn software_gpu_allowed() -> bool {
 
 /// Opens the (non-autodiff) device of a backend. On wgpu, a software adapter is an error
 /// unless [`allow_software_gpu`] was called.
-pub fn open_device(kind: BackendKind) -> Result<Device, ModelError> {
+pub fn open_device(kind: BackendKind) -> Result<Device, MethodError> {
     match kind {
         BackendKind::Flex => Ok(Device::flex()),
         #[allow(deprecated)]
@@ -178,7 +178,7 @@ pub fn open_device(kind: BackendKind) -> Result<Device, ModelError> {
                 wgpu_device()
                     .clone()
                     .map_err(|reason| {
-                        ModelError::BackendUnavailable {
+                        MethodError::BackendUnavailable {
                     backend: "wgpu".into(),
                     reason: format!("no Vulkan adapter could be opened ({reason})"),
                     hint:
@@ -188,13 +188,13 @@ pub fn open_device(kind: BackendKind) -> Result<Device, ModelError> {
                             .into(),
                 }
                     })?;
-            let adapter = wgpu_status().map_err(|reason| ModelError::BackendUnavailable {
+            let adapter = wgpu_status().map_err(|reason| MethodError::BackendUnavailable {
                 backend: "wgpu".into(),
                 reason,
                 hint: "run on the CPU with `--backend flex`".into(),
             })?;
             if adapter.software && !software_gpu_allowed() {
-                return Err(ModelError::BackendUnavailable {
+                return Err(MethodError::BackendUnavailable {
                     backend: "wgpu".into(),
                     reason: format!(
                         "wgpu's Vulkan adapter is {adapter}, not a GPU (is the GPU's Vulkan \

@@ -10,8 +10,8 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::engine::{Batching, TrainSettings};
-use crate::error::ModelError;
 use crate::mlp::MlpShape;
+use uqbench_core::MethodError;
 
 /// A method's settings: the shared network and optimiser parts and the method's own keys
 /// (`Own`, reachable directly through `Deref`). Read from one flat table.
@@ -134,7 +134,7 @@ impl OptimConfig {
             adversarial: None,
             dropout: None,
             heteroscedastic: false,
-            likelihood: crate::task::Likelihood::Gaussian,
+            likelihood: uqbench_core::Likelihood::Gaussian,
             mc_passes: 1,
         }
     }
@@ -157,7 +157,7 @@ impl Default for OptimConfig {
 /// keys, each deserialised on its own (so unknown keys are errors).
 pub fn split_flat<Own: DeserializeOwned>(
     table: toml::Table,
-) -> Result<(NetConfig, OptimConfig, Own), ModelError> {
+) -> Result<(NetConfig, OptimConfig, Own), MethodError> {
     let mut net = toml::Table::new();
     let mut optim = toml::Table::new();
     let mut own = toml::Table::new();
@@ -170,16 +170,16 @@ pub fn split_flat<Own: DeserializeOwned>(
             own.insert(k, v);
         }
     }
-    fn parse<T: DeserializeOwned>(what: &str, t: toml::Table) -> Result<T, ModelError> {
+    fn parse<T: DeserializeOwned>(what: &str, t: toml::Table) -> Result<T, MethodError> {
         t.try_into().map_err(|e: toml::de::Error| {
-            ModelError::invalid(what, e.message().trim().to_string(), "valid settings")
+            MethodError::invalid(what, e.message().trim().to_string(), "valid settings")
         })
     }
     Ok((
         parse("network settings", net)?,
         parse("optimiser settings", optim)?,
         own.try_into().map_err(|e: toml::de::Error| {
-            ModelError::invalid(
+            MethodError::invalid(
                 "method settings",
                 e.message().trim().to_string(),
                 format!(

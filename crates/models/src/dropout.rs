@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use uqbench_anchor::Rng;
 
 use crate::engine::device_rng::DeviceRng;
-use crate::error::ModelError;
+use uqbench_core::MethodError;
 
 /// The stochastic layer.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -77,12 +77,12 @@ const U_EPS: f64 = 1e-7;
 
 impl Dropout {
     /// Checks the settings once, up front.
-    pub fn validate(&self) -> Result<(), ModelError> {
+    pub fn validate(&self) -> Result<(), MethodError> {
         let in_unit = |name: &str, v: f64| {
             if v > 0.0 && v < 1.0 {
                 Ok(())
             } else {
-                Err(ModelError::invalid(
+                Err(MethodError::invalid(
                     name,
                     v,
                     "a rate strictly between 0 and 1",
@@ -93,7 +93,7 @@ impl Dropout {
             if v.is_finite() && v >= 0.0 {
                 Ok(())
             } else {
-                Err(ModelError::invalid(name, v, "a finite number ≥ 0"))
+                Err(MethodError::invalid(name, v, "a finite number ≥ 0"))
             }
         };
         match self {
@@ -106,7 +106,7 @@ impl Dropout {
             } => {
                 in_unit("concrete init_p", *init_p)?;
                 if !(temperature.is_finite() && *temperature > 0.0) {
-                    return Err(ModelError::invalid(
+                    return Err(MethodError::invalid(
                         "concrete temperature",
                         temperature,
                         "a positive number",
@@ -120,7 +120,7 @@ impl Dropout {
                 kl_weight,
             } => {
                 if !(init_alpha.is_finite() && *init_alpha > 0.0) {
-                    return Err(ModelError::invalid(
+                    return Err(MethodError::invalid(
                         "variational init_alpha",
                         init_alpha,
                         "a positive number",

@@ -9,8 +9,9 @@ use serde::{Deserialize, Serialize};
 use crate::config::MethodConfig;
 use crate::dropout::Dropout;
 use crate::engine::{self, Job, Resources, TrainSettings};
-use crate::error::ModelError;
-use crate::task::{Family, IntervalSetting, Likelihood, Method, RepOutput, Task};
+use uqbench_core::noise::Tau;
+use uqbench_core::MethodError;
+use uqbench_core::{Compute, Family, IntervalSetting, Likelihood, Method, Prediction, Task};
 
 /// Which dropout method.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -21,37 +22,6 @@ pub enum DropoutKind {
     Concrete,
     /// Variational (Gaussian) dropout with a learned α.
     Variational,
-}
-
-/// The noise precision τ that scales the data term relative to the regularisers.
-///
-/// The per-point negative ELBO of a Gaussian likelihood with precision τ is
-/// (τ/2)·mean (y − f)² + KL/N + const; divided by τ it is our ½·MSE data term plus KL/(τN).
-/// So with the ½·MSE data term every regulariser that stands for a prior or a KL is weighted
-/// by 1/(τN): concrete dropout's weight_reg = l²/(2τN) and dropout_reg = 1/(τN) (Gal's
-/// reference pairs l²/(τN) and 2/(τN) with plain MSE, twice ours), variational dropout's KL
-/// weight 1/(τN).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum Tau {
-    /// A given precision τ > 0 (default 1).
-    Value(f64),
-    /// `"known"`: τ = 1/σ² from the problem's known, constant σ.
-    Known(KnownSigma),
-}
-
-/// The string `"known"` of [`Tau::Known`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum KnownSigma {
-    /// τ = 1/σ².
-    #[serde(rename = "known")]
-    Known,
-}
-
-impl Default for Tau {
-    fn default() -> Self {
-        Tau::Value(1.0)
-    }
 }
 
 /// The dropout methods' own settings, with defaults as documented per field.
@@ -125,9 +95,9 @@ impl DropoutMethod {
         name: &str,
         kind: DropoutKind,
         config: DropoutConfig,
-    ) -> Result<DropoutMethod, ModelError> {
+    ) -> Result<DropoutMethod, MethodError> {
         if config.passes == 0 {
-            return Err(ModelError::invalid(
+            return Err(MethodError::invalid(
                 format!("{name}.passes"),
                 0,
                 "at least 1 prediction pass (T ≥ 1; 200 by default)",
@@ -135,14 +105,14 @@ impl DropoutMethod {
         }
         match config.tau {
             Tau::Value(t) if !(t.is_finite() && t > 0.0) => {
-                return Err(ModelError::invalid(
+                return Err(MethodError::invalid(
                     format!("{name}.tau"),
                     t,
                     "a positive noise precision, or \"known\" for 1/σ² of the problem",
                 ))
             }
             t if config.heteroscedastic && t != Tau::Value(1.0) => {
-                return Err(ModelError::invalid(
+                return Err(MethodError::invalid(
                     format!("{name}.tau"),
                     format!("{t:?}"),
                     "leave it out with heteroscedastic = true: the head's Gaussian NLL is the \
@@ -157,7 +127,7 @@ impl DropoutMethod {
             config,
         };
         method.dropout(100, 1.0).validate().map_err(|e| match e {
-            ModelError::Invalid { what, value, valid } => ModelError::Invalid {
+            MethodError::Invalid { what, value, valid } => MethodError::Invalid {
                 what: format!("{name}: {what}"),
                 value,
                 valid,
@@ -166,7 +136,7 @@ impl DropoutMethod {
         })?;
         method.config.net.shape(1, 1).validate()?;
         if method.config.net.hidden.is_empty() {
-            return Err(ModelError::invalid(
+            return Err(MethodError::invalid(
                 format!("{name}.hidden"),
                 "[]",
                 "at least one hidden layer to apply dropout to",
@@ -181,12 +151,12 @@ impl DropoutMethod {
     }
 
     /// The noise precision τ for a task.
-    pub fn tau(&self, task: &Task<'_>) -> Result<f64, ModelError> {
+    pub fn tau(&self, task: &Task<'_>) -> Result<f64, MethodError> {
         match self.config.tau {
             Tau::Value(t) => Ok(t),
             Tau::Known(_) => match task.known_sigma {
                 Some(s) => Ok(1.0 / (s * s)),
-                None => Err(ModelError::invalid(
+                None => Err(MethodError::invalid(
                     format!("{}.tau", self.name),
                     "\"known\"",
                     "a number: this problem's σ is not a known constant (sigma_known = false, or \
@@ -220,7 +190,7 @@ impl DropoutMethod {
     }
 
     /// The optimiser settings for a task.
-    pub fn train_settings(&self, task: &Task<'_>) -> Result<TrainSettings, ModelError> {
+    pub fn train_settings(&self, task: &Task<'_>) -> Result<TrainSettings, MethodError> {
         let c = &self.config;
         let n = task.n_train();
         // For labels the data term is the Bernoulli NLL itself (not ½·MSE = NLL/τ), so the
@@ -229,7 +199,7 @@ impl DropoutMethod {
             Likelihood::Gaussian => self.tau(task)?,
             Likelihood::Bernoulli if c.tau == Tau::Value(1.0) => 1.0,
             Likelihood::Bernoulli => {
-                return Err(ModelError::invalid(
+                return Err(MethodError::invalid(
                     format!("{}.tau", self.name),
                     format!("{:?}", c.tau),
                     "unset (1) for a classification problem: the Bernoulli likelihood has no \
@@ -247,40 +217,6 @@ impl DropoutMethod {
     }
 }
 
-/// The fixed noise sd of a Bayesian network method (MFVI, HMC) from its `noise_sd` setting:
-/// `None` when it is left out (the method `verb`s it: "learn", "sample"), the number, or the
-/// problem's known σ. For labels there is no noise sd: setting one is an error, and the
-/// method gets 1, which enters nothing (no noise parameter is learned, no Gibbs step runs).
-pub(crate) fn fixed_noise_sd(
-    method: &str,
-    noise_sd: Option<Tau>,
-    task: &Task<'_>,
-    verb: &str,
-) -> Result<Option<f64>, ModelError> {
-    match (noise_sd, task.likelihood) {
-        (None, Likelihood::Bernoulli) => Ok(Some(1.0)),
-        (Some(t), Likelihood::Bernoulli) => Err(ModelError::invalid(
-            format!("{method}.noise_sd"),
-            format!("{t:?}"),
-            "left out for a classification problem: a Bernoulli likelihood has no noise sd",
-        )),
-        (None, Likelihood::Gaussian) => Ok(None),
-        (Some(Tau::Value(v)), Likelihood::Gaussian) => Ok(Some(v)),
-        (Some(Tau::Known(KnownSigma::Known)), Likelihood::Gaussian) => {
-            task.known_sigma.map(Some).ok_or_else(|| {
-                ModelError::invalid(
-                    format!("{method}.noise_sd"),
-                    "\"known\"",
-                    format!(
-                        "a number, or left out to {verb} it: this problem's σ is not a known \
-                         constant"
-                    ),
-                )
-            })
-        }
-    }
-}
-
 impl Method for DropoutMethod {
     fn name(&self) -> &str {
         &self.name
@@ -293,10 +229,11 @@ impl Method for DropoutMethod {
     fn run(
         &self,
         task: &Task<'_>,
-        resources: &Resources,
+        compute: &Compute,
         keep_samples: bool,
         progress: &(dyn Fn(usize) + Sync),
-    ) -> Result<Vec<RepOutput>, ModelError> {
+    ) -> Result<Vec<Prediction>, MethodError> {
+        let resources = &Resources::of(compute)?;
         task.validate()?;
         let c = &self.config;
         let d_out = if c.heteroscedastic { 2 } else { 1 };
@@ -345,7 +282,7 @@ impl Method for DropoutMethod {
                 if let (Some(name), Some(rates)) = (rate_name, &out.rates) {
                     scalars.insert(name.to_string(), rates[k]);
                 }
-                RepOutput {
+                Prediction {
                     mean,
                     std,
                     noise_std: c
@@ -353,6 +290,7 @@ impl Method for DropoutMethod {
                         .then(|| noise_var.iter().map(|v| v.sqrt()).collect()),
                     noise_samples: None,
                     predictive_std: None,
+                    noise_known: false,
                     family,
                     samples: (keep_samples || family == Family::Empirical).then(|| {
                         (0..t)
@@ -379,7 +317,8 @@ mod tests {
 
     use super::*;
     use crate::dropout::regularizer_value;
-    use crate::task::SeedBase;
+    use uqbench_core::noise::KnownSigma;
+    use uqbench_core::SeedBase;
 
     fn task(known_sigma: Option<f64>) -> (Vec<f64>, Vec<Vec<f64>>, Option<f64>) {
         (
@@ -438,7 +377,8 @@ mod tests {
                 setting: String::new(),
             },
             features: None,
-            likelihood: crate::task::Likelihood::Gaussian,
+            noise: Default::default(),
+            likelihood: uqbench_core::Likelihood::Gaussian,
         };
         let config = DropoutConfig {
             own: DropoutSettings {

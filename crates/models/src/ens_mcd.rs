@@ -20,12 +20,14 @@ use std::ops::Range;
 use crate::config::MethodConfig;
 use crate::dropout::Dropout;
 use crate::engine::{run_chunks, try_download, ChunkOut, ChunkTrainer, Head, Resources};
-use crate::error::ModelError;
 use crate::kernels::KernelPath;
 use crate::layers::{BatchedLinear, BatchedLinearConfig, LeakyRelu, McDropout};
 use crate::mlp::{xavier_init, MlpShape};
 use crate::optim::{AdamConfig, AdamState};
-use crate::task::{combine_members, Family, Likelihood, Member, Method, RepOutput, Task};
+use uqbench_core::MethodError;
+use uqbench_core::{
+    combine_members, Compute, Family, Likelihood, Member, Method, Prediction, Task,
+};
 
 /// The ensemble of MC-dropout networks' own settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -126,9 +128,9 @@ pub struct EnsMcd {
 
 impl EnsMcd {
     /// Checks the settings up front.
-    pub fn new(name: &str, config: EnsMcdConfig) -> Result<EnsMcd, ModelError> {
+    pub fn new(name: &str, config: EnsMcdConfig) -> Result<EnsMcd, MethodError> {
         if config.members == 0 || config.passes == 0 {
-            return Err(ModelError::invalid(
+            return Err(MethodError::invalid(
                 format!("{name}.members × passes"),
                 format!("{} × {}", config.members, config.passes),
                 "at least one member and one pass",
@@ -137,14 +139,14 @@ impl EnsMcd {
         Dropout::Bernoulli { p: config.p }.validate()?;
         config.net.shape(1, 1).validate()?;
         if config.net.hidden.is_empty() {
-            return Err(ModelError::invalid(
+            return Err(MethodError::invalid(
                 format!("{name}.hidden"),
                 "[]",
                 "at least one hidden layer to apply dropout to",
             ));
         }
         if let Some(size) = config.optim.batch_size {
-            return Err(ModelError::invalid(
+            return Err(MethodError::invalid(
                 format!("{name}.batch_size"),
                 size,
                 "leave it out: EnsMCD trains full-batch",
@@ -169,10 +171,11 @@ impl Method for EnsMcd {
     fn run(
         &self,
         task: &Task<'_>,
-        resources: &Resources,
+        compute: &Compute,
         keep_samples: bool,
         progress: &(dyn Fn(usize) + Sync),
-    ) -> Result<Vec<RepOutput>, ModelError> {
+    ) -> Result<Vec<Prediction>, MethodError> {
+        let resources = &Resources::of(compute)?;
         task.validate()?;
         let c = &self.config;
         // One replica per (repetition, member), each with its own seeds; the engine's trainer
@@ -270,7 +273,7 @@ impl ChunkTrainer for McdTrainer<'_> {
         2 * 4 * (params + activations + m * self.config.passes)
     }
 
-    fn train_chunk(&self, range: Range<usize>) -> Result<ChunkOut, ModelError> {
+    fn train_chunk(&self, range: Range<usize>) -> Result<ChunkOut, MethodError> {
         let c = self.config;
         let rc = range.len();
         let (n, m) = self.points();
@@ -354,6 +357,6 @@ impl ChunkTrainer for McdTrainer<'_> {
     }
 }
 
-fn download(t: Tensor<3>) -> Result<Vec<f32>, ModelError> {
+fn download(t: Tensor<3>) -> Result<Vec<f32>, MethodError> {
     try_download(t, "prediction")
 }

@@ -6,9 +6,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::MethodConfig;
 use crate::engine::{self, Batching, Job, Resources, TrainSettings};
-use crate::error::ModelError;
-use crate::task::{
-    combine_members, Family, IntervalSetting, Likelihood, Member, Method, RepOutput, Task,
+use uqbench_core::MethodError;
+use uqbench_core::{
+    combine_members, Compute, Family, IntervalSetting, Likelihood, Member, Method, Prediction, Task,
 };
 
 /// Which ensemble.
@@ -99,37 +99,37 @@ impl Ensemble {
         name: &str,
         kind: EnsembleKind,
         config: EnsembleConfig,
-    ) -> Result<Ensemble, ModelError> {
+    ) -> Result<Ensemble, MethodError> {
         if config.members == 0 {
-            return Err(ModelError::invalid(
+            return Err(MethodError::invalid(
                 format!("{name}.members"),
                 0,
                 "at least 1",
             ));
         }
         if config.student_t && config.members < 2 {
-            return Err(ModelError::invalid(
+            return Err(MethodError::invalid(
                 format!("{name}.members"),
                 config.members,
                 "at least 2 for the naive bootstrap's member variance (student_t)",
             ));
         }
         if config.student_t && config.intervals == IntervalSetting::Empirical {
-            return Err(ModelError::invalid(
+            return Err(MethodError::invalid(
                 format!("{name}.student_t"),
                 true,
                 "false with intervals = \"empirical\": one family per method",
             ));
         }
         if !(config.adversarial_fraction.is_finite() && config.adversarial_fraction >= 0.0) {
-            return Err(ModelError::invalid(
+            return Err(MethodError::invalid(
                 format!("{name}.adversarial_fraction"),
                 config.adversarial_fraction,
                 "a number ≥ 0",
             ));
         }
         if !(config.batch_fraction > 0.0 && config.batch_fraction <= 1.0) {
-            return Err(ModelError::invalid(
+            return Err(MethodError::invalid(
                 format!("{name}.batch_fraction"),
                 config.batch_fraction,
                 "a fraction in (0, 1]",
@@ -190,13 +190,14 @@ impl Method for Ensemble {
     fn run(
         &self,
         task: &Task<'_>,
-        resources: &Resources,
+        compute: &Compute,
         keep_samples: bool,
         progress: &(dyn Fn(usize) + Sync),
-    ) -> Result<Vec<RepOutput>, ModelError> {
+    ) -> Result<Vec<Prediction>, MethodError> {
+        let resources = &Resources::of(compute)?;
         task.validate()?;
         if task.likelihood == Likelihood::Bernoulli && self.config.heteroscedastic {
-            return Err(ModelError::invalid(
+            return Err(MethodError::invalid(
                 format!("{}.heteroscedastic", self.name),
                 true,
                 "false for a classification problem: labels have no Gaussian noise to estimate",

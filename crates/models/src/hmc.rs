@@ -50,12 +50,12 @@ use uqbench_anchor::Rng;
 use uqbench_metrics::mcmc::{self, EBFMI_THRESHOLD};
 
 use crate::config::MethodConfig;
-use crate::dropout_method::{fixed_noise_sd, Tau};
 use crate::engine::{run_chunks, try_download, upload, ChunkOut, ChunkTrainer, Head, Resources};
-use crate::error::ModelError;
 use crate::layers::{linear_backward, LeakyRelu};
 use crate::mlp::{xavier_init, MlpShape};
-use crate::task::{Family, Likelihood, Method, RepOutput, Task};
+use uqbench_core::noise::{fixed_noise_sd, Tau};
+use uqbench_core::MethodError;
+use uqbench_core::{Compute, Family, Likelihood, Method, Prediction, Task};
 
 /// HMC's own settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -111,10 +111,10 @@ pub struct Hmc {
 
 impl Hmc {
     /// Checks the settings up front.
-    pub fn new(name: &str, config: HmcConfig) -> Result<Hmc, ModelError> {
+    pub fn new(name: &str, config: HmcConfig) -> Result<Hmc, MethodError> {
         let c = &config;
         let bad = |key: &str, v: String, valid: &str| {
-            Err(ModelError::invalid(format!("{name}.{key}"), v, valid))
+            Err(MethodError::invalid(format!("{name}.{key}"), v, valid))
         };
         if !(c.step_size.is_finite() && c.step_size > 0.0) {
             return bad("step_size", c.step_size.to_string(), "a positive step size");
@@ -175,10 +175,11 @@ impl Method for Hmc {
     fn run(
         &self,
         task: &Task<'_>,
-        resources: &Resources,
+        compute: &Compute,
         _keep_samples: bool,
         progress: &(dyn Fn(usize) + Sync),
-    ) -> Result<Vec<RepOutput>, ModelError> {
+    ) -> Result<Vec<Prediction>, MethodError> {
+        let resources = &Resources::of(compute)?;
         task.validate()?;
         let c = &self.config;
         let bernoulli = task.likelihood == Likelihood::Bernoulli;
@@ -293,12 +294,13 @@ impl Method for Hmc {
                 scalars.insert("divergent_transitions".into(), divergent);
                 scalars.insert("accept_rate".into(), per_chain_mean(&|c| c.accept_rate));
                 scalars.insert("step_size".into(), per_chain_mean(&|c| c.step_size));
-                RepOutput {
+                Prediction {
                     mean,
                     std,
                     noise_std,
                     noise_samples: (!bernoulli).then_some(sigma_draws),
                     predictive_std: None,
+                    noise_known: false,
                     family: Family::Empirical,
                     samples: Some(rows),
                     train_mean: Some(train_mean),
@@ -509,7 +511,7 @@ impl ChunkTrainer for HmcTrainer<'_> {
         2 * 4 * (8 * self.shape.params_per_replica() + 2 * n.max(m) * widths + m)
     }
 
-    fn train_chunk(&self, range: Range<usize>) -> Result<ChunkOut, ModelError> {
+    fn train_chunk(&self, range: Range<usize>) -> Result<ChunkOut, MethodError> {
         let c = self.config;
         let rc = range.len();
         let (n, m) = self.points();
@@ -753,7 +755,7 @@ fn gamma_draw(rng: &mut Rng, shape: f64) -> f64 {
     }
 }
 
-fn download(t: Tensor<3>) -> Result<Vec<f32>, ModelError> {
+fn download(t: Tensor<3>) -> Result<Vec<f32>, MethodError> {
     try_download(t, "HMC state")
 }
 

@@ -9,29 +9,24 @@ pub mod dropout_method;
 pub mod engine;
 pub mod ens_mcd;
 pub mod ensemble;
-pub mod error;
-pub mod gp;
 pub mod hmc;
 pub mod kernels;
 pub mod layers;
 pub mod mfvi;
 pub mod mlp;
 pub mod optim;
-pub mod task;
 
 pub use backend::{allow_software_gpu, open_device, wgpu_status, BackendKind, WgpuAdapter};
 pub use config::{MethodConfig, NetConfig, OptimConfig};
 pub use dropout::Dropout;
-pub use dropout_method::{DropoutConfig, DropoutKind, DropoutMethod, DropoutSettings, Tau};
+pub use dropout_method::{DropoutConfig, DropoutKind, DropoutMethod, DropoutSettings};
 pub use engine::{train, Batching, Job, Resources, TrainOutput, TrainSettings};
 pub use ens_mcd::{EnsMcd, EnsMcdConfig, EnsMcdSettings};
 pub use ensemble::{BootstrapScheme, Ensemble, EnsembleConfig, EnsembleKind, EnsembleSettings};
-pub use error::ModelError;
-pub use gp::{Gp, GpConfig, Kernel};
 pub use hmc::{Hmc, HmcConfig, HmcSettings};
 pub use mfvi::{Mfvi, MfviConfig, MfviSettings};
 pub use mlp::{xavier_init, HostWeights, MlpShape};
-pub use task::{
-    combine_members, Family, IntervalSetting, Likelihood, Member, Method, RepOutput, Replicas,
-    SeedBase, Task,
+pub use uqbench_core::{
+    combine_members, Compute, Family, IntervalSetting, Likelihood, Member, Method, MethodError,
+    Prediction, Replicas, SeedBase, Task,
 };

@@ -29,14 +29,16 @@ use serde::{Deserialize, Serialize};
 use uqbench_anchor::Rng;
 
 use crate::config::MethodConfig;
-use crate::dropout_method::{fixed_noise_sd, Tau};
 use crate::engine::{run_chunks, try_download, ChunkOut, ChunkTrainer, Head, Resources};
-use crate::error::ModelError;
 use crate::kernels::KernelPath;
 use crate::layers::LeakyRelu;
 use crate::mlp::{xavier_init, MlpShape};
 use crate::optim::{AdamConfig, AdamState};
-use crate::task::{combine_members, Family, Likelihood, Member, Method, RepOutput, Task};
+use uqbench_core::noise::{fixed_noise_sd, Tau};
+use uqbench_core::MethodError;
+use uqbench_core::{
+    combine_members, Compute, Family, Likelihood, Member, Method, Prediction, Task,
+};
 
 /// MFVI's own settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -220,12 +222,12 @@ pub struct Mfvi {
 
 impl Mfvi {
     /// Checks the settings up front.
-    pub fn new(name: &str, config: MfviConfig) -> Result<Mfvi, ModelError> {
-        let positive = |key: &str, v: f64| -> Result<(), ModelError> {
+    pub fn new(name: &str, config: MfviConfig) -> Result<Mfvi, MethodError> {
+        let positive = |key: &str, v: f64| -> Result<(), MethodError> {
             if v.is_finite() && v > 0.0 {
                 Ok(())
             } else {
-                Err(ModelError::invalid(
+                Err(MethodError::invalid(
                     format!("{name}.{key}"),
                     v,
                     "a positive, finite number",
@@ -238,7 +240,7 @@ impl Mfvi {
             positive("noise_sd", v)?;
         }
         if config.samples < 2 {
-            return Err(ModelError::invalid(
+            return Err(MethodError::invalid(
                 format!("{name}.samples"),
                 config.samples,
                 "at least 2 posterior draws for intervals",
@@ -246,14 +248,14 @@ impl Mfvi {
         }
         config.net.shape(1, 1).validate()?;
         if let Some(size) = config.optim.batch_size {
-            return Err(ModelError::invalid(
+            return Err(MethodError::invalid(
                 format!("{name}.batch_size"),
                 size,
                 "leave it out: MFVI trains full-batch",
             ));
         }
         if config.optim.weight_decay.is_some_and(|w| w != 0.0) {
-            return Err(ModelError::invalid(
+            return Err(MethodError::invalid(
                 format!("{name}.weight_decay"),
                 config.optim.weight_decay.unwrap_or_default(),
                 "leave it out: the prior (prior_sd) is MFVI's regulariser",
@@ -278,10 +280,11 @@ impl Method for Mfvi {
     fn run(
         &self,
         task: &Task<'_>,
-        resources: &Resources,
+        compute: &Compute,
         _keep_samples: bool,
         progress: &(dyn Fn(usize) + Sync),
-    ) -> Result<Vec<RepOutput>, ModelError> {
+    ) -> Result<Vec<Prediction>, MethodError> {
+        let resources = &Resources::of(compute)?;
         task.validate()?;
         let c = &self.config;
         let bernoulli = task.likelihood == Likelihood::Bernoulli;
@@ -405,7 +408,7 @@ impl ChunkTrainer for MfviTrainer<'_> {
         2 * 4 * (params + activations + m * self.config.samples)
     }
 
-    fn train_chunk(&self, range: Range<usize>) -> Result<ChunkOut, ModelError> {
+    fn train_chunk(&self, range: Range<usize>) -> Result<ChunkOut, MethodError> {
         let c = self.config;
         let rc = range.len();
         let (n, m) = self.points();
@@ -512,6 +515,6 @@ impl ChunkTrainer for MfviTrainer<'_> {
     }
 }
 
-fn download(t: Tensor<3>) -> Result<Vec<f32>, ModelError> {
+fn download(t: Tensor<3>) -> Result<Vec<f32>, MethodError> {
     try_download(t, "prediction")
 }

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 use uqbench_anchor::Rng;
 
-use crate::error::ModelError;
+use uqbench_core::MethodError;
 
 /// Shape of the MLP shared by all replicas.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -31,9 +31,9 @@ impl MlpShape {
     }
 
     /// Checks the shape once, up front.
-    pub fn validate(&self) -> Result<(), ModelError> {
+    pub fn validate(&self) -> Result<(), MethodError> {
         if self.d_in == 0 || self.d_out == 0 || self.hidden.contains(&0) {
-            return Err(ModelError::invalid(
+            return Err(MethodError::invalid(
                 "network widths",
                 format!(
                     "d_in = {}, hidden = {:?}, d_out = {}",
@@ -43,7 +43,7 @@ impl MlpShape {
             ));
         }
         if !(self.negative_slope.is_finite() && (0.0..1.0).contains(&self.negative_slope)) {
-            return Err(ModelError::invalid(
+            return Err(MethodError::invalid(
                 "negative_slope",
                 self.negative_slope,
                 "a slope in [0, 1)",

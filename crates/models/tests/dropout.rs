@@ -5,7 +5,7 @@ use uqbench_anchor::{Problem, ProblemSpec, Region, Setting};
 use uqbench_models::engine::Resources;
 use uqbench_models::{
     open_device, BackendKind, DropoutConfig, DropoutKind, DropoutMethod, DropoutSettings, Method,
-    RepOutput, SeedBase, Task,
+    Prediction, SeedBase, Task,
 };
 
 fn problem(file: &str, setting: &[(&str, f64)]) -> Problem {
@@ -28,7 +28,7 @@ fn run(
     config: DropoutConfig,
     reps: &[u64],
     samples: bool,
-) -> Vec<RepOutput> {
+) -> Vec<Prediction> {
     let y: Vec<Vec<f64>> = reps.iter().map(|&r| p.draw(r).train_y).collect();
     let task = Task {
         d: p.d(),
@@ -44,11 +44,12 @@ fn run(
             setting: p.setting.label(),
         },
         features: None,
+        noise: Default::default(),
         likelihood: uqbench_models::Likelihood::Gaussian,
     };
     let method = DropoutMethod::new("D", kind, config).unwrap();
     let res = Resources::new(BackendKind::Flex, open_device(BackendKind::Flex).unwrap());
-    method.run(&task, &res, samples, &|_| {}).unwrap()
+    method.run(&task, &res.compute(), samples, &|_| {}).unwrap()
 }
 
 fn quick() -> DropoutConfig {

@@ -4,7 +4,7 @@ use uqbench_anchor::{Problem, ProblemSpec, Region, Setting};
 use uqbench_models::engine::Resources;
 use uqbench_models::{
     open_device, BackendKind, BootstrapScheme, Ensemble, EnsembleConfig, EnsembleKind,
-    EnsembleSettings, Method, RepOutput, SeedBase, Task,
+    EnsembleSettings, Method, Prediction, SeedBase, Task,
 };
 
 fn e1() -> Problem {
@@ -26,7 +26,7 @@ fn e1() -> Problem {
     .unwrap()
 }
 
-fn run(kind: EnsembleKind, config: EnsembleConfig, reps: &[u64], samples: bool) -> Vec<RepOutput> {
+fn run(kind: EnsembleKind, config: EnsembleConfig, reps: &[u64], samples: bool) -> Vec<Prediction> {
     let p = e1();
     let y: Vec<Vec<f64>> = reps.iter().map(|&r| p.draw(r).train_y).collect();
     let task = Task {
@@ -43,11 +43,12 @@ fn run(kind: EnsembleKind, config: EnsembleConfig, reps: &[u64], samples: bool) 
             setting: "f_main=1".into(),
         },
         features: None,
+        noise: Default::default(),
         likelihood: uqbench_models::Likelihood::Gaussian,
     };
     let method = Ensemble::new("Ens", kind, config).unwrap();
     let res = Resources::new(BackendKind::Flex, open_device(BackendKind::Flex).unwrap());
-    method.run(&task, &res, samples, &|_| {}).unwrap()
+    method.run(&task, &res.compute(), samples, &|_| {}).unwrap()
 }
 
 fn small() -> EnsembleConfig {
@@ -93,11 +94,12 @@ fn plain_ensemble_fits_and_is_less_certain_out_of_distribution() {
             setting: String::new(),
         },
         features: None,
+        noise: Default::default(),
         likelihood: uqbench_models::Likelihood::Gaussian,
     };
     let method = Ensemble::new("Ens", EnsembleKind::Plain, small()).unwrap();
     let res = Resources::new(BackendKind::Flex, open_device(BackendKind::Flex).unwrap());
-    let o = &method.run(&task, &res, false, &|_| {}).unwrap()[0];
+    let o = &method.run(&task, &res.compute(), false, &|_| {}).unwrap()[0];
     assert!(!o.diverged);
     let inside: Vec<usize> = (0..201).filter(|&i| x_test[i].abs() <= 0.5).collect();
     let outside: Vec<usize> = (0..201).filter(|&i| x_test[i].abs() > 0.6).collect();
@@ -175,7 +177,7 @@ fn adversarial_and_bootstrap_variants_train_differently() {
     // Resampling the data spreads the members: the bootstrap ensembles report more
     // uncertainty in distribution than members that differ only by initialisation.
     let p = e1();
-    let avg_in = |o: &RepOutput| {
+    let avg_in = |o: &Prediction| {
         let idx: Vec<usize> = (0..o.std.len())
             .filter(|&i| p.test.region[i] == Region::In)
             .collect();
@@ -239,6 +241,7 @@ fn the_autodiff_route_runs_on_the_trainer_and_chunks_do_not_change_it() {
             setting: "f_main=1".into(),
         },
         features: None,
+        noise: Default::default(),
         likelihood: uqbench_models::Likelihood::Gaussian,
     };
     let config = EnsMcdConfig {
@@ -261,11 +264,11 @@ fn the_autodiff_route_runs_on_the_trainer_and_chunks_do_not_change_it() {
     let mut many = Resources::new(BackendKind::Flex, device);
     many.chunk = Some(1);
     many.threads = 2;
-    let a = method.run(&task, &one, false, &|_| {}).unwrap();
+    let a = method.run(&task, &one.compute(), false, &|_| {}).unwrap();
     let calls = AtomicUsize::new(0);
     let last = AtomicUsize::new(0);
     let b = method
-        .run(&task, &many, false, &|done| {
+        .run(&task, &many.compute(), false, &|done| {
             calls.fetch_add(1, Ordering::SeqCst);
             last.fetch_max(done, Ordering::SeqCst);
         })
@@ -316,6 +319,7 @@ fn mean_variance_members_estimate_the_noise() {
             setting: String::new(),
         },
         features: None,
+        noise: Default::default(),
         likelihood: uqbench_models::Likelihood::Gaussian,
     };
     let config = EnsembleConfig {
@@ -328,7 +332,7 @@ fn mean_variance_members_estimate_the_noise() {
     };
     let method = Ensemble::new("Ens", EnsembleKind::Plain, config).unwrap();
     let res = Resources::new(BackendKind::Flex, open_device(BackendKind::Flex).unwrap());
-    let o = &method.run(&task, &res, false, &|_| {}).unwrap()[0];
+    let o = &method.run(&task, &res.compute(), false, &|_| {}).unwrap()[0];
     assert!(!o.diverged);
     let noise = o
         .noise_std
@@ -417,6 +421,7 @@ fn the_bernoulli_head_learns_a_logistic_probability() {
             setting: String::new(),
         },
         features: None,
+        noise: Default::default(),
         likelihood: uqbench_models::Likelihood::Bernoulli,
     };
     let config = EnsembleConfig {
@@ -428,7 +433,7 @@ fn the_bernoulli_head_learns_a_logistic_probability() {
     };
     let res = Resources::new(BackendKind::Flex, open_device(BackendKind::Flex).unwrap());
     let method = Ensemble::new("Ens", EnsembleKind::Plain, config.clone()).unwrap();
-    let o = &method.run(&task, &res, true, &|_| {}).unwrap()[0];
+    let o = &method.run(&task, &res.compute(), true, &|_| {}).unwrap()[0];
     assert!(!o.diverged);
     let samples = o.samples.as_ref().expect("asked for the members' logits");
     assert_eq!(samples.len(), 4);
@@ -453,7 +458,7 @@ fn the_bernoulli_head_learns_a_logistic_probability() {
                 y_train: &bad,
                 ..task.clone()
             },
-            &res,
+            &res.compute(),
             true,
             &|_| {},
         )
@@ -476,7 +481,10 @@ fn the_bernoulli_head_learns_a_logistic_probability() {
         },
     )
     .unwrap();
-    let e = het.run(&task, &res, true, &|_| {}).unwrap_err().to_string();
+    let e = het
+        .run(&task, &res.compute(), true, &|_| {})
+        .unwrap_err()
+        .to_string();
     assert!(
         e.contains("EnsNLL.heteroscedastic") && e.contains("classification"),
         "{e}"

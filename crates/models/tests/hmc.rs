@@ -37,6 +37,7 @@ fn hmc_on_bayesian_linear_regression_recovers_the_posterior() {
             setting: String::new(),
         },
         features: None,
+        noise: Default::default(),
         likelihood: uqbench_models::Likelihood::Gaussian,
     };
     let config = HmcConfig {
@@ -57,7 +58,7 @@ fn hmc_on_bayesian_linear_regression_recovers_the_posterior() {
     let res = Resources::new(BackendKind::Flex, open_device(BackendKind::Flex).unwrap());
     let out = Hmc::new("HMC", config)
         .unwrap()
-        .run(&task, &res, false, &|_| {})
+        .run(&task, &res.compute(), false, &|_| {})
         .unwrap();
     let o = &out[0];
     assert!(!o.diverged);

@@ -23,6 +23,7 @@ fn task<'a>(x: &'a [f64], y: &'a [Vec<f64>], x_test: &'a [f64], epochs: usize) -
             setting: String::new(),
         },
         features: None,
+        noise: Default::default(),
         likelihood: uqbench_models::Likelihood::Gaussian,
     }
 }
@@ -71,7 +72,12 @@ fn mfvi_on_bayesian_linear_regression_reaches_the_mean_field_optimum() {
     let res = Resources::new(BackendKind::Flex, open_device(BackendKind::Flex).unwrap());
     let out = Mfvi::new("MFVI", config)
         .unwrap()
-        .run(&task(&x, &y, &x_test, 30000), &res, false, &|_| {})
+        .run(
+            &task(&x, &y, &x_test, 30000),
+            &res.compute(),
+            false,
+            &|_| {},
+        )
         .unwrap();
     let o = &out[0];
     assert!(!o.diverged);

@@ -232,6 +232,7 @@ fn autodiff(
             setting: String::new(),
         },
         features: None,
+        noise: Default::default(),
         likelihood: uqbench_models::Likelihood::Gaussian,
     };
     let config = EnsMcdConfig {
@@ -243,7 +244,7 @@ fn autodiff(
         ..EnsMcdConfig::default()
     };
     let method = EnsMcd::new("EnsMCD", config)?;
-    let out = method.run(&task, res, false, &|_| {})?;
+    let out = method.run(&task, &res.compute(), false, &|_| {})?;
     let scalars = &out[0].scalars;
     let objective = scalars.get("final_objective").copied().unwrap_or(f64::NAN);
     let diverged = scalars.get("diverged_members").copied().unwrap_or(0.0) as usize;

@@ -150,6 +150,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
     } else {
         crate::store::cpu_model()
     };
+    let compute = resources.compute();
     let meta = RunMeta {
         shard: args.shard.clone(),
         reps: args.reps.clone(),
@@ -174,9 +175,6 @@ pub fn run(args: &RunArgs) -> Result<()> {
     // a chunk can hold as many replicas as memory allows.
     let todo: Vec<runner::Unit> = if args.backend.is_gpu() {
         let per_rep = |method: &str| -> usize {
-            if method == ANCHOR {
-                return usize::MAX;
-            }
             let setting = &plan.settings[0];
             plan.spec
                 .method_table(method, setting)
@@ -260,7 +258,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
             &plan,
             unit,
             resolved[unit.setting].as_ref().expect("resolved above"),
-            &resources,
+            &compute,
             &|f| {
                 let step = (f * len as f64).floor() as u64;
                 let mut last = last.lock().expect("progress lock");

@@ -7,8 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde::Deserialize;
-use uqbench_anchor::Anchor;
-use uqbench_models::Family;
+use uqbench_core::Family;
 
 use crate::spec::ExperimentSpec;
 use crate::store::{rep_stem, setting_dir};
@@ -427,10 +426,6 @@ pub fn run(args: &ScoreArgs) -> Result<()> {
             );
             continue;
         }
-        let anchor = problem
-            .linear()
-            .map(|_| Anchor::fit(&problem))
-            .transpose()?;
         let reps = repetitions(&dir)?;
         let scoring = Scoring {
             truth: &problem.test.truth,
@@ -442,11 +437,25 @@ pub fn run(args: &ScoreArgs) -> Result<()> {
             .map(|&r| read_rep(&dir, r, &scoring))
             .collect::<Result<Vec<_>>>()?;
         let mut methods = BTreeMap::new();
-        if let Some(anchor) = &anchor {
-            let anchor_reps = reps
-                .iter()
-                .map(|&r| summary::anchor_rep(&problem, anchor, r))
-                .collect::<Result<Vec<_>>>()?;
+        if problem.linear().is_some() {
+            // The anchor alongside, through the same path as in a run.
+            let anchor = crate::registry::build(ANCHOR, None)?;
+            let stored = crate::runner::predict(
+                &spec,
+                &setting,
+                &problem,
+                anchor.as_ref(),
+                &reps,
+                &uqbench_core::Compute::host(),
+                &|_| {},
+            )?;
+            let anchor_reps = stored
+                .into_iter()
+                .filter_map(|s| match s {
+                    crate::runner::Stored::Regression(r) => Some(r),
+                    crate::runner::Stored::Classification(_) => None,
+                })
+                .collect();
             methods.insert(ANCHOR.to_string(), anchor_reps);
         }
         methods.insert(args.method.clone(), external);

@@ -4,9 +4,9 @@
 use std::collections::BTreeMap;
 
 use anyhow::{bail, Result};
-use uqbench_anchor::{Problem, Region};
+use uqbench_anchor::Region;
+use uqbench_core::Family;
 use uqbench_metrics::coverage::{self, Intervals};
-use uqbench_models::Family;
 
 use super::types::{
     level_name, MethodSummary, PointMetric, RepResult, Scalar, SettingSummary, TestInfo, Which,
@@ -532,47 +532,13 @@ pub fn summarize_setting(
     })
 }
 
-/// The anchor's result for repetition `rep`, in the same form as a method's: normal, or
-/// Student t when σ's scale is estimated, with its fitted values' training fit.
-pub fn anchor_rep(
-    problem: &Problem,
-    anchor: &uqbench_anchor::Anchor,
-    rep: u64,
-) -> Result<RepResult> {
-    let draw = problem.draw(rep);
-    let post = anchor.posterior(&draw.train_y)?;
-    let mut scalars = BTreeMap::new();
-    super::types::RepContext {
-        levels: &[],
-        truth: &problem.test.truth,
-        test_sigma: &problem.test.sigma,
-        train_y: &draw.train_y,
-        train_sigma: &problem.train_sigma,
-    }
-    .fit_scalars(&post.fitted, &mut scalars);
-    Ok(RepResult {
-        repetition: rep,
-        noise_std: (!problem.sigma_known).then(|| post.noise_std.clone()),
-        predictive_std: None,
-        family: match post.dof {
-            None => Family::Normal,
-            Some(dof) => Family::StudentT { dof },
-        },
-        mean: post.mean,
-        std: post.std,
-        intervals: BTreeMap::new(),
-        crps: None,
-        scalars,
-        diverged: false,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
 
-    use uqbench_anchor::{Anchor, Region};
-    use uqbench_models::Family;
+    use uqbench_anchor::Region;
+    use uqbench_core::Family;
+    use uqbench_core::Method;
 
     use super::*;
     use crate::spec::ExperimentSpec;
@@ -783,10 +749,38 @@ test = { kind = "grid", n = 9, low = -2, high = 2.5 }
         )
         .unwrap();
         let problem = spec.resolve(&Default::default()).unwrap();
-        let anchor = Anchor::fit(&problem).unwrap();
         let k = 2000;
-        let reps: Vec<RepResult> = (0..k)
-            .map(|r| anchor_rep(&problem, &anchor, r).unwrap())
+        let all: Vec<u64> = (0..k).collect();
+        let data = problem.task_data(&all, false);
+        let task = data.task(
+            1,
+            uqbench_core::SeedBase {
+                base: 3,
+                experiment: "t7".into(),
+                setting: String::new(),
+            },
+        );
+        let predictions = uqbench_anchor::Blr
+            .run(&task, &uqbench_core::Compute::host(), false, &|_| {})
+            .unwrap();
+        let reps: Vec<RepResult> = predictions
+            .into_iter()
+            .zip(&data.y)
+            .enumerate()
+            .map(|(r, (o, y))| {
+                RepResult::from_output(
+                    r as u64,
+                    o,
+                    &crate::summary::RepContext {
+                        levels: &[],
+                        truth: &problem.test.truth,
+                        test_sigma: &problem.test.sigma,
+                        train_y: y,
+                        train_sigma: &problem.train_sigma,
+                    },
+                )
+                .unwrap()
+            })
             .collect();
         assert_eq!(reps[0].family, Family::StudentT { dof: 7.0 });
         let test = TestInfo::of(&problem);

@@ -18,7 +18,7 @@ mod types;
 pub use classify::{
     referral_fractions, summarize_classification, test_labels, ClassRep, ECE_BINS, TEST_LABELS,
 };
-pub use compute::{anchor_rep, summarize_setting};
+pub use compute::summarize_setting;
 pub use types::{
     empirical, level_name, with_coverage_level, NoiseSd, RepContext, RepResult, Scalar,
     SettingSummary, Summary, TestInfo, ANCHOR, UNDERFIT_FACTOR,

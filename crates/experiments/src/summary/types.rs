@@ -5,16 +5,17 @@ use std::collections::BTreeMap;
 
 use anyhow::{bail, Result};
 use serde::{Deserialize, Deserializer, Serialize};
-use uqbench_anchor::{central_quantile, Problem, Region};
+use uqbench_anchor::{Problem, Region};
+use uqbench_core::central_quantile;
+use uqbench_core::{Family, Prediction};
 use uqbench_metrics::coverage::PAPER_Z;
 use uqbench_metrics::regression::{
     crps_gaussian, crps_sample, crps_student_t, normal_mixture_quantile,
     normal_mixture_quantile_sds, quantile_sorted,
 };
-use uqbench_models::{Family, RepOutput};
 
 /// The reference method's name.
-pub const ANCHOR: &str = "BLR";
+pub use uqbench_anchor::ANCHOR;
 
 /// The level of spec §2's coverage (deviation < 1.96·uncertainty for a normal family), which
 /// an empirical family always stores.
@@ -180,7 +181,7 @@ impl RepContext<'_> {
 impl RepResult {
     /// A method's output for repetition `rep`, in stored form: scalars with the training fit,
     /// and for an empirical family its intervals and sample CRPS from the samples.
-    pub fn from_output(rep: u64, out: RepOutput, ctx: &RepContext<'_>) -> Result<RepResult> {
+    pub fn from_output(rep: u64, out: Prediction, ctx: &RepContext<'_>) -> Result<RepResult> {
         let mut scalars = out.scalars;
         if let Some(fitted) = &out.train_mean {
             ctx.fit_scalars(fitted, &mut scalars);

@@ -16,9 +16,9 @@ use super::network::{download, upload, Network, State};
 use super::pool::{ChunkOut, ChunkTrainer};
 use super::settings::{Batching, TrainSettings};
 use crate::dropout::Dropout;
-use crate::error::ModelError;
 use crate::kernels::AdamStep;
 use crate::mlp::xavier_init;
+use uqbench_core::MethodError;
 
 /// The purposes of a replica's device streams (see [`DeviceRng::new`]).
 const PURPOSE_NOISE: u64 = 1;
@@ -330,7 +330,7 @@ impl ChunkTrainer for Trainer<'_> {
         )
     }
 
-    fn train_chunk(&self, range: Range<usize>) -> Result<ChunkOut, ModelError> {
+    fn train_chunk(&self, range: Range<usize>) -> Result<ChunkOut, MethodError> {
         Ok(self.run_chunk(range))
     }
 }

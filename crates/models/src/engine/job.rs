@@ -1,7 +1,7 @@
 //! A training job: shared inputs, per-repetition targets and the replicas' seeds.
 
-use crate::error::ModelError;
 use crate::mlp::MlpShape;
+use uqbench_core::MethodError;
 
 /// Everything a training job needs: the shared inputs, per-repetition targets and the
 /// replicas' seeds.
@@ -21,7 +21,7 @@ pub struct Job<'a> {
     /// draws.
     pub stream_seeds: &'a [u64],
     /// For every replica, its identifier within the (setting, method) job, distinct between
-    /// replicas: repetition·members + member ([`crate::task::Task::replicas`]). It keys the
+    /// replicas: repetition·members + member ([`uqbench_core::Task::replicas`]). It keys the
     /// replica's device streams so that no two replicas share one (`engine::device_rng`).
     pub replica_ids: &'a [u64],
     /// Test inputs, row-major `[M, d]`.
@@ -41,18 +41,18 @@ impl Job<'_> {
         self.replica_targets.len()
     }
 
-    pub(crate) fn validate(&self) -> Result<(), ModelError> {
+    pub(crate) fn validate(&self) -> Result<(), MethodError> {
         self.shape.validate()?;
         let d = self.shape.d_in;
         if self.x_train.is_empty() || !self.x_train.len().is_multiple_of(d) {
-            return Err(ModelError::invalid(
+            return Err(MethodError::invalid(
                 "training inputs",
                 self.x_train.len(),
                 format!("N·d values with d = {d}, N ≥ 1"),
             ));
         }
         if self.x_test.is_empty() || !self.x_test.len().is_multiple_of(d) {
-            return Err(ModelError::invalid(
+            return Err(MethodError::invalid(
                 "test inputs",
                 self.x_test.len(),
                 format!("M·d values with d = {d}, M ≥ 1"),
@@ -60,7 +60,7 @@ impl Job<'_> {
         }
         let n = self.n_train();
         if let Some((i, t)) = self.targets.iter().enumerate().find(|(_, t)| t.len() != n) {
-            return Err(ModelError::invalid(
+            return Err(MethodError::invalid(
                 format!("targets[{i}]"),
                 format!("{} values", t.len()),
                 format!("N = {n} values"),
@@ -68,11 +68,11 @@ impl Job<'_> {
         }
         let r = self.replicas();
         if r == 0 {
-            return Err(ModelError::invalid("replicas", 0, "at least 1"));
+            return Err(MethodError::invalid("replicas", 0, "at least 1"));
         }
         if self.init_seeds.len() != r || self.stream_seeds.len() != r || self.replica_ids.len() != r
         {
-            return Err(ModelError::invalid(
+            return Err(MethodError::invalid(
                 "replica seeds",
                 format!(
                     "{} init seeds, {} stream seeds and {} identifiers",
@@ -88,7 +88,7 @@ impl Job<'_> {
             .iter()
             .find(|&&id| id >= super::device_rng::MAX_REPLICA_ID)
         {
-            return Err(ModelError::invalid(
+            return Err(MethodError::invalid(
                 "replica identifier (repetition·members + member)",
                 id,
                 format!(
@@ -102,7 +102,7 @@ impl Job<'_> {
             .iter()
             .find(|&&t| t >= self.targets.len())
         {
-            return Err(ModelError::invalid(
+            return Err(MethodError::invalid(
                 "replica target index",
                 t,
                 format!("an index below {}", self.targets.len()),
@@ -113,7 +113,7 @@ impl Job<'_> {
             ("test inputs", self.x_test),
         ] {
             if v.iter().any(|x| !x.is_finite()) {
-                return Err(ModelError::invalid(
+                return Err(MethodError::invalid(
                     name,
                     "a non-finite value",
                     "finite numbers",
@@ -121,7 +121,7 @@ impl Job<'_> {
             }
         }
         if self.targets.iter().flatten().any(|y| !y.is_finite()) {
-            return Err(ModelError::invalid(
+            return Err(MethodError::invalid(
                 "training targets",
                 "a non-finite value",
                 "finite numbers",

@@ -1,12 +1,15 @@
 //! Where a job runs and how its replicas are cut into chunks: the memory plan.
 
+use std::sync::Arc;
+
 use burn::tensor::Device;
+use uqbench_core::Compute;
 
 use super::settings::{Batching, TrainSettings};
 use crate::backend::BackendKind;
-use crate::error::ModelError;
 use crate::kernels::KernelPath;
 use crate::mlp::MlpShape;
+use uqbench_core::MethodError;
 
 /// Where and how to run.
 #[derive(Debug, Clone)]
@@ -62,6 +65,42 @@ impl Resources {
             } else {
                 usize::MAX
             },
+        }
+    }
+
+    /// The resources a method on burn runs with, read from the burn-free [`Compute`]: its
+    /// backend, its device (an error when none was opened) and its limits.
+    pub fn of(compute: &Compute) -> Result<Resources, MethodError> {
+        let backend: BackendKind = compute.backend.parse()?;
+        let device = compute
+            .device
+            .as_ref()
+            .and_then(|d| d.downcast_ref::<Device>())
+            .cloned()
+            .ok_or_else(|| {
+                MethodError::invalid(
+                    "compute device",
+                    format!("none for backend {}", compute.backend),
+                    "a burn device opened by `open_device` (a method on burn needs one)",
+                )
+            })?;
+        Ok(Resources {
+            threads: compute.threads.max(1),
+            memory_budget: compute.memory_budget,
+            chunk: compute.chunk,
+            ..Resources::new(backend, device)
+        })
+    }
+
+    /// The burn-free view of these resources, carrying the device for the methods on burn.
+    pub fn compute(&self) -> Compute {
+        Compute {
+            backend: self.backend.name().to_string(),
+            gpu: self.backend.is_gpu(),
+            threads: self.threads,
+            memory_budget: self.memory_budget,
+            chunk: self.chunk,
+            device: Some(Arc::new(self.device.clone())),
         }
     }
 
@@ -150,10 +189,10 @@ pub fn chunk_size(
     per_replica: usize,
     largest: usize,
     res: &Resources,
-) -> Result<usize, ModelError> {
+) -> Result<usize, MethodError> {
     let cap = res.max_tensor_bytes / largest.max(1);
     if cap == 0 {
-        return Err(ModelError::invalid(
+        return Err(MethodError::invalid(
             "largest tensor of one replica",
             format!("{} MiB", largest >> 20),
             format!(
@@ -165,7 +204,7 @@ pub fn chunk_size(
     }
     let fit = res.memory_budget / per_replica.max(1);
     if fit == 0 {
-        return Err(ModelError::invalid(
+        return Err(MethodError::invalid(
             "memory budget",
             format!("{} MiB", res.memory_budget >> 20),
             format!(

@@ -47,7 +47,7 @@ pub use ops::OpCounts;
 pub use pool::{run_chunks, ChunkOut, ChunkTrainer, TrainOutput, Transfers};
 pub use settings::{Batching, TrainSettings};
 
-use crate::error::ModelError;
+use uqbench_core::MethodError;
 
 /// Trains every replica of `job` on the built-in network and predicts the test inputs.
 /// `progress` is called with the number of replicas finished so far, after every chunk.
@@ -56,7 +56,7 @@ pub fn train(
     settings: &TrainSettings,
     res: &Resources,
     progress: &(dyn Fn(usize) + Sync),
-) -> Result<TrainOutput, ModelError> {
+) -> Result<TrainOutput, MethodError> {
     job.validate()?;
     settings.validate(job.n_train(), job.shape)?;
     let trainer = chunk::Trainer {

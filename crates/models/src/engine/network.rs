@@ -68,10 +68,10 @@ pub(crate) fn download(t: Tensor<3>) -> Vec<f32> {
 
 /// [`download`] for the models on the trainer that report a failed read as an error naming
 /// `what` was read.
-pub(crate) fn try_download(t: Tensor<3>, what: &str) -> Result<Vec<f32>, crate::ModelError> {
+pub(crate) fn try_download(t: Tensor<3>, what: &str) -> Result<Vec<f32>, crate::MethodError> {
     t.into_data()
         .try_into_vec_as::<f32>()
-        .map_err(|e| crate::ModelError::invalid(what, format!("{e:?}"), "f32 data"))
+        .map_err(|e| crate::MethodError::invalid(what, format!("{e:?}"), "f32 data"))
 }
 
 impl State {

@@ -25,7 +25,7 @@ use burn_ir::OperationIr;
 use serde::{Deserialize, Serialize};
 
 use crate::backend::BackendKind;
-use crate::error::ModelError;
+use uqbench_core::MethodError;
 
 /// Operations and blocks observed in a region of a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -67,13 +67,13 @@ pub fn observable(backend: BackendKind) -> bool {
 pub fn count<T>(
     backend: BackendKind,
     device: &Device,
-    work: impl FnOnce() -> Result<T, ModelError>,
-) -> Result<(T, Option<OpCounts>), ModelError> {
+    work: impl FnOnce() -> Result<T, MethodError>,
+) -> Result<(T, Option<OpCounts>), MethodError> {
     if !observable(backend) {
         return Ok((work()?, None));
     }
     let sync = |when: &str| {
-        device.sync().map_err(|e| ModelError::BackendUnavailable {
+        device.sync().map_err(|e| MethodError::BackendUnavailable {
             backend: backend.name().to_string(),
             reason: format!("synchronising the device {when} counting its operations: {e:?}"),
             hint: "run without counting (the CPU backends never count)".to_string(),

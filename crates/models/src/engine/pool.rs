@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use super::memory::{chunk_size, Resources};
-use crate::error::ModelError;
+use uqbench_core::MethodError;
 
 /// The result of training every replica of a job.
 #[derive(Debug, Clone, PartialEq)]
@@ -91,7 +91,7 @@ pub trait ChunkTrainer: Sync {
     }
     /// Trains replicas `range` of the job and predicts; a replica's numbers must not depend
     /// on which other replicas share its chunk.
-    fn train_chunk(&self, range: Range<usize>) -> Result<ChunkOut, ModelError>;
+    fn train_chunk(&self, range: Range<usize>) -> Result<ChunkOut, MethodError>;
 }
 
 /// Trains every replica of `model` in chunks and gathers the outputs. `progress` is called
@@ -100,7 +100,7 @@ pub fn run_chunks(
     model: &dyn ChunkTrainer,
     res: &Resources,
     progress: &(dyn Fn(usize) + Sync),
-) -> Result<TrainOutput, ModelError> {
+) -> Result<TrainOutput, MethodError> {
     let r = model.replicas();
     let (n, m) = model.points();
     let (dout, passes) = model.outputs();
@@ -120,7 +120,7 @@ pub fn run_chunks(
         vec![0.0f64; r],
         vec![f64::NAN; r],
         vec![0.0f32; r * n],
-        None::<ModelError>,
+        None::<MethodError>,
     ));
     let counts = Mutex::new(Transfers::default());
     let next = AtomicUsize::new(0);

@@ -2,9 +2,9 @@
 
 use super::head::Head;
 use crate::dropout::Dropout;
-use crate::error::ModelError;
 use crate::mlp::MlpShape;
-use crate::task::Likelihood;
+use uqbench_core::Likelihood;
+use uqbench_core::MethodError;
 
 /// How each step's training points are chosen.
 #[derive(Debug, Clone, PartialEq)]
@@ -97,13 +97,13 @@ impl TrainSettings {
     }
 
     /// Checks the settings against the number of training points and the network.
-    pub fn validate(&self, n_train: usize, shape: &MlpShape) -> Result<(), ModelError> {
+    pub fn validate(&self, n_train: usize, shape: &MlpShape) -> Result<(), MethodError> {
         let d_in = shape.d_in;
         if self.mc_passes == 0 {
-            return Err(ModelError::invalid("prediction passes T", 0, "at least 1"));
+            return Err(MethodError::invalid("prediction passes T", 0, "at least 1"));
         }
         if self.dropout.is_none() && self.mc_passes != 1 {
-            return Err(ModelError::invalid(
+            return Err(MethodError::invalid(
                 "prediction passes T",
                 self.mc_passes,
                 "1: a network without a stochastic layer gives the same prediction every pass",
@@ -113,7 +113,7 @@ impl TrainSettings {
             d.validate()?;
         }
         if self.heteroscedastic && self.likelihood == Likelihood::Bernoulli {
-            return Err(ModelError::invalid(
+            return Err(MethodError::invalid(
                 "heteroscedastic",
                 true,
                 "false for labels: a Bernoulli likelihood has no noise variance to learn",
@@ -121,7 +121,7 @@ impl TrainSettings {
         }
         let want = self.head().outputs();
         if shape.d_out != want {
-            return Err(ModelError::invalid(
+            return Err(MethodError::invalid(
                 "network outputs",
                 shape.d_out,
                 format!(
@@ -135,24 +135,24 @@ impl TrainSettings {
             ));
         }
         if self.epochs == 0 {
-            return Err(ModelError::invalid("epochs", 0, "at least 1"));
+            return Err(MethodError::invalid("epochs", 0, "at least 1"));
         }
         let positive = |name: &str, v: f64| {
             if v.is_finite() && v > 0.0 {
                 Ok(())
             } else {
-                Err(ModelError::invalid(name, v, "a positive number"))
+                Err(MethodError::invalid(name, v, "a positive number"))
             }
         };
         positive("lr", self.lr)?;
         positive("eps", self.eps)?;
         for (name, b) in [("beta1", self.beta1), ("beta2", self.beta2)] {
             if !(0.0..1.0).contains(&b) {
-                return Err(ModelError::invalid(name, b, "a number in [0, 1)"));
+                return Err(MethodError::invalid(name, b, "a number in [0, 1)"));
             }
         }
         if !(self.weight_decay.is_finite() && self.weight_decay >= 0.0) {
-            return Err(ModelError::invalid(
+            return Err(MethodError::invalid(
                 "weight_decay",
                 self.weight_decay,
                 "a number ≥ 0",
@@ -164,20 +164,20 @@ impl TrainSettings {
             | Batching::Resample { size: Some(size) }
                 if *size == 0 || *size > n_train =>
             {
-                return Err(ModelError::invalid(
+                return Err(MethodError::invalid(
                     "batch size",
                     size,
                     format!("between 1 and the number of training points, {n_train}"),
                 ))
             }
             Batching::WithReplacement { per_epoch: 0, .. } => {
-                return Err(ModelError::invalid("batches per epoch", 0, "at least 1"))
+                return Err(MethodError::invalid("batches per epoch", 0, "at least 1"))
             }
             _ => {}
         }
         if let Some(eps) = &self.adversarial {
             if eps.len() != d_in || eps.iter().any(|e| !(e.is_finite() && *e >= 0.0)) {
-                return Err(ModelError::invalid(
+                return Err(MethodError::invalid(
                     "adversarial epsilon",
                     format!("{eps:?}"),
                     format!("{d_in} finite values ≥ 0, one per input dimension"),

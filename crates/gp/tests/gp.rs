@@ -3,10 +3,9 @@
 
 use nalgebra::{DMatrix, SymmetricEigen};
 use uqbench_anchor::{Anchor, Problem, ProblemSpec, Setting};
-use uqbench_models::engine::Resources;
-use uqbench_models::{
-    open_device, BackendKind, Gp, GpConfig, Kernel, Method, RepOutput, SeedBase, Task,
-};
+use uqbench_core::noise::Tau;
+use uqbench_core::{Compute, Likelihood, Method, Prediction, SeedBase, Task};
+use uqbench_gp::{Gp, GpConfig, Kernel};
 
 fn problem(file: &str, setting: &[(&str, f64)]) -> Problem {
     let text = std::fs::read_to_string(format!(
@@ -22,33 +21,24 @@ fn problem(file: &str, setting: &[(&str, f64)]) -> Problem {
     Problem::resolve(file, 1, &spec, &setting).unwrap()
 }
 
-fn run(p: &Problem, config: GpConfig, reps: &[u64]) -> Vec<RepOutput> {
-    let y: Vec<Vec<f64>> = reps.iter().map(|&r| p.draw(r).train_y).collect();
-    let task = Task {
-        d: p.d(),
-        x_train: p.train.inputs.as_slice(),
-        y_train: &y,
-        repetitions: reps,
-        x_test: p.test.inputs.as_slice(),
-        epochs: 1,
-        known_sigma: p.known_sigma(),
-        seeds: SeedBase {
+fn run(p: &Problem, config: GpConfig, reps: &[u64]) -> Vec<Prediction> {
+    let data = p.task_data(reps, false);
+    let task = data.task(
+        1,
+        SeedBase {
             base: 1,
             experiment: "gp".into(),
             setting: String::new(),
         },
-        features: p.linear().map(|(f, _)| f),
-        likelihood: uqbench_models::Likelihood::Gaussian,
-    };
-    let res = Resources::new(BackendKind::Flex, open_device(BackendKind::Flex).unwrap());
+    );
     Gp::new("GP", config)
         .unwrap()
-        .run(&task, &res, false, &|_| {})
+        .run(&task, &Compute::host(), false, &|_| {})
         .unwrap()
 }
 
 fn fixed(kernel: Kernel, s: f64, l: Option<f64>, noise: f64, c: Option<f64>) -> GpConfig {
-    let noise: uqbench_models::Tau = toml::Value::Float(noise).try_into().unwrap();
+    let noise: Tau = toml::Value::Float(noise).try_into().unwrap();
     GpConfig {
         kernel,
         signal_sd: Some(s),
@@ -97,9 +87,10 @@ fn two_points_with_fixed_hyperparameters_match_the_closed_form() {
             setting: String::new(),
         },
         features: None,
-        likelihood: uqbench_models::Likelihood::Gaussian,
+        noise: Default::default(),
+        likelihood: Likelihood::Gaussian,
     };
-    let res = Resources::new(BackendKind::Flex, open_device(BackendKind::Flex).unwrap());
+    let res = Compute::host();
     let out = Gp::new(
         "GP",
         fixed(Kernel::Exponential, 2.0, Some(0.5), 0.1, Some(0.5)),
@@ -149,7 +140,7 @@ fn the_features_kernel_with_a_wide_prior_is_the_anchor() {
     let tol = 10.0 * (bias + roundoff);
     assert!(tol < 1e-3, "the check is meaningful: tolerance {tol}");
 
-    let noise: uqbench_models::Tau = toml::Value::String("known".into()).try_into().unwrap();
+    let noise: Tau = toml::Value::String("known".into()).try_into().unwrap();
     let config = GpConfig {
         kernel: Kernel::Features,
         signal_sd: Some(s),
@@ -249,10 +240,11 @@ fn bad_settings_name_the_key() {
             setting: String::new(),
         },
         features: None,
-        likelihood: uqbench_models::Likelihood::Gaussian,
+        noise: Default::default(),
+        likelihood: Likelihood::Gaussian,
     };
-    let res = Resources::new(BackendKind::Flex, open_device(BackendKind::Flex).unwrap());
-    let known: uqbench_models::Tau = toml::Value::String("known".into()).try_into().unwrap();
+    let res = Compute::host();
+    let known: Tau = toml::Value::String("known".into()).try_into().unwrap();
     let e = Gp::new(
         "GP",
         GpConfig {

@@ -30,12 +30,8 @@ use argmin::solver::linesearch::MoreThuenteLineSearch;
 use argmin::solver::quasinewton::LBFGS;
 use nalgebra::{Cholesky, DMatrix, DVector, Dyn};
 use serde::{Deserialize, Serialize};
-use uqbench_anchor::{FeatureMap, Rng};
-
-use crate::dropout_method::{KnownSigma, Tau};
-use crate::engine::Resources;
-use crate::error::ModelError;
-use crate::task::{Family, Method, RepOutput, Task};
+use uqbench_core::noise::{KnownSigma, Tau};
+use uqbench_core::{Compute, Family, Method, MethodError, Prediction, Rng, Task};
 
 /// The covariance function.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -137,10 +133,10 @@ const PRIOR_SD: f64 = 3.0;
 
 impl Gp {
     /// Validates the settings.
-    pub fn new(name: &str, config: GpConfig) -> Result<Gp, ModelError> {
-        let positive = |key: &str, v: Option<f64>| -> Result<(), ModelError> {
+    pub fn new(name: &str, config: GpConfig) -> Result<Gp, MethodError> {
+        let positive = |key: &str, v: Option<f64>| -> Result<(), MethodError> {
             match v {
-                Some(v) if !(v.is_finite() && v > 0.0) => Err(ModelError::invalid(
+                Some(v) if !(v.is_finite() && v > 0.0) => Err(MethodError::invalid(
                     format!("{name}.{key}"),
                     v,
                     "a positive, finite scale (leave it out to fit it)",
@@ -157,7 +153,7 @@ impl Gp {
         if config.kernel == Kernel::Features
             && (config.length_scale.is_some() || config.constant_sd.is_some())
         {
-            return Err(ModelError::invalid(
+            return Err(MethodError::invalid(
                 format!("{name}.kernel"),
                 "features",
                 "no length_scale or constant_sd with the features kernel (it has only \
@@ -165,7 +161,7 @@ impl Gp {
             ));
         }
         if config.restarts == 0 || config.max_iterations == 0 {
-            return Err(ModelError::invalid(
+            return Err(MethodError::invalid(
                 format!("{name}.restarts / max_iterations"),
                 format!("{} / {}", config.restarts, config.max_iterations),
                 "at least 1 each",
@@ -191,15 +187,6 @@ impl Inputs<'_> {
     fn n(&self) -> usize {
         self.x.len() / self.d
     }
-}
-
-fn features_of(map: &FeatureMap, x: &[f64], d: usize) -> Vec<f64> {
-    let p = map.p();
-    let mut out = vec![0.0; x.len() / d * p];
-    for (row, g) in x.chunks(d).zip(out.chunks_mut(p)) {
-        map.eval_into(row, g);
-    }
-    out
 }
 
 /// ∂K/∂log s and ∂K/∂log ℓ (without the constant and noise terms, handled in closed form).
@@ -405,7 +392,7 @@ struct Plan {
 }
 
 impl Gp {
-    fn plan(&self, task: &Task<'_>, y: &[f64]) -> Result<Plan, ModelError> {
+    fn plan(&self, task: &Task<'_>, y: &[f64]) -> Result<Plan, MethodError> {
         let c = &self.config;
         let n = y.len() as f64;
         let mean = y.iter().sum::<f64>() / n;
@@ -420,7 +407,7 @@ impl Gp {
         let noise = match c.noise_sd {
             Some(Tau::Value(v)) => Some(v),
             Some(Tau::Known(KnownSigma::Known)) => Some(task.known_sigma.ok_or_else(|| {
-                ModelError::invalid(
+                MethodError::invalid(
                     format!("{}.noise_sd", self.name),
                     "\"known\"",
                     "a number, or left out to fit it: this problem's σ is not a known constant",
@@ -468,7 +455,7 @@ impl Gp {
         x_test: &[f64],
         test_features: Option<&[f64]>,
         k: usize,
-    ) -> Result<RepOutput, ModelError> {
+    ) -> Result<Prediction, MethodError> {
         let y_host = &task.y_train[k];
         let y = DVector::from_column_slice(y_host);
         let plan = self.plan(task, y_host)?;
@@ -521,7 +508,7 @@ impl Gp {
             }
         }
         let Some((theta, _)) = best else {
-            return Ok(RepOutput {
+            return Ok(Prediction {
                 diverged: true,
                 mean: vec![f64::NAN; task.n_test()],
                 std: vec![f64::NAN; task.n_test()],
@@ -529,7 +516,7 @@ impl Gp {
             });
         };
         let Some(e) = evaluate(kernel, &theta, inputs, &y, false) else {
-            return Err(ModelError::invalid(
+            return Err(MethodError::invalid(
                 format!("{}: the covariance matrix", self.name),
                 format!("{:?}", hyper(&theta)),
                 "positive definite (the fixed hyper-parameters make it singular: give a \
@@ -585,10 +572,11 @@ impl Gp {
             }
         }
         scalars.insert("gp_log_marginal_likelihood".into(), -e.nlml);
-        Ok(RepOutput {
+        Ok(Prediction {
             noise_std: Some(vec![h[N]; mean.len()]),
             noise_samples: None,
             predictive_std: None,
+            noise_known: false,
             mean,
             std,
             family: Family::Normal,
@@ -616,25 +604,21 @@ impl Method for Gp {
     fn run(
         &self,
         task: &Task<'_>,
-        resources: &Resources,
+        compute: &Compute,
         _keep_samples: bool,
         progress: &(dyn Fn(usize) + Sync),
-    ) -> Result<Vec<RepOutput>, ModelError> {
+    ) -> Result<Vec<Prediction>, MethodError> {
         task.validate()?;
         task.require_gaussian(&self.name)?;
         let (train_features, test_features, p) = if self.config.kernel == Kernel::Features {
-            let map = task.features.ok_or_else(|| {
-                ModelError::invalid(
+            let f = task.features.ok_or_else(|| {
+                MethodError::invalid(
                     format!("{}.kernel", self.name),
                     "features",
                     "a problem linear in declared features (this one has none: a surrogate)",
                 )
             })?;
-            (
-                Some(features_of(map, task.x_train, task.d)),
-                Some(features_of(map, task.x_test, task.d)),
-                map.p(),
-            )
+            (Some(f.train.to_vec()), Some(f.test.to_vec()), f.p)
         } else {
             (None, None, 0)
         };
@@ -647,11 +631,11 @@ impl Method for Gp {
         let reps = task.y_train.len();
         let done = std::sync::atomic::AtomicUsize::new(0);
         let next = std::sync::atomic::AtomicUsize::new(0);
-        let results: Vec<std::sync::Mutex<Option<Result<RepOutput, ModelError>>>> =
+        let results: Vec<std::sync::Mutex<Option<Result<Prediction, MethodError>>>> =
             (0..reps).map(|_| std::sync::Mutex::new(None)).collect();
         // Repetitions are independent: spread them over the worker threads.
         std::thread::scope(|scope| {
-            for _ in 0..resources.threads.clamp(1, reps) {
+            for _ in 0..compute.threads.clamp(1, reps) {
                 scope.spawn(|| loop {
                     let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     if k >= reps {

@@ -1,0 +1,29 @@
+//! What learning and evaluation share, without burn: the seam of uqbench.
+//!
+//! - [`seed`]: the one seed derivation ([`SeedPath`]) and the portable generator ([`Rng`]).
+//! - [`task`]: what a method gets ([`Task`], with its [`Likelihood`], features and noise),
+//!   the [`Compute`] it may use, and the [`Method`] trait that every method implements — the
+//!   deep methods on burn (`uqbench-models`), the Gaussian process (`uqbench-gp`) and the
+//!   anchor (`uqbench-anchor`) alike.
+//! - [`prediction`]: what a method returns per repetition ([`Prediction`]), its predictive
+//!   [`Family`] and the quantiles its intervals use, and the combination of an ensemble's
+//!   members.
+//! - [`noise`]: the noise settings methods share (`tau`, `noise_sd`: a number or `"known"`).
+//! - [`error`]: [`MethodError`], what a method's settings or run can get wrong.
+//!
+//! Evaluation (summaries, figures, reports, scoring) and the Python package depend on this
+//! crate, never on burn.
+
+pub mod error;
+pub mod noise;
+pub mod prediction;
+pub mod seed;
+pub mod task;
+
+pub use error::MethodError;
+pub use noise::{fixed_noise_sd, KnownSigma, Tau};
+pub use prediction::{
+    central_quantile, combine_members, mean_std, Family, IntervalSetting, Member, Prediction,
+};
+pub use seed::{Rng, SeedPath};
+pub use task::{Compute, Features, Likelihood, Method, NoiseInfo, Replicas, SeedBase, Task};

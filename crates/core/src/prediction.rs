@@ -1,0 +1,240 @@
+//! What a method returns for one repetition ([`Prediction`]), the shape of its predictive
+//! distribution ([`Family`]) and the intervals that come from it, and the combination of an
+//! ensemble's members.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use statrs::distribution::{ContinuousCDF, Normal, StudentsT};
+
+/// The shape of a method's predictive distribution of f(x*), which its intervals come from
+/// (spec §2).
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Family {
+    /// Normal: mean ± z·std.
+    #[default]
+    Normal,
+    /// Student t with `dof` degrees of freedom, location `mean` and scale `std`: mean ± t·std
+    /// (the anchor with σ unknown; the naive bootstrap's t_M).
+    StudentT {
+        /// Degrees of freedom ν > 0.
+        dof: f64,
+    },
+    /// The empirical distribution of the method's samples (members, MC passes or MCMC
+    /// draws): intervals are their quantiles; the samples must be returned.
+    Empirical,
+}
+
+/// How a method reports its intervals, as a spec setting (`intervals = "normal"` or
+/// `"empirical"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IntervalSetting {
+    /// mean ± z·std of the members or passes ([000]'s mean ± 1.96·uncertainty).
+    #[default]
+    Normal,
+    /// The empirical quantiles of the members or passes.
+    Empirical,
+}
+
+impl IntervalSetting {
+    /// The family this setting gives.
+    pub fn family(self) -> Family {
+        match self {
+            IntervalSetting::Normal => Family::Normal,
+            IntervalSetting::Empirical => Family::Empirical,
+        }
+    }
+}
+
+/// A method's result for one repetition.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Prediction {
+    /// Prediction of f at every test input.
+    pub mean: Vec<f64>,
+    /// Uncertainty (std of f) at every test input.
+    pub std: Vec<f64>,
+    /// Aleatoric noise sd at every test input, when the method models it.
+    pub noise_std: Option<Vec<f64>>,
+    /// Whether the method's noise model is the problem's known σ(x) (the anchor with σ
+    /// known): its prediction intervals use σ(x), as a `None` noise sd reads, and no noise sd
+    /// is estimated for it (`run.noise`).
+    pub noise_known: bool,
+    /// The sd of the predictive distribution of a new y at every test input, when it is not
+    /// sqrt(std² + noise_std²): a mean–variance ensemble's mixture has variance
+    /// mean_m σ²_m + (1/M)·Σ_m (μ_m − μ̄)² (Lakshminarayanan et al. 2017), with 1/M where the
+    /// uncertainty of f, the members' sample std, has 1/(M − 1).
+    pub predictive_std: Option<Vec<f64>>,
+    /// The noise sd that goes with each sample (one per row of `samples`), when the method
+    /// draws the noise with its samples (HMC's σ draws): the predictive of y is then the
+    /// mixture of N(sample, σ_s²) over the samples, not a mixture with one σ.
+    pub noise_samples: Option<Vec<f64>>,
+    /// The predictive distribution's family: where the intervals come from.
+    pub family: Family,
+    /// Member predictions or Monte-Carlo samples, one row per member or sample: when asked,
+    /// and always for the [`Family::Empirical`] family.
+    pub samples: Option<Vec<Vec<f64>>>,
+    /// The mean prediction at the training inputs (the training fit), when the method has one.
+    pub train_mean: Option<Vec<f64>>,
+    /// Scalars such as `learned_p`, `final_objective` or `diverged_members`.
+    pub scalars: BTreeMap<String, f64>,
+    /// Whether the repetition diverged and must be left out of the metrics: its replica
+    /// diverged, or for an ensemble fewer than two members (one, for a single-member
+    /// ensemble) remain after dropping diverged members.
+    pub diverged: bool,
+}
+
+/// The factor q with P(|T| ≤ q) = level, T standard normal (`dof = None`) or Student t.
+pub fn central_quantile(level: f64, dof: Option<f64>) -> f64 {
+    assert!(
+        level > 0.0 && level < 1.0,
+        "interval level {level} must lie in (0, 1)"
+    );
+    let p = 0.5 + level / 2.0;
+    match dof {
+        None => Normal::standard().inverse_cdf(p),
+        Some(nu) => StudentsT::new(0.0, 1.0, nu)
+            .expect("degrees of freedom are positive")
+            .inverse_cdf(p),
+    }
+}
+
+/// Mean and sample standard deviation (n − 1 denominator; 0 for one row) over rows, per
+/// column.
+pub fn mean_std(rows: &[&[f32]]) -> (Vec<f64>, Vec<f64>) {
+    let m = rows[0].len();
+    let k = rows.len() as f64;
+    let mut mean = vec![0.0; m];
+    for r in rows {
+        for (acc, v) in mean.iter_mut().zip(r.iter()) {
+            *acc += f64::from(*v);
+        }
+    }
+    for v in &mut mean {
+        *v /= k;
+    }
+    let mut std = vec![0.0; m];
+    if rows.len() > 1 {
+        for r in rows {
+            for ((acc, v), mu) in std.iter_mut().zip(r.iter()).zip(&mean) {
+                *acc += (f64::from(*v) - mu).powi(2);
+            }
+        }
+        for v in &mut std {
+            *v = (*v / (k - 1.0)).sqrt();
+        }
+    }
+    (mean, std)
+}
+
+/// One trained member (replica) of a repetition, as [`combine_members`] takes it.
+#[derive(Debug, Clone)]
+pub struct Member<'a> {
+    /// Its test predictions, one row per prediction pass (one row without a stochastic
+    /// layer).
+    pub passes: Vec<&'a [f32]>,
+    /// Its mean prediction at the training inputs.
+    pub train: &'a [f32],
+    /// Its final training objective.
+    pub objective: f64,
+    /// Whether its training diverged.
+    pub diverged: bool,
+}
+
+/// The output of one repetition from its members: diverged members are dropped (counted in
+/// the scalar `diverged_members`); the prediction and uncertainty are the mean and sample
+/// std over the remaining members' passes, the training fit the mean of their training
+/// predictions, `final_objective` the mean of their objectives. The repetition itself counts
+/// as diverged when fewer than two members remain (fewer than one for a single member).
+pub fn combine_members(members: &[Member<'_>], family: Family, keep_samples: bool) -> Prediction {
+    let kept: Vec<&Member<'_>> = members.iter().filter(|m| !m.diverged).collect();
+    let dropped = members.len() - kept.len();
+    let diverged = kept.len() < members.len().min(2);
+    // A diverged repetition still reports what it has (for the record), from all members.
+    let used: Vec<&Member<'_>> = if diverged {
+        members.iter().collect()
+    } else {
+        kept
+    };
+    let rows: Vec<&[f32]> = used.iter().flat_map(|m| m.passes.iter().copied()).collect();
+    let (mean, std) = mean_std(&rows);
+    let train_rows: Vec<&[f32]> = used.iter().map(|m| m.train).collect();
+    let (train_mean, _) = mean_std(&train_rows);
+    let mut scalars = BTreeMap::new();
+    scalars.insert(
+        "final_objective".to_string(),
+        used.iter().map(|m| m.objective).sum::<f64>() / used.len() as f64,
+    );
+    if members.len() > 1 {
+        scalars.insert("diverged_members".to_string(), dropped as f64);
+    }
+    Prediction {
+        mean,
+        std,
+        noise_std: None,
+        noise_known: false,
+        predictive_std: None,
+        noise_samples: None,
+        family,
+        samples: (keep_samples || family == Family::Empirical).then(|| {
+            rows.iter()
+                .map(|r| r.iter().map(|&v| f64::from(v)).collect())
+                .collect()
+        }),
+        train_mean: Some(train_mean),
+        scalars,
+        diverged,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn diverged_members_are_dropped_and_counted() {
+        fn member<'a>(p: &'a [f32], t: &'a [f32], diverged: bool) -> Member<'a> {
+            Member {
+                passes: vec![p],
+                train: t,
+                objective: 1.0,
+                diverged,
+            }
+        }
+        let (a, b, c, t) = (
+            &[1.0f32, 2.0][..],
+            &[3.0f32, 4.0][..],
+            &[f32::NAN, f32::NAN][..],
+            &[0.5f32][..],
+        );
+        let out = combine_members(
+            &[member(a, t, false), member(c, t, true), member(b, t, false)],
+            Family::Normal,
+            false,
+        );
+        assert!(!out.diverged);
+        assert_eq!(out.mean, vec![2.0, 3.0]);
+        // Sample std of {1, 3} and {2, 4}: sqrt(2).
+        assert!((out.std[0] - 2f64.sqrt()).abs() < 1e-12);
+        assert_eq!(out.scalars["diverged_members"], 1.0);
+        // One member left of three: the repetition is left out.
+        let out = combine_members(
+            &[member(a, t, false), member(c, t, true), member(c, t, true)],
+            Family::Normal,
+            false,
+        );
+        assert!(out.diverged);
+        assert_eq!(out.scalars["diverged_members"], 2.0);
+        // A single member that did not diverge is enough on its own.
+        let out = combine_members(&[member(a, t, false)], Family::Normal, false);
+        assert!(!out.diverged && !out.scalars.contains_key("diverged_members"));
+        // The empirical family always returns its samples.
+        let out = combine_members(
+            &[member(a, t, false), member(b, t, false)],
+            Family::Empirical,
+            false,
+        );
+        assert_eq!(out.samples.unwrap().len(), 2);
+    }
+}
