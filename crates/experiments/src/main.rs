@@ -5,12 +5,10 @@
 
 mod commands;
 mod figures;
+mod provenance;
 mod registry;
 mod report;
 mod runner;
-mod spec;
-mod store;
-mod summary;
 
 use std::process::ExitCode;
 

@@ -7,8 +7,8 @@ use anyhow::Result;
 
 use crate::figures::Written;
 use crate::runner::Plan;
-use crate::store::{write_atomic, RunMeta};
-use crate::summary::{Scalar, Summary, UNDERFIT_FACTOR};
+use uqbench_eval::store::{write_atomic, RunMeta};
+use uqbench_eval::summary::{Scalar, Summary, UNDERFIT_FACTOR};
 
 fn cell(s: Option<&Scalar>) -> String {
     match s {
@@ -60,9 +60,9 @@ pub fn write(
              model of their own: {} (`run.noise = \"{}\"`).\n",
             run.noise.describe(),
             match run.noise {
-                crate::spec::NoiseSource::Known => "known",
-                crate::spec::NoiseSource::Validation => "validation",
-                crate::spec::NoiseSource::Residual => "residual",
+                uqbench_eval::spec::NoiseSource::Known => "known",
+                uqbench_eval::spec::NoiseSource::Validation => "validation",
+                uqbench_eval::spec::NoiseSource::Residual => "residual",
             }
         );
     }
@@ -80,7 +80,7 @@ pub fn write(
     }
     if plan.spec.classification.is_some() {
         classification_table(&mut md, plan, summary);
-        return write_atomic(&dir.join("report.md"), md.as_bytes());
+        return Ok(write_atomic(&dir.join("report.md"), md.as_bytes())?);
     }
     let _ = writeln!(md, "## Aggregates\n");
     let _ = writeln!(
@@ -167,13 +167,13 @@ pub fn write(
             let _ = writeln!(md, "{}\n", flags.join("\n"));
         }
     }
-    write_atomic(&dir.join("report.md"), md.as_bytes())
+    Ok(write_atomic(&dir.join("report.md"), md.as_bytes())?)
 }
 
 /// The aggregates of a classification run ([002] §4.2, [003]).
 fn classification_table(md: &mut String, plan: &Plan, summary: &Summary) {
     let level = summary.levels.first().copied().unwrap_or(0.9);
-    let name = crate::summary::level_name(level);
+    let name = uqbench_eval::summary::level_name(level);
     let _ = writeln!(md, "## Aggregates\n");
     let _ = writeln!(
         md,
@@ -185,7 +185,7 @@ fn classification_table(md: &mut String, plan: &Plan, summary: &Summary) {
          (p − y)²), NLL, accuracy and ROC AUC; the mean mutual information; and [003]'s \
          referral at 50% retained (the most certain half by predictive entropy) against random \
          referral. Diverged repetitions are counted and left out of every metric.\n",
-        crate::summary::ECE_BINS
+        uqbench_eval::summary::ECE_BINS
     );
     for s in &summary.settings {
         let title = if s.setting.is_empty() {

@@ -10,19 +10,19 @@
 
 use std::collections::BTreeMap;
 use std::ops::Range;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{bail, Context, Result};
-use uqbench_anchor::{logistic, Anchor, Problem, SeedPath, Setting};
-use uqbench_core::{Compute, Method, Prediction, SeedBase};
+use uqbench_anchor::{Anchor, Problem, Setting};
+use uqbench_core::{Compute, Method};
+use uqbench_eval::predict::{label_source, predict, Stored};
+use uqbench_eval::store::{read_json, read_rep, rep_path};
 
 use crate::figures::{FigureInput, SettingFigures};
 use crate::registry;
-use crate::spec::{ExperimentSpec, NoiseSource};
-use crate::store::{rep_stem, setting_dir, write_atomic, RunMeta};
-use crate::summary::{
-    self, ClassRep, RepContext, RepResult, SettingSummary, Summary, TestInfo, ANCHOR,
-};
+use uqbench_eval::spec::ExperimentSpec;
+use uqbench_eval::store::{write_atomic, RunMeta};
+use uqbench_eval::summary::{self, ClassRep, SettingSummary, Summary, TestInfo, ANCHOR};
 
 /// One block of repetitions of one method at one setting.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -142,34 +142,6 @@ impl Plan {
     }
 }
 
-/// Path of one repetition's result.
-pub fn rep_path(dir: &Path, setting: &Setting, method: &str, rep: u64) -> PathBuf {
-    dir.join("reps")
-        .join(setting_dir(&setting.label()))
-        .join(method)
-        .join(format!("{}.json", rep_stem(rep)))
-}
-
-/// Reads one repetition's result.
-pub fn read_rep(path: &Path) -> Result<RepResult> {
-    read_json(path)
-}
-
-/// Reads one repetition's stored result of any kind; a missing file is an error that says
-/// how to complete the run.
-pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
-    if !path.is_file() {
-        bail!(
-            "{} is missing: the run is incomplete (finish it with --resume, or merge its shards)",
-            path.display()
-        );
-    }
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    serde_json::from_str(&text)
-        .with_context(|| format!("{} is not a repetition result", path.display()))
-}
-
 /// Whether every file of `unit` exists.
 pub fn unit_done(dir: &Path, plan: &Plan, unit: &Unit) -> bool {
     unit.reps
@@ -263,168 +235,6 @@ pub fn run_unit(
     Ok(())
 }
 
-/// One repetition's result in its track's stored form.
-pub enum Stored {
-    /// A regression problem's.
-    Regression(RepResult),
-    /// A classification problem's.
-    Classification(ClassRep),
-}
-
-/// Runs `method` on repetitions `reps` of one setting of `spec` (its problem resolved) and
-/// returns their stored forms: the same path for every method, the anchor included, in a run
-/// and in `score`. `progress` receives the fraction done.
-pub fn predict(
-    spec: &ExperimentSpec,
-    setting: &Setting,
-    problem: &Problem,
-    method: &dyn Method,
-    reps: &[u64],
-    compute: &Compute,
-    progress: &(dyn Fn(f64) + Sync),
-) -> Result<Vec<Stored>> {
-    let classification = problem.classification().is_some();
-    // A spec without [run] (scored, not run) has no levels, the known noise, and no training.
-    let (levels, source, epochs) = match &spec.run {
-        Some(run) => (&run.levels[..], run.noise, spec.epochs(setting)?),
-        None => (&[][..], NoiseSource::Known, 1),
-    };
-    // With the validation-set noise estimate, the validation inputs are predicted after the
-    // test inputs and split off below.
-    let with_validation = source == NoiseSource::Validation && !classification;
-    if with_validation && problem.validation.is_none() {
-        bail!(
-            "run.noise = \"validation\": {} has no validation set",
-            problem.display_name()
-        );
-    }
-    let data = problem.task_data(reps, with_validation);
-    let task = data.task(
-        epochs,
-        SeedBase {
-            base: spec.seed,
-            experiment: spec.name.clone(),
-            setting: setting.label(),
-        },
-    );
-    let total = (reps.len() * method.replicas_per_repetition()) as f64;
-    let context = || format!("method {} at {}", method.name(), problem.display_name());
-    // A classification problem needs every member's or pass's logits.
-    let mut outputs = method
-        .run(&task, compute, classification, &|done| {
-            progress(done as f64 / total)
-        })
-        .with_context(context)?;
-    let m_test = data.m_test;
-    for (k, o) in outputs.iter_mut().enumerate() {
-        let valid = with_validation.then(|| split_off(o, m_test));
-        if classification || o.noise_std.is_some() || o.noise_known || o.diverged {
-            continue;
-        }
-        let estimate = match (source, valid, &o.train_mean) {
-            (NoiseSource::Validation, Some((mean, std)), _) => Some((
-                "validation_noise_sd",
-                uqbench_metrics::regression::validation_noise_sd(
-                    &data.validation_y[k],
-                    &mean,
-                    &std,
-                ),
-            )),
-            (NoiseSource::Residual, _, Some(fit)) => Some((
-                "residual_noise_sd",
-                (fit.iter()
-                    .zip(&data.y[k])
-                    .map(|(f, y)| (y - f).powi(2))
-                    .sum::<f64>()
-                    / fit.len() as f64)
-                    .sqrt(),
-            )),
-            _ => None,
-        };
-        if let Some((name, sd)) = estimate {
-            o.noise_std = Some(vec![sd; m_test]);
-            o.scalars.insert(name.to_string(), sd);
-        }
-    }
-    reps.iter()
-        .zip(outputs)
-        .zip(&data.y)
-        .map(|((&r, o), y)| {
-            Ok(if classification {
-                Stored::Classification(class_rep(r, o, levels).with_context(context)?)
-            } else {
-                Stored::Regression(
-                    RepResult::from_output(
-                        r,
-                        o,
-                        &RepContext {
-                            levels,
-                            truth: &problem.test.truth,
-                            test_sigma: &problem.test.sigma,
-                            train_y: y,
-                            train_sigma: &problem.train_sigma,
-                        },
-                    )
-                    .with_context(context)?,
-                )
-            })
-        })
-        .collect()
-}
-
-/// Splits the predictions at the inputs after the first `m` (the validation inputs) off a
-/// method's output: their mean and uncertainty.
-fn split_off(o: &mut Prediction, m: usize) -> (Vec<f64>, Vec<f64>) {
-    let mean = o.mean.split_off(m);
-    let std = o.std.split_off(m);
-    for v in [&mut o.noise_std, &mut o.predictive_std]
-        .into_iter()
-        .flatten()
-    {
-        v.truncate(m);
-    }
-    for row in o.samples.iter_mut().flatten() {
-        row.truncate(m);
-    }
-    (mean, std)
-}
-
-/// A method's output for one repetition of a classification problem in stored form: its
-/// draws (members × passes) are logits, turned into probabilities by the logistic function
-/// in f64.
-fn class_rep(rep: u64, out: Prediction, levels: &[f64]) -> Result<ClassRep> {
-    let samples = out
-        .samples
-        .context("a classification method must return its members' or passes' logits")?;
-    let draws: Vec<Vec<f64>> = samples
-        .iter()
-        .map(|row| row.iter().map(|&f| logistic(f)).collect())
-        .collect();
-    ClassRep::from_draws(rep, &draws, levels, out.scalars, out.diverged)
-}
-
-/// The fresh test labels of every repetition of a classification problem (see
-/// [`summary::test_labels`]).
-pub fn label_source<'a>(
-    spec: &'a ExperimentSpec,
-    problem: &'a Problem,
-) -> impl Fn(u64) -> Vec<bool> + 'a {
-    move |rep| {
-        let label = problem.setting.label();
-        summary::test_labels(
-            &SeedPath {
-                base: spec.seed,
-                experiment: &spec.name,
-                setting: &label,
-                repetition: rep,
-                member: 0,
-                purpose: summary::TEST_LABELS,
-            },
-            &problem.test.truth,
-        )
-    }
-}
-
 /// Reads every repetition of a complete run directory and summarises it. Missing files are an
 /// error naming the first one (a sharded run must be merged first).
 pub fn summarize_dir(dir: &Path, plan: &Plan) -> Result<(Summary, Vec<Resolved>)> {
@@ -442,7 +252,7 @@ pub fn summarize_dir(dir: &Path, plan: &Plan) -> Result<(Summary, Vec<Resolved>)
                     .map(|m| {
                         let reps = (0..run.repetitions)
                             .map(|r| read_json::<ClassRep>(&rep_path(dir, setting, m, r)))
-                            .collect::<Result<Vec<_>>>()?;
+                            .collect::<uqbench_eval::Result<Vec<_>>>()?;
                         let s =
                             summary::summarize_classification(&test, &reps, &run.levels, &labels)
                                 .with_context(|| {
@@ -584,6 +394,19 @@ mod tests {
             method: method.into(),
             reps,
         }
+    }
+
+    #[test]
+    fn a_problem_without_an_anchor_cannot_list_it() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../experiments/boston.toml");
+        let text = std::fs::read_to_string(path).unwrap();
+        let blr = text.replace(
+            "methods = [\"Bootstrap\", \"CD\", \"EnsNLL\"]",
+            "methods = [\"BLR\", \"CD\"]",
+        );
+        let spec = ExperimentSpec::from_toml_str(&blr, None).unwrap();
+        let err = format!("{:#}", Plan::new(spec, None).err().unwrap());
+        assert!(err.contains("run.methods lists BLR"), "{err}");
     }
 
     #[test]

@@ -7,7 +7,7 @@ use clap::Args;
 use serde_json::{json, Value};
 use uqbench_anchor::{Anchor, Noise, Problem, Setting};
 
-use crate::spec::ExperimentSpec;
+use uqbench_eval::spec::ExperimentSpec;
 
 /// Arguments of `uqbench anchor`.
 #[derive(Debug, Args)]

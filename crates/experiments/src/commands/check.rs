@@ -7,7 +7,7 @@ use anyhow::Result;
 use clap::Args;
 use uqbench_anchor::{Anchor, Model, Noise, Region};
 
-use crate::spec::ExperimentSpec;
+use uqbench_eval::spec::ExperimentSpec;
 
 /// Arguments of `uqbench check`.
 #[derive(Debug, Args)]

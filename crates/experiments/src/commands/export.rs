@@ -7,8 +7,8 @@ use anyhow::{bail, Result};
 use clap::Args;
 use serde_json::json;
 
-use crate::spec::ExperimentSpec;
-use crate::store::{rep_stem, setting_dir, write_atomic};
+use uqbench_eval::spec::ExperimentSpec;
+use uqbench_eval::store::{rep_stem, setting_dir, write_atomic};
 
 /// Arguments of `uqbench export`.
 #[derive(Debug, Args)]

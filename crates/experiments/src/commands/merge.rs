@@ -5,9 +5,10 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 
-use crate::runner::{self, rep_path, Plan};
-use crate::spec::ExperimentSpec;
-use crate::store::{prepare_dir, write_atomic, RunMeta, SPEC_FILE};
+use crate::runner::{self, Plan};
+use uqbench_eval::spec::ExperimentSpec;
+use uqbench_eval::store::rep_path;
+use uqbench_eval::store::{prepare_dir, write_atomic, RunMeta, SPEC_FILE};
 
 /// Arguments of `uqbench merge`.
 #[derive(Debug, Args)]

@@ -12,9 +12,9 @@ use uqbench_models::{allow_software_gpu, open_device, BackendKind, Resources};
 
 use crate::registry;
 use crate::runner::{self, Plan, Resolved};
-use crate::spec::ExperimentSpec;
-use crate::store::{prepare_dir, RunMeta};
-use crate::summary::ANCHOR;
+use uqbench_eval::spec::ExperimentSpec;
+use uqbench_eval::store::{prepare_dir, RunMeta};
+use uqbench_eval::summary::ANCHOR;
 
 /// Arguments of `uqbench run`.
 #[derive(Debug, Args)]
@@ -148,13 +148,13 @@ pub fn run(args: &RunArgs) -> Result<()> {
             .map(|a| a.to_string())
             .unwrap_or_else(|_| args.backend.name().to_string())
     } else {
-        crate::store::cpu_model()
+        crate::provenance::cpu_model()
     };
     let compute = resources.compute();
     let meta = RunMeta {
         shard: args.shard.clone(),
         reps: args.reps.clone(),
-        ..RunMeta::new(
+        ..crate::provenance::run_meta(
             args.profile.clone(),
             args.backend.name(),
             device_name,
@@ -240,8 +240,13 @@ pub fn run(args: &RunArgs) -> Result<()> {
                 // Count the repetitions finished before (a resumed run).
                 let done = (0..k)
                     .filter(|&r| {
-                        runner::rep_path(&dir, &plan.settings[unit.setting], &unit.method, r)
-                            .is_file()
+                        uqbench_eval::store::rep_path(
+                            &dir,
+                            &plan.settings[unit.setting],
+                            &unit.method,
+                            r,
+                        )
+                        .is_file()
                     })
                     .count();
                 bar.set_position(done as u64);

@@ -9,9 +9,9 @@ use clap::Args;
 use serde::Deserialize;
 use uqbench_core::Family;
 
-use crate::spec::ExperimentSpec;
-use crate::store::{rep_stem, setting_dir};
-use crate::summary::{self, ClassRep, RepResult, Summary, TestInfo, ANCHOR};
+use uqbench_eval::spec::ExperimentSpec;
+use uqbench_eval::store::{rep_stem, setting_dir};
+use uqbench_eval::summary::{self, ClassRep, RepResult, Summary, TestInfo, ANCHOR};
 
 /// Arguments of `uqbench score`.
 #[derive(Debug, Args)]
@@ -408,7 +408,7 @@ pub fn run(args: &ScoreArgs) -> Result<()> {
                 .map(|&r| read_class_rep(&dir, r, m, &args.levels))
                 .collect::<Result<Vec<_>>>()?;
             let test = TestInfo::of(&problem);
-            let labels = crate::runner::label_source(&spec, &problem);
+            let labels = uqbench_eval::predict::label_source(&spec, &problem);
             let mut methods = BTreeMap::new();
             methods.insert(
                 args.method.clone(),
@@ -440,7 +440,7 @@ pub fn run(args: &ScoreArgs) -> Result<()> {
         if problem.linear().is_some() {
             // The anchor alongside, through the same path as in a run.
             let anchor = crate::registry::build(ANCHOR, None)?;
-            let stored = crate::runner::predict(
+            let stored = uqbench_eval::predict::predict(
                 &spec,
                 &setting,
                 &problem,
@@ -452,8 +452,8 @@ pub fn run(args: &ScoreArgs) -> Result<()> {
             let anchor_reps = stored
                 .into_iter()
                 .filter_map(|s| match s {
-                    crate::runner::Stored::Regression(r) => Some(r),
-                    crate::runner::Stored::Classification(_) => None,
+                    uqbench_eval::predict::Stored::Regression(r) => Some(r),
+                    uqbench_eval::predict::Stored::Classification(_) => None,
                 })
                 .collect();
             methods.insert(ANCHOR.to_string(), anchor_reps);

@@ -9,8 +9,8 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use super::{colour, heading, legend_row, pe, point_values, render, Figure, HeatMaps, FONT};
-use crate::store::setting_dir;
-use crate::summary::{level_name, referral_fractions, SettingSummary, ECE_BINS};
+use uqbench_eval::store::setting_dir;
+use uqbench_eval::summary::{level_name, referral_fractions, SettingSummary, ECE_BINS};
 
 /// One line of a panel: legend index (its colour), dashed or solid, points.
 type Line = (usize, bool, Vec<(f64, f64)>);

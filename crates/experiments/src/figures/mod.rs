@@ -17,8 +17,8 @@ use uqbench_anchor::Setting;
 
 mod classification;
 
-use crate::store::setting_dir;
-use crate::summary::{SettingSummary, Summary};
+use uqbench_eval::store::setting_dir;
+use uqbench_eval::summary::{SettingSummary, Summary};
 
 /// One figure written to disk.
 #[derive(Debug, Clone)]
@@ -780,7 +780,7 @@ pub fn draw_all(dir: &Path, input: &FigureInput<'_>) -> Result<Vec<Written>> {
         let Some(&level) = input.summary.levels.first() else {
             continue;
         };
-        let name = crate::summary::level_name(level);
+        let name = uqbench_eval::summary::level_name(level);
         for (metric, what, stem, per_rep) in [
             (
                 format!("cicf_{name}"),
@@ -980,14 +980,14 @@ fn against_variables(input: &FigureInput<'_>) -> Vec<(String, AgainstVariable)> 
                 // [002] Fig. 7–9: coverage of P(y = 1 | x) by the interval, its width, ECE;
                 // and the mean |P̂ − P|.
                 if let Some(l) = level {
-                    let name = crate::summary::level_name(l);
+                    let name = uqbench_eval::summary::level_name(l);
                     columns.push((format!("coverage_{name}"), Some(l)));
                     columns.push((format!("width_{name}"), None));
                 }
                 columns.push(("ece".into(), None));
                 columns.push(("abs_error".into(), None));
             } else if let Some(l) = level {
-                let name = crate::summary::level_name(l);
+                let name = uqbench_eval::summary::level_name(l);
                 columns.push((format!("cicp_{name}"), Some(l)));
                 columns.push((format!("width_{name}"), None));
             }

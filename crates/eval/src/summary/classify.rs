@@ -15,7 +15,8 @@
 
 use std::collections::BTreeMap;
 
-use anyhow::{bail, Result};
+use crate::bail;
+use crate::error::Result;
 use serde::{Deserialize, Serialize};
 use uqbench_anchor::{Rng, SeedPath};
 use uqbench_metrics::classification::{
@@ -286,12 +287,12 @@ pub fn summarize_classification(
             .iter()
             .map(|r| {
                 r.intervals.get(&name).ok_or_else(|| {
-                    anyhow::anyhow!(
+                    crate::error::EvalError::Message(format!(
                         "repetition {}: no interval at level {l} is stored (levels: {}); rerun \
                          it with these levels",
                         r.repetition,
                         r.intervals.keys().cloned().collect::<Vec<_>>().join(", ")
-                    )
+                    ))
                 })
             })
             .collect::<Result<_>>()?;

@@ -2,9 +2,12 @@
 //! names of settings.
 
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
+use uqbench_anchor::Setting;
+
+use crate::bail;
+use crate::error::{Context, Result};
 use serde::{Deserialize, Serialize};
 
 /// Writes `contents` to `path` atomically: into a temporary file in the same directory, then
@@ -81,38 +84,7 @@ pub struct RunMeta {
     pub threads: usize,
 }
 
-/// The CPU's model name (from /proc/cpuinfo) and its logical cores, or "unknown".
-pub fn cpu_model() -> String {
-    let cores = std::thread::available_parallelism().map_or(0, usize::from);
-    let name = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, v)| v.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown CPU".into());
-    format!("{name} ({cores} logical cores)")
-}
-
 impl RunMeta {
-    /// The provenance of this build and machine, for a run on `backend` (its name) on
-    /// `device` (see [`cpu_model`]) with `threads` workers.
-    pub fn new(profile: Option<String>, backend: &str, device: String, threads: usize) -> RunMeta {
-        RunMeta {
-            profile,
-            backend: backend.to_string(),
-            version: env!("CARGO_PKG_VERSION").to_string(),
-            git_commit: env!("UQBENCH_GIT_COMMIT").to_string(),
-            rustc: env!("UQBENCH_RUSTC").to_string(),
-            burn: env!("UQBENCH_BURN").to_string(),
-            device,
-            threads,
-            ..RunMeta::default()
-        }
-    }
-
     /// Reads `dir/run.json`; a missing or unreadable file gives an unknown backend and no
     /// profile (the summaries do not depend on it).
     pub fn read(dir: &Path) -> RunMeta {
@@ -169,4 +141,32 @@ pub fn prepare_dir(dir: &Path, spec_text: &str, resume: bool) -> Result<()> {
         .with_context(|| format!("the output directory {} is not writable", dir.display()))?;
     std::fs::remove_file(&probe)?;
     write_atomic(&spec_path, spec_text.as_bytes())
+}
+
+/// Path of one repetition's result.
+pub fn rep_path(dir: &Path, setting: &Setting, method: &str, rep: u64) -> PathBuf {
+    dir.join("reps")
+        .join(setting_dir(&setting.label()))
+        .join(method)
+        .join(format!("{}.json", rep_stem(rep)))
+}
+
+/// Reads one repetition's result.
+pub fn read_rep(path: &Path) -> Result<crate::summary::RepResult> {
+    read_json(path)
+}
+
+/// Reads one repetition's stored result of any kind; a missing file is an error that says
+/// how to complete the run.
+pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
+    if !path.is_file() {
+        bail!(
+            "{} is missing: the run is incomplete (finish it with --resume, or merge its shards)",
+            path.display()
+        );
+    }
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    serde_json::from_str(&text)
+        .with_context(|| format!("{} is not a repetition result", path.display()))
 }

@@ -3,7 +3,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use anyhow::{bail, Context, Result};
+use crate::bail;
+use crate::error::{Context, Result};
 use serde::{Deserialize, Serialize};
 use uqbench_anchor::{
     problem::reserved_name, ClassificationSpec, Expr, Num, Problem, ProblemSpec, Setting,
@@ -557,13 +558,5 @@ mod tests {
             err.contains("no [problem]") && err.contains("[surrogate]"),
             "{err}"
         );
-        // The anchor cannot be asked for.
-        let blr = text.replace(
-            "methods = [\"Bootstrap\", \"CD\", \"EnsNLL\"]",
-            "methods = [\"BLR\", \"CD\"]",
-        );
-        let spec = ExperimentSpec::from_toml_str(&blr, None).unwrap();
-        let err = format!("{:#}", crate::runner::Plan::new(spec, None).err().unwrap());
-        assert!(err.contains("run.methods lists BLR"), "{err}");
     }
 }

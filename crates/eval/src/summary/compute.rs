@@ -3,7 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use anyhow::{bail, Result};
+use crate::bail;
+use crate::error::Result;
 use uqbench_anchor::Region;
 use uqbench_core::Family;
 use uqbench_metrics::coverage::{self, Intervals};
@@ -129,8 +130,9 @@ pub fn summarize_method(
             per_repetition: BTreeMap::new(),
         });
     }
-    let in_context =
-        |r: &RepResult, e: anyhow::Error| e.context(format!("repetition {}", r.repetition));
+    let in_context = |r: &RepResult, e: crate::error::EvalError| {
+        e.context(format!("repetition {}", r.repetition))
+    };
     // Every quantity below is first computed per repetition and test input (`[r][i]`); a
     // per-point metric is its mean over repetitions, a region aggregate the mean over
     // repetitions of each repetition's mean over the region's points, and every standard

@@ -3,7 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use anyhow::{bail, Result};
+use crate::bail;
+use crate::error::Result;
 use serde::{Deserialize, Deserializer, Serialize};
 use uqbench_anchor::{Problem, Region};
 use uqbench_core::central_quantile;

@@ -3,7 +3,8 @@
 
 use std::fmt::Write as _;
 
-use anyhow::{bail, Result};
+use crate::bail;
+use crate::error::Result;
 use serde_json::{json, Value};
 
 use super::types::Summary;

@@ -1,0 +1,174 @@
+//! A method's predictions for repetitions of one setting, turned into their track's stored
+//! form: the same path for every method (the anchor included), in a run and in scoring. With
+//! `run.noise`, the validation inputs are predicted after the test inputs and split off, and
+//! a method without a noise model gets the run's noise estimate.
+
+use uqbench_anchor::{logistic, Problem, SeedPath, Setting};
+use uqbench_core::{Compute, Method, Prediction, SeedBase};
+
+use crate::bail;
+use crate::error::{Context, Result};
+use crate::spec::{ExperimentSpec, NoiseSource};
+use crate::summary::{self, ClassRep, RepContext, RepResult};
+
+/// One repetition's result in its track's stored form.
+pub enum Stored {
+    /// A regression problem's.
+    Regression(RepResult),
+    /// A classification problem's.
+    Classification(ClassRep),
+}
+
+/// Runs `method` on repetitions `reps` of one setting of `spec` (its problem resolved) and
+/// returns their stored forms: the same path for every method, the anchor included, in a run
+/// and in `score`. `progress` receives the fraction done.
+pub fn predict(
+    spec: &ExperimentSpec,
+    setting: &Setting,
+    problem: &Problem,
+    method: &dyn Method,
+    reps: &[u64],
+    compute: &Compute,
+    progress: &(dyn Fn(f64) + Sync),
+) -> Result<Vec<Stored>> {
+    let classification = problem.classification().is_some();
+    // A spec without [run] (scored, not run) has no levels, the known noise, and no training.
+    let (levels, source, epochs) = match &spec.run {
+        Some(run) => (&run.levels[..], run.noise, spec.epochs(setting)?),
+        None => (&[][..], NoiseSource::Known, 1),
+    };
+    // With the validation-set noise estimate, the validation inputs are predicted after the
+    // test inputs and split off below.
+    let with_validation = source == NoiseSource::Validation && !classification;
+    if with_validation && problem.validation.is_none() {
+        bail!(
+            "run.noise = \"validation\": {} has no validation set",
+            problem.display_name()
+        );
+    }
+    let data = problem.task_data(reps, with_validation);
+    let task = data.task(
+        epochs,
+        SeedBase {
+            base: spec.seed,
+            experiment: spec.name.clone(),
+            setting: setting.label(),
+        },
+    );
+    let total = (reps.len() * method.replicas_per_repetition()) as f64;
+    let context = || format!("method {} at {}", method.name(), problem.display_name());
+    // A classification problem needs every member's or pass's logits.
+    let mut outputs = method
+        .run(&task, compute, classification, &|done| {
+            progress(done as f64 / total)
+        })
+        .with_context(context)?;
+    let m_test = data.m_test;
+    for (k, o) in outputs.iter_mut().enumerate() {
+        let valid = with_validation.then(|| split_off(o, m_test));
+        if classification || o.noise_std.is_some() || o.noise_known || o.diverged {
+            continue;
+        }
+        let estimate = match (source, valid, &o.train_mean) {
+            (NoiseSource::Validation, Some((mean, std)), _) => Some((
+                "validation_noise_sd",
+                uqbench_metrics::regression::validation_noise_sd(
+                    &data.validation_y[k],
+                    &mean,
+                    &std,
+                ),
+            )),
+            (NoiseSource::Residual, _, Some(fit)) => Some((
+                "residual_noise_sd",
+                (fit.iter()
+                    .zip(&data.y[k])
+                    .map(|(f, y)| (y - f).powi(2))
+                    .sum::<f64>()
+                    / fit.len() as f64)
+                    .sqrt(),
+            )),
+            _ => None,
+        };
+        if let Some((name, sd)) = estimate {
+            o.noise_std = Some(vec![sd; m_test]);
+            o.scalars.insert(name.to_string(), sd);
+        }
+    }
+    reps.iter()
+        .zip(outputs)
+        .zip(&data.y)
+        .map(|((&r, o), y)| {
+            Ok(if classification {
+                Stored::Classification(class_rep(r, o, levels).with_context(context)?)
+            } else {
+                Stored::Regression(
+                    RepResult::from_output(
+                        r,
+                        o,
+                        &RepContext {
+                            levels,
+                            truth: &problem.test.truth,
+                            test_sigma: &problem.test.sigma,
+                            train_y: y,
+                            train_sigma: &problem.train_sigma,
+                        },
+                    )
+                    .with_context(context)?,
+                )
+            })
+        })
+        .collect()
+}
+
+/// Splits the predictions at the inputs after the first `m` (the validation inputs) off a
+/// method's output: their mean and uncertainty.
+fn split_off(o: &mut Prediction, m: usize) -> (Vec<f64>, Vec<f64>) {
+    let mean = o.mean.split_off(m);
+    let std = o.std.split_off(m);
+    for v in [&mut o.noise_std, &mut o.predictive_std]
+        .into_iter()
+        .flatten()
+    {
+        v.truncate(m);
+    }
+    for row in o.samples.iter_mut().flatten() {
+        row.truncate(m);
+    }
+    (mean, std)
+}
+
+/// A method's output for one repetition of a classification problem in stored form: its
+/// draws (members × passes) are logits, turned into probabilities by the logistic function
+/// in f64.
+fn class_rep(rep: u64, out: Prediction, levels: &[f64]) -> Result<ClassRep> {
+    let samples = out
+        .samples
+        .context("a classification method must return its members' or passes' logits")?;
+    let draws: Vec<Vec<f64>> = samples
+        .iter()
+        .map(|row| row.iter().map(|&f| logistic(f)).collect())
+        .collect();
+    ClassRep::from_draws(rep, &draws, levels, out.scalars, out.diverged)
+}
+
+/// The fresh test labels of every repetition of a classification problem (see
+/// [`summary::test_labels`]).
+pub fn label_source<'a>(
+    spec: &'a ExperimentSpec,
+    problem: &'a Problem,
+) -> impl Fn(u64) -> Vec<bool> + 'a {
+    move |rep| {
+        let label = problem.setting.label();
+        summary::test_labels(
+            &SeedPath {
+                base: spec.seed,
+                experiment: &spec.name,
+                setting: &label,
+                repetition: rep,
+                member: 0,
+                purpose: summary::TEST_LABELS,
+            },
+            &problem.test.truth,
+        )
+    }
+}
