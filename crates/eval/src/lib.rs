@@ -5,15 +5,22 @@
 //!   run's noise source;
 //! - [`predict`]: a method's predictions for repetitions of a setting turned into its track's
 //!   stored form, the same path for every method (the anchor included);
+//! - [`score`]: predictions made elsewhere summarised like a native run's, the anchor
+//!   alongside;
 //! - [`summary`]: the stored repetition of each track and the metrics of spec §2, §4 and §8
 //!   (per test input and per region, error bars over repetitions) and their files;
+//! - [`track`]: the two tracks (regression, classification): each one's stored repetition,
+//!   how an output becomes one, how it is read and summarised;
 //! - [`store`]: atomic writes, the run directory's paths and its `run.json`.
 //! - [`error`]: the crate's error type, `EvalError`.
 
 pub mod error;
 pub mod predict;
+pub mod score;
 pub mod spec;
 pub mod store;
 pub mod summary;
+pub mod track;
 
 pub use error::{Context, EvalError, Result};
+pub use track::{Stored, Track};

@@ -3,21 +3,14 @@
 //! `run.noise`, the validation inputs are predicted after the test inputs and split off, and
 //! a method without a noise model gets the run's noise estimate.
 
-use uqbench_anchor::{logistic, Problem, SeedPath, Setting};
+use uqbench_anchor::{Problem, SeedPath, Setting};
 use uqbench_core::{Compute, Method, Prediction, SeedBase};
 
 use crate::bail;
 use crate::error::{Context, Result};
 use crate::spec::{ExperimentSpec, NoiseSource};
-use crate::summary::{self, ClassRep, RepContext, RepResult};
-
-/// One repetition's result in its track's stored form.
-pub enum Stored {
-    /// A regression problem's.
-    Regression(RepResult),
-    /// A classification problem's.
-    Classification(ClassRep),
-}
+use crate::summary::{self, RepContext};
+use crate::track::{Stored, Track};
 
 /// Runs `method` on repetitions `reps` of one setting of `spec` (its problem resolved) and
 /// returns their stored forms: the same path for every method, the anchor included, in a run
@@ -31,7 +24,8 @@ pub fn predict(
     compute: &Compute,
     progress: &(dyn Fn(f64) + Sync),
 ) -> Result<Vec<Stored>> {
-    let classification = problem.classification().is_some();
+    let track = Track::of(problem);
+    let classification = track == Track::Classification;
     // A spec without [run] (scored, not run) has no levels, the known noise, and no training.
     let (levels, source, epochs) = match &spec.run {
         Some(run) => (&run.levels[..], run.noise, spec.epochs(setting)?),
@@ -98,24 +92,14 @@ pub fn predict(
         .zip(outputs)
         .zip(&data.y)
         .map(|((&r, o), y)| {
-            Ok(if classification {
-                Stored::Classification(class_rep(r, o, levels).with_context(context)?)
-            } else {
-                Stored::Regression(
-                    RepResult::from_output(
-                        r,
-                        o,
-                        &RepContext {
-                            levels,
-                            truth: &problem.test.truth,
-                            test_sigma: &problem.test.sigma,
-                            train_y: y,
-                            train_sigma: &problem.train_sigma,
-                        },
-                    )
-                    .with_context(context)?,
-                )
-            })
+            let ctx = RepContext {
+                levels,
+                truth: &problem.test.truth,
+                test_sigma: &problem.test.sigma,
+                train_y: y,
+                train_sigma: &problem.train_sigma,
+            };
+            track.store(r, o, &ctx).with_context(context)
         })
         .collect()
 }
@@ -135,20 +119,6 @@ fn split_off(o: &mut Prediction, m: usize) -> (Vec<f64>, Vec<f64>) {
         row.truncate(m);
     }
     (mean, std)
-}
-
-/// A method's output for one repetition of a classification problem in stored form: its
-/// draws (members × passes) are logits, turned into probabilities by the logistic function
-/// in f64.
-fn class_rep(rep: u64, out: Prediction, levels: &[f64]) -> Result<ClassRep> {
-    let samples = out
-        .samples
-        .context("a classification method must return its members' or passes' logits")?;
-    let draws: Vec<Vec<f64>> = samples
-        .iter()
-        .map(|row| row.iter().map(|&f| logistic(f)).collect())
-        .collect();
-    ClassRep::from_draws(rep, &draws, levels, out.scalars, out.diverged)
 }
 
 /// The fresh test labels of every repetition of a classification problem (see

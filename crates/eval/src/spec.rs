@@ -5,6 +5,7 @@ use std::path::Path;
 
 use crate::bail;
 use crate::error::{Context, Result};
+use crate::track::Track;
 use serde::{Deserialize, Serialize};
 use uqbench_anchor::{
     problem::reserved_name, ClassificationSpec, Expr, Num, Problem, ProblemSpec, Setting,
@@ -14,41 +15,158 @@ use uqbench_anchor::{
 /// One experiment: a problem, the sweep over its settings, the methods and how to run them,
 /// and named profiles that override any of it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(try_from = "RawSpec", into = "RawSpec")]
 pub struct ExperimentSpec {
     /// Short name, used in seeds and file names (letters, digits, `_`, `-`).
     pub name: String,
     /// One line saying what the experiment is.
-    #[serde(default)]
     pub description: String,
     /// Base seed of every random draw in the experiment.
     pub seed: u64,
     /// Sweep variables and their values (`f_main = [1, 2, 3]`); settings are their product.
-    #[serde(default)]
     pub sweep: BTreeMap<String, Vec<f64>>,
-    /// The regression problem (linear in known features: the anchor exists). A spec has
-    /// this or `[surrogate]`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub problem: Option<ProblemSpec>,
-    /// A simulation from a real data set ([004] §5.5): random forests as f and σ²(x), no
-    /// anchor. A spec has this or `[problem]`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub surrogate: Option<SurrogateSpec>,
-    /// [002]'s two-class classification problem with its exact P(y = 1 | x): labels instead
-    /// of targets, no anchor. A spec has this, `[problem]` or `[surrogate]`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub classification: Option<ClassificationSpec>,
+    /// The problem: one of `[problem]`, `[surrogate]` or `[classification]` in the file.
+    pub problem: ProblemDecl,
     /// How to run it (`uqbench run`); a spec used only for `anchor`, `check`, `export` or
     /// `score` may leave it out.
-    #[serde(default)]
     pub run: Option<RunSpec>,
     /// Settings per method: `[methods.Ens] members = 120`. A table may name a registered
     /// kind (`kind = "EnsBS"`) to configure a second variant under another name.
-    #[serde(default)]
     pub methods: BTreeMap<String, toml::Table>,
     /// Named profiles: tables merged over the spec (`[profiles.quick] run.repetitions = 5`).
-    #[serde(default)]
     pub profiles: BTreeMap<String, toml::Table>,
+}
+
+/// The problem of a spec: the kinds of problem uqbench generates.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ProblemDecl {
+    /// `[problem]`: a regression problem linear in known features, whose exact posterior (the
+    /// anchor) exists.
+    Linear(ProblemSpec),
+    /// `[surrogate]`: a simulation from a real data set ([004] §5.5), random forests as f and
+    /// σ²(x); no anchor.
+    Surrogate(SurrogateSpec),
+    /// `[classification]`: [002]'s two-class problem with its exact P(y = 1 | x); labels
+    /// instead of targets, no anchor.
+    Classification(ClassificationSpec),
+}
+
+impl ProblemDecl {
+    /// Which track its results take.
+    pub fn track(&self) -> Track {
+        match self {
+            ProblemDecl::Classification(_) => Track::Classification,
+            _ => Track::Regression,
+        }
+    }
+
+    /// Whether the problem has an anchor (the exact posterior).
+    pub fn has_anchor(&self) -> bool {
+        matches!(self, ProblemDecl::Linear(_))
+    }
+
+    /// Whether the problem has a validation set.
+    pub fn has_validation(&self) -> bool {
+        match self {
+            ProblemDecl::Linear(p) => p.validation.is_some(),
+            ProblemDecl::Surrogate(s) => s.split.validation > 0,
+            ProblemDecl::Classification(_) => false,
+        }
+    }
+}
+
+/// The spec as written: the three problem tables side by side (one must be present), with
+/// every key checked.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSpec {
+    name: String,
+    #[serde(default)]
+    description: String,
+    seed: u64,
+    #[serde(default)]
+    sweep: BTreeMap<String, Vec<f64>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    problem: Option<ProblemSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    surrogate: Option<SurrogateSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    classification: Option<ClassificationSpec>,
+    #[serde(default)]
+    run: Option<RunSpec>,
+    #[serde(default)]
+    methods: BTreeMap<String, toml::Table>,
+    #[serde(default)]
+    profiles: BTreeMap<String, toml::Table>,
+}
+
+impl TryFrom<RawSpec> for ExperimentSpec {
+    type Error = String;
+
+    fn try_from(raw: RawSpec) -> Result<ExperimentSpec, String> {
+        let declared: Vec<&str> = [
+            ("[problem]", raw.problem.is_some()),
+            ("[surrogate]", raw.surrogate.is_some()),
+            ("[classification]", raw.classification.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(name, present)| present.then_some(name))
+        .collect();
+        let problem = match (raw.problem, raw.surrogate, raw.classification) {
+            (Some(p), None, None) => ProblemDecl::Linear(p),
+            (None, Some(s), None) => ProblemDecl::Surrogate(s),
+            (None, None, Some(c)) => ProblemDecl::Classification(c),
+            (None, None, None) => {
+                return Err(
+                    "no [problem]: declare the problem in a [problem] table (features, \
+                            γ, σ, designs), a [surrogate] table (a data set and its split) or a \
+                            [classification] table ([002]'s two-class problem)"
+                        .into(),
+                )
+            }
+            _ => {
+                return Err(format!(
+                    "{}: a spec has one problem, either linear in known features ([problem]), a \
+                     surrogate of a data set ([surrogate]) or the two-class problem \
+                     ([classification])",
+                    declared.join(" and ")
+                ))
+            }
+        };
+        Ok(ExperimentSpec {
+            name: raw.name,
+            description: raw.description,
+            seed: raw.seed,
+            sweep: raw.sweep,
+            problem,
+            run: raw.run,
+            methods: raw.methods,
+            profiles: raw.profiles,
+        })
+    }
+}
+
+impl From<ExperimentSpec> for RawSpec {
+    fn from(spec: ExperimentSpec) -> RawSpec {
+        let (mut problem, mut surrogate, mut classification) = (None, None, None);
+        match spec.problem {
+            ProblemDecl::Linear(p) => problem = Some(p),
+            ProblemDecl::Surrogate(s) => surrogate = Some(s),
+            ProblemDecl::Classification(c) => classification = Some(c),
+        }
+        RawSpec {
+            name: spec.name,
+            description: spec.description,
+            seed: spec.seed,
+            sweep: spec.sweep,
+            problem,
+            surrogate,
+            classification,
+            run: spec.run,
+            methods: spec.methods,
+            profiles: spec.profiles,
+        }
+    }
 }
 
 /// How an experiment is run.
@@ -187,28 +305,6 @@ impl ExperimentSpec {
 
     /// Checks what serde cannot: names, sweep keys and values.
     pub fn validate(&self) -> Result<()> {
-        let declared: Vec<&str> = [
-            ("[problem]", self.problem.is_some()),
-            ("[surrogate]", self.surrogate.is_some()),
-            ("[classification]", self.classification.is_some()),
-        ]
-        .into_iter()
-        .filter_map(|(name, present)| present.then_some(name))
-        .collect();
-        match declared.len() {
-            0 => bail!(
-                "no [problem]: declare the problem in a [problem] table (features, γ, σ, \
-                 designs), a [surrogate] table (a data set and its split) or a \
-                 [classification] table ([002]'s two-class problem)"
-            ),
-            1 => {}
-            _ => bail!(
-                "{}: a spec has one problem, either linear in known features ([problem]), a \
-                 surrogate of a data set ([surrogate]) or the two-class problem \
-                 ([classification])",
-                declared.join(" and ")
-            ),
-        }
         if self.name.is_empty()
             || !self
                 .name
@@ -241,14 +337,7 @@ impl ExperimentSpec {
                     run.repetitions
                 );
             }
-            let has_validation = self
-                .problem
-                .as_ref()
-                .is_some_and(|p| p.validation.is_some())
-                || self
-                    .surrogate
-                    .as_ref()
-                    .is_some_and(|s| s.split.validation > 0);
+            let has_validation = self.problem.has_validation();
             if run.noise == NoiseSource::Validation && !has_validation {
                 bail!(
                     "run.noise = \"validation\": this problem has no validation set; declare \
@@ -256,7 +345,7 @@ impl ExperimentSpec {
                      \"residual\""
                 );
             }
-            if run.noise != NoiseSource::Known && self.classification.is_some() {
+            if run.noise != NoiseSource::Known && self.problem.track() == Track::Classification {
                 bail!(
                     "run.noise = {:?}: a classification problem's labels have no noise sd; leave \
                      run.noise out",
@@ -328,18 +417,12 @@ impl ExperimentSpec {
             }
         }
         let mut texts = Vec::new();
-        if let Some(v) = self
-            .problem
-            .as_ref()
-            .and_then(|p| toml::Value::try_from(p).ok())
-        {
-            strings(&v, &mut texts);
-        }
-        if let Some(v) = self
-            .classification
-            .as_ref()
-            .and_then(|p| toml::Value::try_from(p).ok())
-        {
+        let value = match &self.problem {
+            ProblemDecl::Linear(p) => toml::Value::try_from(p).ok(),
+            ProblemDecl::Classification(c) => toml::Value::try_from(c).ok(),
+            ProblemDecl::Surrogate(_) => None,
+        };
+        if let Some(v) = value {
             strings(&v, &mut texts);
         }
         let read: Vec<String> = texts
@@ -438,13 +521,12 @@ impl ExperimentSpec {
     pub fn resolve(&self, setting: &Setting) -> Result<Problem> {
         let label = setting.label();
         let setting = &self.problem_setting(setting);
-        match (&self.problem, &self.surrogate, &self.classification) {
-            (Some(p), _, _) => Problem::resolve(&self.name, self.seed, p, setting),
-            (None, Some(s), _) => Problem::from_surrogate(&self.name, self.seed, s, setting),
-            (None, None, Some(c)) => {
+        match &self.problem {
+            ProblemDecl::Linear(p) => Problem::resolve(&self.name, self.seed, p, setting),
+            ProblemDecl::Surrogate(s) => Problem::from_surrogate(&self.name, self.seed, s, setting),
+            ProblemDecl::Classification(c) => {
                 Problem::from_classification(&self.name, self.seed, c, setting)
             }
-            (None, None, None) => unreachable!("validate() requires a problem"),
         }
         .with_context(|| {
             if label.is_empty() {
@@ -533,7 +615,7 @@ mod tests {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../experiments/boston.toml");
         let text = std::fs::read_to_string(path).unwrap();
         let spec = ExperimentSpec::from_toml_str(&text, None).unwrap();
-        assert!(spec.problem.is_none() && spec.surrogate.is_some());
+        assert!(matches!(spec.problem, ProblemDecl::Surrogate(_)));
         assert!(spec.problem_variables().is_empty());
         // Both tables, or neither.
         let cubic = std::fs::read_to_string(

@@ -53,7 +53,7 @@ pub fn write(
             .join(", "),
         plan.methods.join(", ")
     );
-    if plan.spec.classification.is_none() {
+    if plan.spec.problem.track() == uqbench_eval::Track::Regression {
         let _ = writeln!(
             md,
             "The noise sd of a new y (prediction intervals, PICF) for methods without a noise \
@@ -78,7 +78,7 @@ pub fn write(
             f.svg.display()
         );
     }
-    if plan.spec.classification.is_some() {
+    if plan.spec.problem.track() == uqbench_eval::Track::Classification {
         classification_table(&mut md, plan, summary);
         return Ok(write_atomic(&dir.join("report.md"), md.as_bytes())?);
     }

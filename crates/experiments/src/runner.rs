@@ -15,14 +15,15 @@ use std::path::Path;
 use anyhow::{bail, Context, Result};
 use uqbench_anchor::{Anchor, Problem, Setting};
 use uqbench_core::{Compute, Method};
-use uqbench_eval::predict::{label_source, predict, Stored};
-use uqbench_eval::store::{read_json, read_rep, rep_path};
+use uqbench_eval::predict::{label_source, predict};
+use uqbench_eval::store::{read_rep, rep_path};
+use uqbench_eval::Track;
 
 use crate::figures::{FigureInput, SettingFigures};
 use crate::registry;
 use uqbench_eval::spec::ExperimentSpec;
 use uqbench_eval::store::{write_atomic, RunMeta};
-use uqbench_eval::summary::{self, ClassRep, SettingSummary, Summary, TestInfo, ANCHOR};
+use uqbench_eval::summary::{Summary, TestInfo, ANCHOR};
 
 /// One block of repetitions of one method at one setting.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,7 +53,7 @@ impl Plan {
     pub fn new(spec: ExperimentSpec, only: Option<&[String]>) -> Result<Plan> {
         let run = spec.run_spec()?.clone();
         // A surrogate problem has no anchor; `BLR` may then not be listed either.
-        let has_anchor = spec.problem.is_some();
+        let has_anchor = spec.problem.has_anchor();
         if !has_anchor && run.methods.iter().any(|m| m == ANCHOR) {
             bail!(
                 "run.methods lists {ANCHOR}, the anchor, but this problem has none (a \
@@ -225,11 +226,10 @@ pub fn run_unit(
         progress,
     )?;
     for (&r, rep) in reps.iter().zip(stored) {
-        let text = match rep {
-            Stored::Regression(rep) => serde_json::to_string(&rep)?,
-            Stored::Classification(rep) => serde_json::to_string(&rep)?,
-        };
-        write_atomic(&rep_path(dir, setting, &unit.method, r), text.as_bytes())?;
+        write_atomic(
+            &rep_path(dir, setting, &unit.method, r),
+            rep.to_json()?.as_bytes(),
+        )?;
     }
     progress(1.0);
     Ok(())
@@ -243,54 +243,24 @@ pub fn summarize_dir(dir: &Path, plan: &Plan) -> Result<(Summary, Vec<Resolved>)
     let mut resolved_all = Vec::new();
     for setting in &plan.settings {
         let resolved = Resolved::new(&plan.spec, setting)?;
-        if resolved.problem.classification().is_some() {
-            let test = TestInfo::of(&resolved.problem);
-            let methods = {
-                let labels = label_source(&plan.spec, &resolved.problem);
-                plan.methods
-                    .iter()
-                    .map(|m| {
-                        let reps = (0..run.repetitions)
-                            .map(|r| read_json::<ClassRep>(&rep_path(dir, setting, m, r)))
-                            .collect::<uqbench_eval::Result<Vec<_>>>()?;
-                        let s =
-                            summary::summarize_classification(&test, &reps, &run.levels, &labels)
-                                .with_context(|| {
-                                format!("method {m} at setting {}", setting.label())
-                            })?;
-                        Ok((m.clone(), s))
-                    })
-                    .collect::<Result<BTreeMap<_, _>>>()?
-            };
-            settings.push(SettingSummary {
-                setting: setting.label(),
-                test,
-                methods,
-            });
-            resolved_all.push(resolved);
-            continue;
-        }
+        let track = Track::of(&resolved.problem);
         let mut methods = BTreeMap::new();
         for m in &plan.methods {
-            let mut reps = Vec::new();
-            for r in 0..run.repetitions {
-                let path = rep_path(dir, setting, m, r);
-                if !path.is_file() {
-                    bail!(
-                        "{} is missing: the run is incomplete (finish it with --resume, or merge its shards)",
-                        path.display()
-                    );
-                }
-                reps.push(read_rep(&path)?);
-            }
+            let reps = (0..run.repetitions)
+                .map(|r| track.read(&rep_path(dir, setting, m, r)))
+                .collect::<uqbench_eval::Result<Vec<_>>>()?;
             methods.insert(m.clone(), reps);
         }
-        settings.push(summary::summarize_setting(
-            &setting.label(),
-            TestInfo::of(&resolved.problem),
-            &methods,
-            &run.levels,
-        )?);
+        {
+            let labels = label_source(&plan.spec, &resolved.problem);
+            settings.push(track.summarize_setting(
+                &setting.label(),
+                TestInfo::of(&resolved.problem),
+                methods,
+                &run.levels,
+                &labels,
+            )?);
+        }
         resolved_all.push(resolved);
     }
     Ok((
@@ -370,7 +340,7 @@ pub fn finish(dir: &Path, plan: &Plan, meta: &RunMeta) -> Result<()> {
         methods: &plan.methods,
         repetitions: run.repetitions,
         band_repetition: run.band_repetition,
-        classification: plan.spec.classification.is_some(),
+        track: plan.spec.problem.track(),
         summary: &summary,
         settings: figure_settings(dir, plan, &resolved)?,
     };

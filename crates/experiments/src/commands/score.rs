@@ -9,9 +9,11 @@ use clap::Args;
 use serde::Deserialize;
 use uqbench_core::Family;
 
+use uqbench_eval::score::score_setting;
 use uqbench_eval::spec::ExperimentSpec;
 use uqbench_eval::store::{rep_stem, setting_dir};
-use uqbench_eval::summary::{self, ClassRep, RepResult, Summary, TestInfo, ANCHOR};
+use uqbench_eval::summary::{self, ClassRep, RepResult, Summary, ANCHOR};
+use uqbench_eval::{Stored, Track};
 
 /// Arguments of `uqbench score`.
 #[derive(Debug, Args)]
@@ -400,69 +402,29 @@ pub fn run(args: &ScoreArgs) -> Result<()> {
             );
         }
         let problem = spec.resolve(&setting)?;
-        if problem.classification().is_some() {
-            let reps = repetitions(&dir)?;
-            let m = problem.test.truth.len();
-            let external = reps
-                .iter()
-                .map(|&r| read_class_rep(&dir, r, m, &args.levels))
-                .collect::<Result<Vec<_>>>()?;
-            let test = TestInfo::of(&problem);
-            let labels = uqbench_eval::predict::label_source(&spec, &problem);
-            let mut methods = BTreeMap::new();
-            methods.insert(
-                args.method.clone(),
-                summary::summarize_classification(&test, &external, &args.levels, &labels)?,
-            );
-            out_settings.push(summary::SettingSummary {
-                setting: label.clone(),
-                test,
-                methods,
-            });
-            eprintln!(
-                "scored setting `{}`: {} repetitions (classification)",
-                setting_dir(&label),
-                reps.len()
-            );
-            continue;
-        }
+        let track = Track::of(&problem);
         let reps = repetitions(&dir)?;
         let scoring = Scoring {
             truth: &problem.test.truth,
             sigma: &problem.test.sigma,
             levels: &args.levels,
         };
+        let m = problem.test.truth.len();
         let external = reps
             .iter()
-            .map(|&r| read_rep(&dir, r, &scoring))
+            .map(|&r| match track {
+                Track::Regression => read_rep(&dir, r, &scoring).map(Stored::Regression),
+                Track::Classification => {
+                    read_class_rep(&dir, r, m, &args.levels).map(Stored::Classification)
+                }
+            })
             .collect::<Result<Vec<_>>>()?;
-        let mut methods = BTreeMap::new();
-        if problem.linear().is_some() {
-            // The anchor alongside, through the same path as in a run.
-            let anchor = crate::registry::build(ANCHOR, None)?;
-            let stored = uqbench_eval::predict::predict(
-                &spec,
-                &setting,
-                &problem,
-                anchor.as_ref(),
-                &reps,
-                &uqbench_core::Compute::host(),
-                &|_| {},
-            )?;
-            let anchor_reps = stored
-                .into_iter()
-                .filter_map(|s| match s {
-                    uqbench_eval::predict::Stored::Regression(r) => Some(r),
-                    uqbench_eval::predict::Stored::Classification(_) => None,
-                })
-                .collect();
-            methods.insert(ANCHOR.to_string(), anchor_reps);
-        }
-        methods.insert(args.method.clone(), external);
-        out_settings.push(summary::summarize_setting(
-            &label,
-            TestInfo::of(&problem),
-            &methods,
+        out_settings.push(score_setting(
+            &spec,
+            &setting,
+            &problem,
+            &args.method,
+            external,
             &args.levels,
         )?);
         eprintln!(

@@ -619,7 +619,7 @@ pub struct FigureInput<'a> {
     pub band_repetition: u64,
     /// A classification problem: maps of P(y = 1 | x), reliability diagrams and referral
     /// curves instead of the regression figures.
-    pub classification: bool,
+    pub track: uqbench_eval::Track,
     /// The summary.
     pub summary: &'a Summary,
     /// Per setting (in summary order).
@@ -637,7 +637,7 @@ pub fn draw_all(dir: &Path, input: &FigureInput<'_>) -> Result<Vec<Written>> {
         Ok(())
     };
     for (s, sf) in input.summary.settings.iter().zip(&input.settings) {
-        if input.classification {
+        if input.track == uqbench_eval::Track::Classification {
             let drawn = classification::draw(
                 s,
                 &sf.setting.label(),
@@ -967,16 +967,17 @@ fn against_variables(input: &FigureInput<'_>) -> Vec<(String, AgainstVariable)> 
                 })
                 .map(|r| r.to_string())
                 .collect();
-            let mut columns: Vec<(String, Option<f64>)> = if input.classification {
-                Vec::new()
-            } else {
-                vec![
-                    ("deviation".into(), None),
-                    ("uncertainty".into(), None),
-                    ("coverage".into(), Some(0.95)),
-                ]
-            };
-            if input.classification {
+            let mut columns: Vec<(String, Option<f64>)> =
+                if input.track == uqbench_eval::Track::Classification {
+                    Vec::new()
+                } else {
+                    vec![
+                        ("deviation".into(), None),
+                        ("uncertainty".into(), None),
+                        ("coverage".into(), Some(0.95)),
+                    ]
+                };
+            if input.track == uqbench_eval::Track::Classification {
                 // [002] Fig. 7–9: coverage of P(y = 1 | x) by the interval, its width, ECE;
                 // and the mean |P̂ − P|.
                 if let Some(l) = level {
