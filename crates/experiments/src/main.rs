@@ -3,6 +3,16 @@
 //! The binary is thin: it parses arguments into validated settings and calls the library
 //! crates (`uqbench-anchor`, `uqbench-models`).
 
+/// `println!` for the commands: writes a line to stdout and returns the I/O error instead of
+/// panicking, so that a closed pipe (`uqbench check … | head -1`) ends the command quietly
+/// (`main` exits 0 on a broken pipe, as ripgrep does).
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($arg)*)?
+    }};
+}
+
 mod commands;
 mod figures;
 mod provenance;
@@ -69,6 +79,15 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader of our output went away (`| head`): nothing more to say.
+        Err(e)
+            if e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            }) =>
+        {
+            ExitCode::SUCCESS
+        }
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE

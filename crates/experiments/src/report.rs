@@ -5,9 +5,11 @@ use std::path::Path;
 
 use anyhow::Result;
 
+use uqbench_eval::spec::NoiseSource;
+use uqbench_eval::store::write_atomic;
+use uqbench_eval::Track;
+
 use crate::figures::Written;
-use crate::runner::Plan;
-use uqbench_eval::store::{write_atomic, RunMeta};
 use uqbench_eval::summary::{Scalar, Summary, UNDERFIT_FACTOR};
 
 fn cell(s: Option<&Scalar>) -> String {
@@ -20,49 +22,71 @@ fn cell(s: Option<&Scalar>) -> String {
     }
 }
 
+/// What the report says about the run before its results.
+#[derive(Debug, Clone)]
+pub struct Header<'a> {
+    /// The experiment's name.
+    pub name: &'a str,
+    /// Its one-line description.
+    pub description: &'a str,
+    /// The profile it ran with.
+    pub profile: Option<&'a str>,
+    /// The backend.
+    pub backend: &'a str,
+    /// Repetitions per setting.
+    pub repetitions: u64,
+    /// The settings' labels.
+    pub settings: Vec<String>,
+    /// The methods, in plan order.
+    pub methods: &'a [String],
+    /// The noise source of methods without a noise model.
+    pub noise: NoiseSource,
+    /// The problem's track.
+    pub track: Track,
+}
+
 /// Writes `report.md` into `dir`.
 pub fn write(
     dir: &Path,
-    plan: &Plan,
-    meta: &RunMeta,
+    header: &Header<'_>,
     summary: &Summary,
     figures: &[Written],
 ) -> Result<()> {
-    let run = plan.spec.run_spec()?;
     let mut md = String::new();
-    let _ = writeln!(md, "# uqbench run: {}\n", plan.spec.name);
-    if !plan.spec.description.is_empty() {
-        let _ = writeln!(md, "{}\n", plan.spec.description);
+    let _ = writeln!(md, "# uqbench run: {}\n", header.name);
+    if !header.description.is_empty() {
+        let _ = writeln!(md, "{}\n", header.description);
     }
     let _ = writeln!(
         md,
         "Profile `{}`, backend `{}`, {} repetitions per setting, settings: {}, methods: {}. \
          The full spec is in `spec.resolved.toml`; per-point metrics in `summary.csv`, \
          per-region aggregates in `aggregate.csv`, everything in `summary.json`.\n",
-        meta.profile.as_deref().unwrap_or("none"),
-        meta.backend,
-        run.repetitions,
-        plan.settings
+        header.profile.unwrap_or("none"),
+        header.backend,
+        header.repetitions,
+        header
+            .settings
             .iter()
-            .map(|s| if s.label().is_empty() {
+            .map(|s| if s.is_empty() {
                 "(no sweep)".to_string()
             } else {
-                s.label()
+                s.clone()
             })
             .collect::<Vec<_>>()
             .join(", "),
-        plan.methods.join(", ")
+        header.methods.join(", ")
     );
-    if plan.spec.problem.track() == uqbench_eval::Track::Regression {
+    if header.track == Track::Regression {
         let _ = writeln!(
             md,
             "The noise sd of a new y (prediction intervals, PICF) for methods without a noise \
              model of their own: {} (`run.noise = \"{}\"`).\n",
-            run.noise.describe(),
-            match run.noise {
-                uqbench_eval::spec::NoiseSource::Known => "known",
-                uqbench_eval::spec::NoiseSource::Validation => "validation",
-                uqbench_eval::spec::NoiseSource::Residual => "residual",
+            header.noise.describe(),
+            match header.noise {
+                NoiseSource::Known => "known",
+                NoiseSource::Validation => "validation",
+                NoiseSource::Residual => "residual",
             }
         );
     }
@@ -78,8 +102,8 @@ pub fn write(
             f.svg.display()
         );
     }
-    if plan.spec.problem.track() == uqbench_eval::Track::Classification {
-        classification_table(&mut md, plan, summary);
+    if header.track == Track::Classification {
+        classification_table(&mut md, header.methods, summary);
         return Ok(write_atomic(&dir.join("report.md"), md.as_bytes())?);
     }
     let _ = writeln!(md, "## Aggregates\n");
@@ -120,7 +144,7 @@ pub fn write(
         );
         let _ = writeln!(md, "|{}", "---|".repeat(10 + regions.len()));
         let mut flags = Vec::new();
-        for (name, m) in plan
+        for (name, m) in header
             .methods
             .iter()
             .filter_map(|n| s.methods.get(n).map(|m| (n, m)))
@@ -171,7 +195,7 @@ pub fn write(
 }
 
 /// The aggregates of a classification run ([002] §4.2, [003]).
-fn classification_table(md: &mut String, plan: &Plan, summary: &Summary) {
+fn classification_table(md: &mut String, methods: &[String], summary: &Summary) {
     let level = summary.levels.first().copied().unwrap_or(0.9);
     let name = uqbench_eval::summary::level_name(level);
     let _ = writeln!(md, "## Aggregates\n");
@@ -201,8 +225,7 @@ fn classification_table(md: &mut String, plan: &Plan, summary: &Summary) {
         );
         let _ = writeln!(md, "|{}", "---|".repeat(16));
         let mut flags = Vec::new();
-        for (method, m) in plan
-            .methods
+        for (method, m) in methods
             .iter()
             .filter_map(|n| s.methods.get(n).map(|m| (n, m)))
         {

@@ -3,7 +3,6 @@
 
 use std::fmt;
 use std::str::FromStr;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
 use burn::tensor::wgpu::WgpuBackend;
@@ -152,23 +151,10 @@ pub fn wgpu_status() -> Result<WgpuAdapter, String> {
     }
 }
 
-static ALLOW_SOFTWARE_GPU: AtomicBool = AtomicBool::new(false);
-
-/// Lets `--backend wgpu` run on a software adapter (lavapipe in CI and tests), for the rest of
-/// the process. Without it, or `UQBENCH_ALLOW_SOFTWARE_GPU=1`, a software adapter is an
-/// error: it is hundreds of times slower than a GPU and far slower than `--backend flex`.
-pub fn allow_software_gpu() {
-    ALLOW_SOFTWARE_GPU.store(true, Ordering::SeqCst);
-}
-
-fn software_gpu_allowed() -> bool {
-    ALLOW_SOFTWARE_GPU.load(Ordering::SeqCst)
-        || std::env::var("UQBENCH_ALLOW_SOFTWARE_GPU").is_ok_and(|v| v == "1")
-}
-
-/// Opens the (non-autodiff) device of a backend. On wgpu, a software adapter is an error
-/// unless [`allow_software_gpu`] was called.
-pub fn open_device(kind: BackendKind) -> Result<Device, MethodError> {
+/// Opens the (non-autodiff) device of a backend. On wgpu, a software adapter (lavapipe,
+/// llvmpipe, SwiftShader: hundreds of times slower than a GPU and far slower than `flex`) is an
+/// error unless `allow_software` (the tests and CI use lavapipe on purpose).
+pub fn open_device(kind: BackendKind, allow_software: bool) -> Result<Device, MethodError> {
     match kind {
         BackendKind::Flex => Ok(Device::flex()),
         #[allow(deprecated)]
@@ -193,7 +179,7 @@ pub fn open_device(kind: BackendKind) -> Result<Device, MethodError> {
                 reason,
                 hint: "run on the CPU with `--backend flex`".into(),
             })?;
-            if adapter.software && !software_gpu_allowed() {
+            if adapter.software && !allow_software {
                 return Err(MethodError::BackendUnavailable {
                     backend: "wgpu".into(),
                     reason: format!(

@@ -16,7 +16,7 @@ pub mod mfvi;
 pub mod mlp;
 pub mod optim;
 
-pub use backend::{allow_software_gpu, open_device, wgpu_status, BackendKind, WgpuAdapter};
+pub use backend::{open_device, wgpu_status, BackendKind, WgpuAdapter};
 pub use config::{MethodConfig, NetConfig, OptimConfig};
 pub use dropout::Dropout;
 pub use dropout_method::{DropoutConfig, DropoutKind, DropoutMethod, DropoutSettings};

@@ -10,8 +10,7 @@ use uqbench_models::{open_device, BackendKind};
 /// A batched matmul, the core operation of batched training, with a leaky ReLU.
 fn compute(kind: BackendKind) -> Vec<f32> {
     // CI's adapter is lavapipe, a software rasterizer: allowed here on purpose.
-    uqbench_models::allow_software_gpu();
-    let device = open_device(kind).unwrap_or_else(|e| panic!("{e}"));
+    let device = open_device(kind, true).unwrap_or_else(|e| panic!("{e}"));
     let a: Vec<f32> = (0..2 * 3 * 4).map(|i| (i as f32 * 0.37).sin()).collect();
     let b: Vec<f32> = (0..2 * 4 * 5).map(|i| (i as f32 * 0.11).cos()).collect();
     let a = Tensor::<3>::from_data(TensorData::new(a, [2, 3, 4]), &device);

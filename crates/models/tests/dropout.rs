@@ -48,7 +48,10 @@ fn run(
         likelihood: uqbench_models::Likelihood::Gaussian,
     };
     let method = DropoutMethod::new("D", kind, config).unwrap();
-    let res = Resources::new(BackendKind::Flex, open_device(BackendKind::Flex).unwrap());
+    let res = Resources::new(
+        BackendKind::Flex,
+        open_device(BackendKind::Flex, true).unwrap(),
+    );
     method.run(&task, &res.compute(), samples, &|_| {}).unwrap()
 }
 

@@ -64,8 +64,7 @@ fn run(
         x_test: &d.x_test,
     };
     // CI's wgpu adapter is lavapipe, a software rasterizer: allowed here on purpose.
-    uqbench_models::allow_software_gpu();
-    let mut res = Resources::new(backend, open_device(backend).unwrap());
+    let mut res = Resources::new(backend, open_device(backend, true).unwrap());
     res.chunk = chunk;
     res.threads = threads;
     engine::train(&job, settings, &res, &|_| {}).unwrap()
@@ -232,7 +231,10 @@ fn divergence_is_reported_per_replica_and_does_not_leak() {
         replica_ids: &ids,
         x_test: &d.x_test,
     };
-    let res = Resources::new(BackendKind::Flex, open_device(BackendKind::Flex).unwrap());
+    let res = Resources::new(
+        BackendKind::Flex,
+        open_device(BackendKind::Flex, true).unwrap(),
+    );
     let settings = TrainSettings::paper(30, 40);
     let out = engine::train(&job, &settings, &res, &|_| {}).unwrap();
     assert_eq!(out.diverged, vec![false, false, true, true]);
@@ -265,7 +267,10 @@ fn bad_settings_are_clear_errors() {
         replica_ids: &[0],
         x_test: &d.x_test,
     };
-    let mut res = Resources::new(BackendKind::Flex, open_device(BackendKind::Flex).unwrap());
+    let mut res = Resources::new(
+        BackendKind::Flex,
+        open_device(BackendKind::Flex, true).unwrap(),
+    );
     let err = |settings: &TrainSettings, res: &Resources| {
         engine::train(&job, settings, res, &|_| {})
             .unwrap_err()
@@ -297,7 +302,10 @@ fn bad_settings_are_clear_errors() {
         targets: &bad_targets,
         ..job.clone()
     };
-    let res = Resources::new(BackendKind::Flex, open_device(BackendKind::Flex).unwrap());
+    let res = Resources::new(
+        BackendKind::Flex,
+        open_device(BackendKind::Flex, true).unwrap(),
+    );
     let e = engine::train(&job2, &TrainSettings::paper(5, 40), &res, &|_| {})
         .unwrap_err()
         .to_string();

@@ -47,7 +47,10 @@ fn run(kind: EnsembleKind, config: EnsembleConfig, reps: &[u64], samples: bool) 
         likelihood: uqbench_models::Likelihood::Gaussian,
     };
     let method = Ensemble::new("Ens", kind, config).unwrap();
-    let res = Resources::new(BackendKind::Flex, open_device(BackendKind::Flex).unwrap());
+    let res = Resources::new(
+        BackendKind::Flex,
+        open_device(BackendKind::Flex, true).unwrap(),
+    );
     method.run(&task, &res.compute(), samples, &|_| {}).unwrap()
 }
 
@@ -98,7 +101,10 @@ fn plain_ensemble_fits_and_is_less_certain_out_of_distribution() {
         likelihood: uqbench_models::Likelihood::Gaussian,
     };
     let method = Ensemble::new("Ens", EnsembleKind::Plain, small()).unwrap();
-    let res = Resources::new(BackendKind::Flex, open_device(BackendKind::Flex).unwrap());
+    let res = Resources::new(
+        BackendKind::Flex,
+        open_device(BackendKind::Flex, true).unwrap(),
+    );
     let o = &method.run(&task, &res.compute(), false, &|_| {}).unwrap()[0];
     assert!(!o.diverged);
     let inside: Vec<usize> = (0..201).filter(|&i| x_test[i].abs() <= 0.5).collect();
@@ -257,7 +263,7 @@ fn the_autodiff_route_runs_on_the_trainer_and_chunks_do_not_change_it() {
         ..EnsMcdConfig::default()
     };
     let method = EnsMcd::new("EnsMCD", config).unwrap();
-    let device = open_device(BackendKind::Flex).unwrap();
+    let device = open_device(BackendKind::Flex, true).unwrap();
     let mut one = Resources::new(BackendKind::Flex, device.clone());
     one.chunk = Some(6);
     one.threads = 1;
@@ -331,7 +337,10 @@ fn mean_variance_members_estimate_the_noise() {
         ..EnsembleConfig::default()
     };
     let method = Ensemble::new("Ens", EnsembleKind::Plain, config).unwrap();
-    let res = Resources::new(BackendKind::Flex, open_device(BackendKind::Flex).unwrap());
+    let res = Resources::new(
+        BackendKind::Flex,
+        open_device(BackendKind::Flex, true).unwrap(),
+    );
     let o = &method.run(&task, &res.compute(), false, &|_| {}).unwrap()[0];
     assert!(!o.diverged);
     let noise = o
@@ -431,7 +440,10 @@ fn the_bernoulli_head_learns_a_logistic_probability() {
         },
         ..EnsembleConfig::default()
     };
-    let res = Resources::new(BackendKind::Flex, open_device(BackendKind::Flex).unwrap());
+    let res = Resources::new(
+        BackendKind::Flex,
+        open_device(BackendKind::Flex, true).unwrap(),
+    );
     let method = Ensemble::new("Ens", EnsembleKind::Plain, config.clone()).unwrap();
     let o = &method.run(&task, &res.compute(), true, &|_| {}).unwrap()[0];
     assert!(!o.diverged);

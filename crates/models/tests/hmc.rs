@@ -55,7 +55,10 @@ fn hmc_on_bayesian_linear_regression_recovers_the_posterior() {
         },
         ..HmcConfig::default()
     };
-    let res = Resources::new(BackendKind::Flex, open_device(BackendKind::Flex).unwrap());
+    let res = Resources::new(
+        BackendKind::Flex,
+        open_device(BackendKind::Flex, true).unwrap(),
+    );
     let out = Hmc::new("HMC", config)
         .unwrap()
         .run(&task, &res.compute(), false, &|_| {})

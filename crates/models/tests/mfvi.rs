@@ -69,7 +69,10 @@ fn mfvi_on_bayesian_linear_regression_reaches_the_mean_field_optimum() {
             ..MfviSettings::default()
         },
     };
-    let res = Resources::new(BackendKind::Flex, open_device(BackendKind::Flex).unwrap());
+    let res = Resources::new(
+        BackendKind::Flex,
+        open_device(BackendKind::Flex, true).unwrap(),
+    );
     let out = Mfvi::new("MFVI", config)
         .unwrap()
         .run(

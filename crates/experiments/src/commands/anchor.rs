@@ -73,7 +73,7 @@ pub fn run(args: &AnchorArgs) -> Result<()> {
             "gamma_hat": post.gamma_hat,
             "condition": anchor.condition(),
         });
-        println!("{out}");
+        outln!("{out}");
         return Ok(());
     }
 
@@ -82,8 +82,8 @@ pub fn run(args: &AnchorArgs) -> Result<()> {
     let covered = (0..m)
         .filter(|&i| (post.mean[i] - problem.test.truth[i]).abs() <= q * post.std[i])
         .count();
-    println!("{} — repetition {}", problem.display_name(), args.rep);
-    println!(
+    outln!("{} — repetition {}", problem.display_name(), args.rep);
+    outln!(
         "  d = {}, p = {} features, N = {} training points, M = {} test points, condition number {:.3e}",
         problem.d(),
         anchor.p(),
@@ -91,7 +91,7 @@ pub fn run(args: &AnchorArgs) -> Result<()> {
         m,
         anchor.condition()
     );
-    println!(
+    outln!(
         "  posterior: {}; 95% intervals cover the truth at {covered} of {m} test points in this repetition",
         match post.dof {
             Some(nu) => format!("Student t with {nu} degrees of freedom"),
@@ -100,7 +100,7 @@ pub fn run(args: &AnchorArgs) -> Result<()> {
     );
     for (i, label) in problem.test.label.iter().enumerate() {
         if let Some(label) = label {
-            println!(
+            outln!(
                 "  {label:>16} ({}): truth {:+.4}, mean {:+.4}, std {:.4}",
                 problem.test.region[i].as_str(),
                 problem.test.truth[i],
@@ -109,7 +109,7 @@ pub fn run(args: &AnchorArgs) -> Result<()> {
             );
         }
     }
-    println!("  (add --json for every value)");
+    outln!("  (add --json for every value)");
     Ok(())
 }
 
@@ -141,7 +141,7 @@ fn classification(
             "lambda_rot": tcc.lambda_rot,
             "p1": tcc.p1,
         });
-        println!("{out}");
+        outln!("{out}");
         return Ok(());
     }
     let ones = labels.iter().filter(|&&y| y == 1.0).count();
@@ -151,8 +151,8 @@ fn classification(
         .iter()
         .filter(|r| r.as_str() == "in")
         .count();
-    println!("{} — repetition {}", problem.display_name(), args.rep);
-    println!(
+    outln!("{} — repetition {}", problem.display_name(), args.rep);
+    outln!(
         "  two-class problem of [002]: λ_scale = {}, λ_rot = {}, P(y = 1) = {}; N = {} \
          training points ({ones} labelled 1), M = {} test points ({inside} inside the training \
          inputs' bounding box); truth = the exact P(y = 1 | x), no anchor",
@@ -162,7 +162,7 @@ fn classification(
         labels.len(),
         problem.test.truth.len()
     );
-    println!("  (add --json for the data and P(y = 1 | x) at every test input)");
+    outln!("  (add --json for the data and P(y = 1 | x) at every test input)");
     Ok(())
 }
 
@@ -195,11 +195,11 @@ fn no_anchor(
             "sigma": problem.test.sigma,
             "region": problem.test.region.iter().map(|r| r.as_str()).collect::<Vec<_>>(),
         });
-        println!("{out}");
+        outln!("{out}");
         return Ok(());
     }
-    println!("{} — repetition {}", problem.display_name(), args.rep);
-    println!(
+    outln!("{} — repetition {}", problem.display_name(), args.rep);
+    outln!(
         "  no anchor: f and σ(x) are random forests fitted to a data set (`uqbench check {}` \
          describes them); d = {}, N = {} training points, M = {} test points",
         args.spec.display(),
@@ -207,6 +207,6 @@ fn no_anchor(
         problem.train.inputs.len(),
         problem.test.truth.len()
     );
-    println!("  (add --json for the data, f and σ(x) at every point)");
+    outln!("  (add --json for the data, f and σ(x) at every point)");
     Ok(())
 }

@@ -5,7 +5,7 @@ use uqbench_models::{wgpu_status, BackendKind};
 
 /// Runs `uqbench backends`.
 pub fn run() -> Result<()> {
-    println!("backends in this build (choose with --backend NAME):");
+    outln!("backends in this build (choose with --backend NAME):");
     for &kind in BackendKind::ALL {
         let status = match kind {
             BackendKind::Flex => "available: pure-Rust CPU backend (default)".to_string(),
@@ -28,9 +28,9 @@ pub fn run() -> Result<()> {
                                   driver; f32 matmuls may run on TF32 tensor cores)"
                 .to_string(),
         };
-        println!("  {:<8} {status}", kind.name());
+        outln!("  {:<8} {status}", kind.name());
     }
     #[cfg(not(feature = "cuda"))]
-    println!("  cuda     not in this build (cargo build --release -p uqbench --features cuda)");
+    outln!("  cuda     not in this build (cargo build --release -p uqbench --features cuda)");
     Ok(())
 }

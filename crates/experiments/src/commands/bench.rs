@@ -8,8 +8,8 @@ use serde_json::json;
 use uqbench_anchor::{Rng, SeedPath};
 use uqbench_models::engine::{self, Job, Resources, TrainSettings};
 use uqbench_models::{
-    allow_software_gpu, open_device, BackendKind, EnsMcd, EnsMcdConfig, EnsMcdSettings, Method,
-    MlpShape, SeedBase, Task,
+    open_device, BackendKind, EnsMcd, EnsMcdConfig, EnsMcdSettings, Method, MlpShape, SeedBase,
+    Task,
 };
 
 /// `uqbench bench …`.
@@ -49,8 +49,9 @@ pub struct TrainBench {
     /// Print one JSON line instead of text.
     #[arg(long)]
     json: bool,
-    /// Let --backend wgpu run on a software adapter (lavapipe, llvmpipe, SwiftShader).
-    #[arg(long)]
+    /// Let --backend wgpu run on a software adapter (lavapipe, llvmpipe, SwiftShader); also
+    /// UQBENCH_ALLOW_SOFTWARE_GPU=1.
+    #[arg(long, env = "UQBENCH_ALLOW_SOFTWARE_GPU", value_parser = clap::builder::FalseyValueParser::new())]
     allow_software_gpu: bool,
     /// The training route: `engine` (the hand-written network) or `autodiff` (the README's
     /// burn-module example, EnsMCD: the same network with MC dropout p = 0.1 on its last
@@ -76,10 +77,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
 }
 
 fn train(args: &TrainBench) -> Result<()> {
-    if args.allow_software_gpu {
-        allow_software_gpu();
-    }
-    let device = open_device(args.backend)?;
+    let device = open_device(args.backend, args.allow_software_gpu)?;
     let shape = MlpShape::paper(1);
     let seed = |member: usize, purpose: &str| {
         SeedPath {
@@ -148,7 +146,7 @@ fn train(args: &TrainBench) -> Result<()> {
     let replica_epochs = (args.replicas * args.epochs) as f64;
     let flops = 6.0 * args.n as f64 * shape.macs_per_point() as f64 * replica_epochs;
     if args.json {
-        println!(
+        outln!(
             "{}",
             json!({
                 "backend": args.backend.name(),
@@ -178,7 +176,7 @@ fn train(args: &TrainBench) -> Result<()> {
             })
         );
     } else {
-        println!(
+        outln!(
             "{} replicas × {} epochs, N = {}, backend {} ({} threads, chunks of {}): {:.2} s, \
              {:.0} replica-epochs/s, {:.1} GFLOP/s, mean final objective {:.6}{}{}",
             args.replicas,

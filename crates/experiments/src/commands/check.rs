@@ -19,7 +19,7 @@ pub struct CheckArgs {
 /// Runs `uqbench check`.
 pub fn run(args: &CheckArgs) -> Result<()> {
     let spec = ExperimentSpec::load(&args.spec)?;
-    println!("experiment `{}`: {}", spec.name, spec.description);
+    outln!("experiment `{}`: {}", spec.name, spec.description);
     for setting in spec.settings() {
         let problem = spec.resolve(&setting)?;
         let count = |r: Region| problem.test.region.iter().filter(|&&x| x == r).count();
@@ -38,7 +38,7 @@ pub fn run(args: &CheckArgs) -> Result<()> {
         match &problem.model {
             Model::Linear { features, gamma } => {
                 let anchor = Anchor::fit(&problem)?;
-                println!(
+                outln!(
                     "  {label}: d = {}, p = {}, N = {}, M = {} test points ({regions}), σ {}, \
                      anchor {}, condition {:.3e}",
                     problem.d(),
@@ -59,8 +59,8 @@ pub fn run(args: &CheckArgs) -> Result<()> {
                     anchor.condition(),
                 );
                 let names: Vec<String> = features.terms().iter().map(|t| t.name()).collect();
-                println!("      G = ({})", names.join(", "));
-                println!(
+                outln!("      G = ({})", names.join(", "));
+                outln!(
                     "      γ = ({})",
                     gamma
                         .iter()
@@ -74,7 +74,7 @@ pub fn run(args: &CheckArgs) -> Result<()> {
                 let (lo, hi) = sd
                     .iter()
                     .fold((f64::INFINITY, 0.0_f64), |(l, h), &s| (l.min(s), h.max(s)));
-                println!(
+                outln!(
                     "  {label}: surrogate of {} ({} rows, target {}), d = {}, N = {}, \
                      validation {}, M = {} test points ({regions}), no anchor",
                     info.data,
@@ -85,16 +85,18 @@ pub fn run(args: &CheckArgs) -> Result<()> {
                     problem.validation.as_ref().map_or(0, |v| v.0.len()),
                     problem.test.truth.len(),
                 );
-                println!(
+                outln!(
                     "      f: forest with out-of-bag R² {:.3}; σ(x) at the test rows from {lo:.3} \
                      to {hi:.3}; units: target sd {:.4} (mean {:.4}) of the data",
-                    info.oob_r2, info.target_scale.1, info.target_scale.0
+                    info.oob_r2,
+                    info.target_scale.1,
+                    info.target_scale.0
                 );
-                println!("      covariates: {}", info.covariates.join(", "));
+                outln!("      covariates: {}", info.covariates.join(", "));
             }
             Model::Classification(tcc) => {
                 let p = &problem.train_truth;
-                println!(
+                outln!(
                     "  {label}: two-class problem of [002] (λ_scale = {}, λ_rot = {}, P(y = 1) = \
                      {}), N = {}, M = {} test points ({regions}), truth = exact P(y = 1 | x), \
                      no anchor; mean P(y = 1 | x) at the training inputs {:.3}",
@@ -108,6 +110,6 @@ pub fn run(args: &CheckArgs) -> Result<()> {
             }
         }
     }
-    println!("ok");
+    outln!("ok");
     Ok(())
 }

@@ -70,7 +70,7 @@ pub fn run(args: &MetricsArgs) -> Result<()> {
         )
     })?;
     let out = compute(&input, args)?;
-    println!("{}", Value::Object(out));
+    outln!("{}", Value::Object(out));
     Ok(())
 }
 

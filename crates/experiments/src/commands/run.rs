@@ -1,17 +1,16 @@
 //! `uqbench run`: retrain every method on every repetition of every setting, store the
 //! results, summarise them, and draw the figures.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Mutex;
-use std::time::Instant;
 
 use anyhow::{bail, Result};
 use clap::Args;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
-use uqbench_models::{allow_software_gpu, open_device, BackendKind, Resources};
+use uqbench_models::{open_device, BackendKind, Resources};
 
-use crate::registry;
-use crate::runner::{self, Plan, Resolved};
+use crate::runner::{self, Event, Plan};
 use uqbench_eval::spec::ExperimentSpec;
 use uqbench_eval::store::{prepare_dir, RunMeta};
 use uqbench_eval::summary::ANCHOR;
@@ -63,8 +62,9 @@ pub struct RunArgs {
     #[arg(long)]
     pub chunk: Option<usize>,
     /// Let --backend wgpu run on a software adapter (lavapipe, llvmpipe, SwiftShader); tests
-    /// and CI use it. Without it a software adapter is an error.
-    #[arg(long)]
+    /// and CI use it. Without it (or UQBENCH_ALLOW_SOFTWARE_GPU=1) a software adapter is an
+    /// error.
+    #[arg(long, env = "UQBENCH_ALLOW_SOFTWARE_GPU", value_parser = clap::builder::FalseyValueParser::new())]
     pub allow_software_gpu: bool,
 }
 
@@ -96,204 +96,134 @@ pub fn parse_reps(s: &str, total: u64) -> Result<std::ops::Range<u64>> {
     }
 }
 
+/// `uqbench run`'s arguments, validated once: the plan (restricted to `--reps`), the run
+/// directory, the resources (the device opened: a missing or refused adapter is an error before
+/// anything is written) and what `run.json` records.
+pub struct RunSettings {
+    /// The plan.
+    pub plan: Plan,
+    /// The run directory.
+    pub dir: PathBuf,
+    /// Continue a run in `dir`.
+    pub resume: bool,
+    /// Shard `(i, n)` of the units.
+    pub shard: Option<(usize, usize)>,
+    /// Repetitions `A..B` only.
+    pub reps: Option<std::ops::Range<u64>>,
+    /// No progress bars.
+    pub quiet: bool,
+    /// Where the methods run.
+    pub resources: Resources,
+    /// `run.json`.
+    pub meta: RunMeta,
+}
+
+impl RunSettings {
+    /// Validates the arguments.
+    pub fn from_args(args: &RunArgs) -> Result<RunSettings> {
+        let spec = ExperimentSpec::load_profile(&args.spec, args.profile.as_deref())?;
+        let shard = args.shard.as_deref().map(parse_shard).transpose()?;
+        let mut plan = Plan::new(spec, args.methods.as_deref())?;
+        let reps = args
+            .reps
+            .as_deref()
+            .map(|r| parse_reps(r, plan.repetitions()))
+            .transpose()?;
+        if let Some(r) = &reps {
+            plan.restrict(r.clone());
+        }
+        // The recorded spec lists the methods actually run.
+        if let Some(run) = plan.spec.run.as_mut() {
+            run.methods = plan
+                .methods
+                .iter()
+                .filter(|m| *m != ANCHOR)
+                .cloned()
+                .collect();
+        }
+        plan.spec.methods.retain(|k, _| plan.methods.contains(k));
+        let dir = args.out.clone().unwrap_or_else(|| {
+            PathBuf::from("runs").join(match &args.profile {
+                Some(p) => format!("{}-{p}", plan.spec.name),
+                None => plan.spec.name.clone(),
+            })
+        });
+        let device = open_device(args.backend, args.allow_software_gpu)?;
+        let mut resources = Resources::new(args.backend, device);
+        if let Some(t) = args.threads {
+            resources.threads = t.max(1);
+        }
+        if let Some(mb) = args.device_memory_mb {
+            resources = resources.with_device_memory(mb << 20);
+        }
+        if let Some(mb) = args.memory_mb {
+            resources.memory_budget = mb << 20;
+        }
+        resources.chunk = args.chunk;
+        let device_name = if args.backend.is_gpu() {
+            uqbench_models::wgpu_status()
+                .map(|a| a.to_string())
+                .unwrap_or_else(|_| args.backend.name().to_string())
+        } else {
+            crate::provenance::cpu_model()
+        };
+        let meta = RunMeta {
+            shard: args.shard.clone(),
+            reps: args.reps.clone(),
+            ..crate::provenance::run_meta(
+                args.profile.clone(),
+                args.backend.name(),
+                device_name,
+                resources.threads,
+            )
+        };
+        Ok(RunSettings {
+            plan,
+            dir,
+            resume: args.resume,
+            shard,
+            reps,
+            quiet: args.quiet,
+            resources,
+            meta,
+        })
+    }
+}
+
 /// Runs `uqbench run`.
 pub fn run(args: &RunArgs) -> Result<()> {
-    let spec = ExperimentSpec::load_profile(&args.spec, args.profile.as_deref())?;
-    let shard = args.shard.as_deref().map(parse_shard).transpose()?;
-    let mut plan = Plan::new(spec, args.methods.as_deref())?;
-    let reps = args
-        .reps
-        .as_deref()
-        .map(|r| parse_reps(r, plan.repetitions()))
-        .transpose()?;
-    if let Some(r) = &reps {
-        plan.restrict(r.clone());
-    }
-    // The recorded spec lists the methods actually run.
-    if let Some(run) = plan.spec.run.as_mut() {
-        run.methods = plan
-            .methods
-            .iter()
-            .filter(|m| *m != ANCHOR)
-            .cloned()
-            .collect();
-    }
-    plan.spec.methods.retain(|k, _| plan.methods.contains(k));
-    let dir = args.out.clone().unwrap_or_else(|| {
-        PathBuf::from("runs").join(match &args.profile {
-            Some(p) => format!("{}-{p}", plan.spec.name),
-            None => plan.spec.name.clone(),
-        })
-    });
-    // Open the device before touching the run directory: a missing or refused adapter leaves
-    // nothing behind.
-    if args.allow_software_gpu {
-        allow_software_gpu();
-    }
-    let device = open_device(args.backend)?;
-    prepare_dir(&dir, &plan.spec.resolved_toml()?, args.resume)?;
-    let mut resources = Resources::new(args.backend, device);
-    if let Some(t) = args.threads {
-        resources.threads = t.max(1);
-    }
-    if let Some(mb) = args.device_memory_mb {
-        resources = resources.with_device_memory(mb << 20);
-    }
-    if let Some(mb) = args.memory_mb {
-        resources.memory_budget = mb << 20;
-    }
-    resources.chunk = args.chunk;
-    let device_name = if args.backend.is_gpu() {
-        uqbench_models::wgpu_status()
-            .map(|a| a.to_string())
-            .unwrap_or_else(|_| args.backend.name().to_string())
-    } else {
-        crate::provenance::cpu_model()
-    };
-    let compute = resources.compute();
-    let meta = RunMeta {
-        shard: args.shard.clone(),
-        reps: args.reps.clone(),
-        ..crate::provenance::run_meta(
-            args.profile.clone(),
-            args.backend.name(),
-            device_name,
-            resources.threads,
-        )
-    };
-    meta.write(&dir)?;
-
-    let todo: Vec<&runner::Unit> = plan
-        .units
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| shard.is_none_or(|(s, n)| i % n == s))
-        .map(|(_, u)| u)
-        .filter(|u| !runner::unit_done(&dir, &plan, u))
-        .collect();
-    // On a GPU, small jobs (the dropout methods: one replica per repetition) are merged so that
-    // a chunk can hold as many replicas as memory allows.
-    let todo: Vec<runner::Unit> = if args.backend.is_gpu() {
-        let per_rep = |method: &str| -> usize {
-            let setting = &plan.settings[0];
-            plan.spec
-                .method_table(method, setting)
-                .ok()
-                .and_then(|t| registry::build(method, t.as_ref()).ok())
-                .map_or(1, |m| m.replicas_per_repetition())
-        };
-        runner::merge_for_gpu(&todo, &per_rep, runner::GPU_MIN_REPLICAS)
-    } else {
-        todo.into_iter().cloned().collect()
-    };
-    let k = plan.repetitions();
-    let multi = MultiProgress::with_draw_target(if args.quiet {
-        ProgressDrawTarget::hidden()
-    } else {
-        ProgressDrawTarget::stderr()
-    });
-    let style = ProgressStyle::with_template(
-        "{prefix:>28} [{bar:30}] {pos:>4}/{len} reps {elapsed:>4} ETA {eta:>4} {rate}",
-    )
-    .expect("a valid template")
-    .with_key(
-        "rate",
-        |state: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
-            let _ = write!(w, "{:.2} reps/s", state.per_sec());
-        },
-    )
-    .progress_chars("=> ");
-    let show_lines = args.quiet || multi.is_hidden();
+    let s = RunSettings::from_args(args)?;
+    let (plan, dir) = (&s.plan, &s.dir);
+    prepare_dir(dir, &plan.spec.resolved_toml()?, s.resume)?;
+    s.meta.write(dir)?;
+    let todo = runner::schedule(plan, dir, s.shard, s.resources.backend.is_gpu());
     eprintln!(
-        "{}: {} settings × {} methods × {k} repetitions, {} of {} work units to run{}{} → {}",
+        "{}: {} settings × {} methods × {} repetitions, {} of {} work units to run{}{} → {}",
         plan.spec.name,
         plan.settings.len(),
         plan.methods.len(),
+        plan.repetitions(),
         todo.len(),
         plan.units.len(),
-        shard
+        s.shard
             .map(|(i, n)| format!(" (shard {i}/{n})"))
             .unwrap_or_default(),
-        reps.as_ref()
+        s.reps
+            .as_ref()
             .map(|r| format!(" (repetitions {}..{})", r.start, r.end))
             .unwrap_or_default(),
         dir.display()
     );
-
-    let mut resolved: Vec<Option<Resolved>> = (0..plan.settings.len()).map(|_| None).collect();
-    let mut bars: std::collections::BTreeMap<(usize, String), ProgressBar> = Default::default();
-    for unit in &todo {
-        if resolved[unit.setting].is_none() {
-            resolved[unit.setting] = Some(Resolved::new(&plan.spec, &plan.settings[unit.setting])?);
-        }
-        let label = plan.settings[unit.setting].label();
-        let bar = bars
-            .entry((unit.setting, unit.method.clone()))
-            .or_insert_with(|| {
-                let bar = multi.add(ProgressBar::new(k));
-                bar.set_style(style.clone());
-                bar.set_prefix(format!(
-                    "{} {}",
-                    if label.is_empty() { "-" } else { &label },
-                    unit.method
-                ));
-                // Count the repetitions finished before (a resumed run).
-                let done = (0..k)
-                    .filter(|&r| {
-                        uqbench_eval::store::rep_path(
-                            &dir,
-                            &plan.settings[unit.setting],
-                            &unit.method,
-                            r,
-                        )
-                        .is_file()
-                    })
-                    .count();
-                bar.set_position(done as u64);
-                bar.reset_eta();
-                bar
-            })
-            .clone();
-        let start_pos = bar.position();
-        let len = unit.reps.end - unit.reps.start;
-        let started = Instant::now();
-        let last = Mutex::new(0u64);
-        runner::run_unit(
-            &dir,
-            &plan,
-            unit,
-            resolved[unit.setting].as_ref().expect("resolved above"),
-            &compute,
-            &|f| {
-                let step = (f * len as f64).floor() as u64;
-                let mut last = last.lock().expect("progress lock");
-                if step > *last {
-                    *last = step;
-                    bar.set_position(start_pos + step);
-                }
-            },
-        )?;
-        bar.set_position(start_pos + len);
-        if bar.position() >= k {
-            bar.finish();
-        }
-        if show_lines {
-            eprintln!(
-                "done {} {} repetitions {}..{} in {:.1} s",
-                if label.is_empty() { "-" } else { &label },
-                unit.method,
-                unit.reps.start,
-                unit.reps.end,
-                started.elapsed().as_secs_f64()
-            );
-        }
-    }
-    if shard.is_some() || reps.is_some() {
+    let display = ProgressDisplay::new(s.quiet, plan.repetitions());
+    runner::execute(plan, dir, &todo, &s.resources.compute(), &|e| {
+        display.show(e)
+    })?;
+    if s.shard.is_some() || s.reps.is_some() {
         eprintln!(
             "{} finished in {}; combine the parts with `uqbench merge DIR… --out DIR`",
             match (&args.shard, &args.reps) {
-                (Some(s), Some(r)) => format!("shard {s} of repetitions {r}"),
-                (Some(s), None) => format!("shard {s}"),
+                (Some(sh), Some(r)) => format!("shard {sh} of repetitions {r}"),
+                (Some(sh), None) => format!("shard {sh}"),
                 (None, Some(r)) => format!("repetitions {r}"),
                 (None, None) => unreachable!("checked above"),
             },
@@ -301,5 +231,97 @@ pub fn run(args: &RunArgs) -> Result<()> {
         );
         return Ok(());
     }
-    runner::finish(&dir, &plan, &meta)
+    runner::finish(dir, plan, &s.meta)
+}
+
+/// Progress bars per (setting, method), or one line per finished unit when quiet or not on a
+/// terminal.
+struct ProgressDisplay {
+    multi: MultiProgress,
+    style: ProgressStyle,
+    lines: bool,
+    repetitions: u64,
+    bars: Mutex<BTreeMap<(usize, String), (ProgressBar, u64)>>,
+}
+
+impl ProgressDisplay {
+    fn new(quiet: bool, repetitions: u64) -> ProgressDisplay {
+        let multi = MultiProgress::with_draw_target(if quiet {
+            ProgressDrawTarget::hidden()
+        } else {
+            ProgressDrawTarget::stderr()
+        });
+        let style = ProgressStyle::with_template(
+            "{prefix:>28} [{bar:30}] {pos:>4}/{len} reps {elapsed:>4} ETA {eta:>4} {rate}",
+        )
+        .expect("a valid template")
+        .with_key(
+            "rate",
+            |state: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                let _ = write!(w, "{:.2} reps/s", state.per_sec());
+            },
+        )
+        .progress_chars("=> ");
+        ProgressDisplay {
+            lines: quiet || multi.is_hidden(),
+            multi,
+            style,
+            repetitions,
+            bars: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    fn show(&self, event: Event<'_>) {
+        let mut bars = self.bars.lock().expect("progress lock");
+        match event {
+            Event::Started {
+                unit,
+                label,
+                done_before,
+            } => {
+                let (bar, start) = bars
+                    .entry((unit.setting, unit.method.clone()))
+                    .or_insert_with(|| {
+                        let bar = self.multi.add(ProgressBar::new(self.repetitions));
+                        bar.set_style(self.style.clone());
+                        bar.set_prefix(format!(
+                            "{} {}",
+                            if label.is_empty() { "-" } else { label },
+                            unit.method
+                        ));
+                        // Count the repetitions finished before (a resumed run).
+                        bar.set_position(done_before);
+                        bar.reset_eta();
+                        (bar, done_before)
+                    });
+                *start = bar.position();
+            }
+            Event::Progress { unit, finished } => {
+                if let Some((bar, start)) = bars.get(&(unit.setting, unit.method.clone())) {
+                    bar.set_position(start + finished);
+                }
+            }
+            Event::Finished {
+                unit,
+                label,
+                seconds,
+            } => {
+                if let Some((bar, start)) = bars.get(&(unit.setting, unit.method.clone())) {
+                    bar.set_position(start + unit.reps.end - unit.reps.start);
+                    if bar.position() >= self.repetitions {
+                        bar.finish();
+                    }
+                }
+                if self.lines {
+                    eprintln!(
+                        "done {} {} repetitions {}..{} in {seconds:.1} s",
+                        if label.is_empty() { "-" } else { label },
+                        unit.method,
+                        unit.reps.start,
+                        unit.reps.end,
+                    );
+                }
+            }
+        }
+    }
 }

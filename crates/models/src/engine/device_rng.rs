@@ -176,11 +176,10 @@ mod tests {
 
     #[test]
     fn every_backend_computes_the_host_hash_and_chunks_do_not_matter() {
-        crate::backend::allow_software_gpu();
         let seeds = [3u64, u64::MAX, 1 << 40];
         let ids = [0u64, 17, 5];
         for kind in BackendKind::ALL {
-            let device = open_device(*kind).unwrap();
+            let device = open_device(*kind, true).unwrap();
             let rng = DeviceRng::new(&seeds, &ids, 7, &device);
             let bits = ints(rng.bits(11, 4, 5));
             for (r, (&seed, &id)) in seeds.iter().zip(&ids).enumerate() {

@@ -154,7 +154,7 @@ mod tests {
                 }
             }
             let mut streams = [Rng::new(11), Rng::new(12)];
-            let device = open_device(BackendKind::Flex).unwrap();
+            let device = open_device(BackendKind::Flex, true).unwrap();
             let noise: Option<Vec<f32>> = dropout.map(|d| {
                 d.draw(&mut streams, 5, 3, shape.d_out, &device)
                     .into_data()
@@ -167,7 +167,7 @@ mod tests {
                 _ => None,
             };
             for backend in [BackendKind::Flex, BackendKind::Ndarray] {
-                let res = Resources::new(backend, open_device(backend).unwrap());
+                let res = Resources::new(backend, open_device(backend, true).unwrap());
                 let noise = noise.as_deref();
                 fn make<'a>(
                     dropout: Option<&'a Dropout>,

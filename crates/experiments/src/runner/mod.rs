@@ -8,22 +8,22 @@
 //! `--resume` skips every unit whose files exist. Results depend only on seeds, never on which
 //! units ran together, so resumed, sharded-and-merged and uninterrupted runs are identical.
 
-use std::collections::BTreeMap;
+mod execute;
+mod finish;
+
 use std::ops::Range;
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use uqbench_anchor::{Anchor, Problem, Setting};
-use uqbench_core::{Compute, Method};
-use uqbench_eval::predict::{label_source, predict};
-use uqbench_eval::store::{read_rep, rep_path};
-use uqbench_eval::Track;
-
-use crate::figures::{FigureInput, SettingFigures};
-use crate::registry;
 use uqbench_eval::spec::ExperimentSpec;
-use uqbench_eval::store::{write_atomic, RunMeta};
-use uqbench_eval::summary::{Summary, TestInfo, ANCHOR};
+use uqbench_eval::store::rep_path;
+use uqbench_eval::summary::ANCHOR;
+
+use crate::registry;
+
+pub use execute::{execute, schedule, Event};
+pub use finish::finish;
 
 /// One block of repetitions of one method at one setting.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -169,193 +169,9 @@ impl Resolved {
     }
 }
 
-/// Replicas a GPU job should reach before units stop being merged (see [`merge_for_gpu`]).
-pub const GPU_MIN_REPLICAS: usize = 256;
-
-/// On a GPU, one work unit of a method with few replicas per repetition (a dropout method:
-/// one) is too small a job to fill the device: consecutive units of the same setting and
-/// method with contiguous repetitions are merged until a job has at least `min_replicas`
-/// replicas. Seeds are per repetition, so merging changes no number; `--resume` then keeps
-/// finished merged units. `replicas_per_rep(method)` gives a method's replicas per repetition.
-pub fn merge_for_gpu(
-    units: &[&Unit],
-    replicas_per_rep: &dyn Fn(&str) -> usize,
-    min_replicas: usize,
-) -> Vec<Unit> {
-    let mut out: Vec<Unit> = Vec::new();
-    for unit in units {
-        let per = replicas_per_rep(&unit.method).max(1);
-        match out.last_mut() {
-            Some(last)
-                if last.setting == unit.setting
-                    && last.method == unit.method
-                    && last.reps.end == unit.reps.start
-                    && ((last.reps.end - last.reps.start) as usize).saturating_mul(per)
-                        < min_replicas =>
-            {
-                last.reps.end = unit.reps.end;
-            }
-            _ => out.push((*unit).clone()),
-        }
-    }
-    out
-}
-
-/// Runs one unit and writes its files. `progress` receives the fraction of the unit done.
-pub fn run_unit(
-    dir: &Path,
-    plan: &Plan,
-    unit: &Unit,
-    resolved: &Resolved,
-    compute: &Compute,
-    progress: &(dyn Fn(f64) + Sync),
-) -> Result<()> {
-    let setting = &plan.settings[unit.setting];
-    let method: Box<dyn Method> = registry::build(
-        &unit.method,
-        plan.spec.method_table(&unit.method, setting)?.as_ref(),
-    )?;
-    let reps: Vec<u64> = unit.reps.clone().collect();
-    let stored = predict(
-        &plan.spec,
-        setting,
-        &resolved.problem,
-        method.as_ref(),
-        &reps,
-        compute,
-        progress,
-    )?;
-    for (&r, rep) in reps.iter().zip(stored) {
-        write_atomic(
-            &rep_path(dir, setting, &unit.method, r),
-            rep.to_json()?.as_bytes(),
-        )?;
-    }
-    progress(1.0);
-    Ok(())
-}
-
-/// Reads every repetition of a complete run directory and summarises it. Missing files are an
-/// error naming the first one (a sharded run must be merged first).
-pub fn summarize_dir(dir: &Path, plan: &Plan) -> Result<(Summary, Vec<Resolved>)> {
-    let run = plan.spec.run_spec()?;
-    let mut settings = Vec::new();
-    let mut resolved_all = Vec::new();
-    for setting in &plan.settings {
-        let resolved = Resolved::new(&plan.spec, setting)?;
-        let track = Track::of(&resolved.problem);
-        let mut methods = BTreeMap::new();
-        for m in &plan.methods {
-            let reps = (0..run.repetitions)
-                .map(|r| track.read(&rep_path(dir, setting, m, r)))
-                .collect::<uqbench_eval::Result<Vec<_>>>()?;
-            methods.insert(m.clone(), reps);
-        }
-        {
-            let labels = label_source(&plan.spec, &resolved.problem);
-            settings.push(track.summarize_setting(
-                &setting.label(),
-                TestInfo::of(&resolved.problem),
-                methods,
-                &run.levels,
-                &labels,
-            )?);
-        }
-        resolved_all.push(resolved);
-    }
-    Ok((
-        Summary {
-            experiment: plan.spec.name.clone(),
-            levels: run.levels.clone(),
-            settings,
-        },
-        resolved_all,
-    ))
-}
-
-/// The figures' data of every setting: the band repetition of every method, read from the run
-/// directory, with the training points of a 1-D problem.
-fn figure_settings(dir: &Path, plan: &Plan, resolved: &[Resolved]) -> Result<Vec<SettingFigures>> {
-    let run = plan.spec.run_spec()?;
-    let band_rep = run.band_repetition;
-    plan.settings
-        .iter()
-        .zip(resolved)
-        .map(|(setting, res)| {
-            let problem = &res.problem;
-            let test = &problem.test;
-            let mut bands = Vec::new();
-            if let Some((_, coord)) = &test.coord {
-                let mut order: Vec<usize> = (0..test.label.len())
-                    .filter(|&i| test.label[i].is_none())
-                    .collect();
-                order.sort_by(|&a, &b| coord[a].total_cmp(&coord[b]));
-                for m in &plan.methods {
-                    let rep = read_rep(&rep_path(dir, setting, m, band_rep))?;
-                    if rep.diverged {
-                        // Nothing to draw: the repetition is left out of every metric too.
-                        continue;
-                    }
-                    let (lo, hi) = rep.coverage_interval()?;
-                    bands.push((
-                        m.clone(),
-                        order
-                            .iter()
-                            .map(|&i| (coord[i], rep.mean[i], lo[i], hi[i]))
-                            .collect(),
-                    ));
-                }
-            }
-            let train = match &test.coord {
-                Some((name, _)) if problem.d() == 1 && name == "x" => {
-                    let y = problem.draw(band_rep).train_y;
-                    problem
-                        .train
-                        .inputs
-                        .rows()
-                        .zip(y)
-                        .map(|(x, y)| (x[0], y))
-                        .collect()
-                }
-                _ => Vec::new(),
-            };
-            Ok(SettingFigures {
-                setting: setting.clone(),
-                d: problem.d(),
-                train,
-                bands,
-            })
-        })
-        .collect()
-}
-
-/// Summaries, figures and report of a complete run directory.
-pub fn finish(dir: &Path, plan: &Plan, meta: &RunMeta) -> Result<()> {
-    let (summary, resolved) = summarize_dir(dir, plan)?;
-    summary.write(dir)?;
-    let run = plan.spec.run_spec()?;
-    let input = FigureInput {
-        experiment: &plan.spec.name,
-        sweep: &plan.spec.sweep,
-        methods: &plan.methods,
-        repetitions: run.repetitions,
-        band_repetition: run.band_repetition,
-        track: plan.spec.problem.track(),
-        summary: &summary,
-        settings: figure_settings(dir, plan, &resolved)?,
-    };
-    let figures = crate::figures::draw_all(dir, &input)?;
-    crate::report::write(dir, plan, meta, &summary, &figures)?;
-    eprintln!(
-        "wrote summary.json, summary.csv, aggregate.csv, {} figures and report.md to {}",
-        figures.len(),
-        dir.display()
-    );
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
+    use super::execute::merge_for_gpu;
     use super::*;
 
     fn unit(setting: usize, method: &str, reps: Range<u64>) -> Unit {

@@ -1,0 +1,143 @@
+//! Summarising a complete run directory, and its figures and report.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use anyhow::Result;
+use uqbench_eval::predict::label_source;
+use uqbench_eval::store::{read_rep, rep_path, RunMeta};
+use uqbench_eval::summary::{Summary, TestInfo};
+use uqbench_eval::Track;
+
+use super::{Plan, Resolved};
+use crate::figures::{FigureInput, SettingFigures};
+
+/// Reads every repetition of a complete run directory and summarises it. Missing files are an
+/// error naming the first one (a sharded run must be merged first).
+pub fn summarize_dir(dir: &Path, plan: &Plan) -> Result<(Summary, Vec<Resolved>)> {
+    let run = plan.spec.run_spec()?;
+    let mut settings = Vec::new();
+    let mut resolved_all = Vec::new();
+    for setting in &plan.settings {
+        let resolved = Resolved::new(&plan.spec, setting)?;
+        let track = Track::of(&resolved.problem);
+        let mut methods = BTreeMap::new();
+        for m in &plan.methods {
+            let reps = (0..run.repetitions)
+                .map(|r| track.read(&rep_path(dir, setting, m, r)))
+                .collect::<uqbench_eval::Result<Vec<_>>>()?;
+            methods.insert(m.clone(), reps);
+        }
+        {
+            let labels = label_source(&plan.spec, &resolved.problem);
+            settings.push(track.summarize_setting(
+                &setting.label(),
+                TestInfo::of(&resolved.problem),
+                methods,
+                &run.levels,
+                &labels,
+            )?);
+        }
+        resolved_all.push(resolved);
+    }
+    Ok((
+        Summary {
+            experiment: plan.spec.name.clone(),
+            levels: run.levels.clone(),
+            settings,
+        },
+        resolved_all,
+    ))
+}
+
+/// The figures' data of every setting: the band repetition of every method, read from the run
+/// directory, with the training points of a 1-D problem.
+fn figure_settings(dir: &Path, plan: &Plan, resolved: &[Resolved]) -> Result<Vec<SettingFigures>> {
+    let run = plan.spec.run_spec()?;
+    let band_rep = run.band_repetition;
+    plan.settings
+        .iter()
+        .zip(resolved)
+        .map(|(setting, res)| {
+            let problem = &res.problem;
+            let test = &problem.test;
+            let mut bands = Vec::new();
+            if let Some((_, coord)) = &test.coord {
+                let mut order: Vec<usize> = (0..test.label.len())
+                    .filter(|&i| test.label[i].is_none())
+                    .collect();
+                order.sort_by(|&a, &b| coord[a].total_cmp(&coord[b]));
+                for m in &plan.methods {
+                    let rep = read_rep(&rep_path(dir, setting, m, band_rep))?;
+                    if rep.diverged {
+                        // Nothing to draw: the repetition is left out of every metric too.
+                        continue;
+                    }
+                    let (lo, hi) = rep.coverage_interval()?;
+                    bands.push((
+                        m.clone(),
+                        order
+                            .iter()
+                            .map(|&i| (coord[i], rep.mean[i], lo[i], hi[i]))
+                            .collect(),
+                    ));
+                }
+            }
+            let train = match &test.coord {
+                Some((name, _)) if problem.d() == 1 && name == "x" => {
+                    let y = problem.draw(band_rep).train_y;
+                    problem
+                        .train
+                        .inputs
+                        .rows()
+                        .zip(y)
+                        .map(|(x, y)| (x[0], y))
+                        .collect()
+                }
+                _ => Vec::new(),
+            };
+            Ok(SettingFigures {
+                setting: setting.clone(),
+                d: problem.d(),
+                train,
+                bands,
+            })
+        })
+        .collect()
+}
+
+/// Summaries, figures and report of a complete run directory.
+pub fn finish(dir: &Path, plan: &Plan, meta: &RunMeta) -> Result<()> {
+    let (summary, resolved) = summarize_dir(dir, plan)?;
+    summary.write(dir)?;
+    let run = plan.spec.run_spec()?;
+    let input = FigureInput {
+        experiment: &plan.spec.name,
+        sweep: &plan.spec.sweep,
+        methods: &plan.methods,
+        repetitions: run.repetitions,
+        band_repetition: run.band_repetition,
+        track: plan.spec.problem.track(),
+        summary: &summary,
+        settings: figure_settings(dir, plan, &resolved)?,
+    };
+    let figures = crate::figures::draw_all(dir, &input)?;
+    let header = crate::report::Header {
+        name: &plan.spec.name,
+        description: &plan.spec.description,
+        profile: meta.profile.as_deref(),
+        backend: &meta.backend,
+        repetitions: run.repetitions,
+        settings: plan.settings.iter().map(|s| s.label()).collect(),
+        methods: &plan.methods,
+        noise: run.noise,
+        track: plan.spec.problem.track(),
+    };
+    crate::report::write(dir, &header, &summary, &figures)?;
+    eprintln!(
+        "wrote summary.json, summary.csv, aggregate.csv, {} figures and report.md to {}",
+        figures.len(),
+        dir.display()
+    );
+    Ok(())
+}
