@@ -8,7 +8,8 @@ use anyhow::Result;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use super::{colour, heading, legend_row, pe, point_values, render, Figure, HeatMaps, FONT};
+use super::heatmaps::HeatMaps;
+use super::{colour, heading, legend_row, pe, point_values, render, Ctx, Figure, FONT};
 use uqbench_eval::store::setting_dir;
 use uqbench_eval::summary::{level_name, referral_fractions, SettingSummary, ECE_BINS};
 
@@ -269,4 +270,19 @@ pub(super) fn draw(
         );
     }
     Ok(written)
+}
+
+/// The classification track's figures of a setting (none for a regression problem).
+pub(super) fn draw_setting(c: &Ctx<'_>) -> Result<Vec<(String, PathBuf)>> {
+    if c.input.track != uqbench_eval::Track::Classification {
+        return Ok(Vec::new());
+    }
+    draw(
+        c.s,
+        &c.sf.setting.label(),
+        c.input.experiment,
+        c.input.methods,
+        c.input.summary.levels.first().copied(),
+        c.out,
+    )
 }
