@@ -128,7 +128,7 @@ pub(super) fn draw(c: &Ctx<'_>) -> Result<Vec<(String, PathBuf)>> {
         push(&|| {
             Ok((
                 fig.title.clone(),
-                render(&fig, &out, &format!("bands_{label}"))?,
+                render(&fig, out, &format!("bands_{label}"))?,
             ))
         })?;
     }

@@ -229,7 +229,7 @@ pub(super) fn along(c: &Ctx<'_>) -> Result<Vec<(String, PathBuf)>> {
             push(&|| {
                 Ok((
                     fig.title.clone(),
-                    render(&fig, &out, &format!("coverage_along_{label}"))?,
+                    render(&fig, out, &format!("coverage_along_{label}"))?,
                 ))
             })?;
         }
@@ -317,7 +317,7 @@ pub(super) fn histograms(c: &Ctx<'_>) -> Result<Vec<(String, PathBuf)>> {
         push(&|| {
             Ok((
                 fig.title.clone(),
-                render(&fig, &out, &format!("{stem}_{label}"))?,
+                render(&fig, out, &format!("{stem}_{label}"))?,
             ))
         })?;
     }

@@ -154,7 +154,7 @@ pub(super) fn draw(c: &Ctx<'_>) -> Result<Vec<(String, PathBuf)>> {
             push(&|| {
                 Ok((
                     fig.title.clone(),
-                    render(&fig, &out, &format!("heatmaps_{label}"))?,
+                    render(&fig, out, &format!("heatmaps_{label}"))?,
                 ))
             })?;
         }
