@@ -7,6 +7,7 @@ use anyhow::Result;
 
 use uqbench_eval::spec::NoiseSource;
 use uqbench_eval::store::write_atomic;
+use uqbench_eval::summary::names;
 use uqbench_eval::Track;
 
 use crate::figures::Written;
@@ -129,7 +130,7 @@ pub fn write(
             s.setting.clone()
         };
         let _ = writeln!(md, "### {title}\n");
-        let regions: Vec<&str> = ["all", "in", "gap", "out"]
+        let regions: Vec<&str> = [names::ALL, names::IN, names::GAP, names::OUT]
             .into_iter()
             .filter(|r| s.methods.values().any(|m| m.aggregate.contains_key(*r)))
             .collect();
@@ -149,11 +150,13 @@ pub fn write(
             .iter()
             .filter_map(|n| s.methods.get(n).map(|m| (n, m)))
         {
-            let all = m.aggregate.get("all");
+            let all = m.aggregate.get(names::ALL);
             let get = |k: &str| all.and_then(|a| a.get(k));
-            let ratio = ["in", "all"]
-                .iter()
-                .find_map(|r| m.aggregate.get(*r).and_then(|a| a.get("deviation_ratio")));
+            let ratio = [names::IN, names::ALL].iter().find_map(|r| {
+                m.aggregate
+                    .get(*r)
+                    .and_then(|a| a.get(names::DEVIATION_RATIO))
+            });
             let rate = get("learned_p")
                 .map(|v| format!("p = {}", cell(Some(v))))
                 .or_else(|| get("learned_alpha").map(|v| format!("α = {}", cell(Some(v)))));
@@ -168,18 +171,18 @@ pub fn write(
                 let _ = write!(
                     md,
                     " {} |",
-                    cell(m.aggregate.get(*r).and_then(|a| a.get("coverage")))
+                    cell(m.aggregate.get(*r).and_then(|a| a.get(names::COVERAGE)))
                 );
             }
             let _ = writeln!(
                 md,
                 " {} | {} | {} | {} | {} | {} | {} |",
-                cell(get("deviation")),
+                cell(get(names::DEVIATION)),
                 cell(ratio),
-                cell(get("uncertainty")),
-                cell(get("uncertainty_ratio")),
-                cell(get("fit_ratio")),
-                cell(get("cicf_brier_0.95")),
+                cell(get(names::UNCERTAINTY)),
+                cell(get(names::UNCERTAINTY_RATIO)),
+                cell(get(names::FIT_RATIO)),
+                cell(get(&names::at(names::CICF_BRIER, 0.95))),
                 rate.unwrap_or_else(|| "–".to_string())
             );
             for f in &m.flags {
@@ -230,7 +233,7 @@ fn classification_table(md: &mut String, methods: &[String], summary: &Summary) 
             .filter_map(|n| s.methods.get(n).map(|m| (n, m)))
         {
             let at = |r: &str, k: &str| m.aggregate.get(r).and_then(|a| a.get(k));
-            let cov = |r: &str| cell(at(r, &format!("coverage_{name}")));
+            let cov = |r: &str| cell(at(r, &format!("{}_{name}", names::COVERAGE_AT)));
             let mark = if m.flags.is_empty() { "" } else { " ⚠" };
             flags.extend(m.flags.iter().map(|f| format!("- ⚠ **{method}**: {f}")));
             let _ = writeln!(
@@ -238,19 +241,19 @@ fn classification_table(md: &mut String, methods: &[String], summary: &Summary) 
                 "| {method}{mark} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 m.repetitions,
                 m.diverged.len(),
-                cov("all"),
-                cov("in"),
-                cov("out"),
-                cell(at("all", &format!("width_{name}"))),
-                cell(at("all", "abs_error")),
-                cell(at("all", "ece")),
-                cell(at("all", "brier")),
-                cell(at("all", "nll")),
-                cell(at("all", "accuracy")),
-                cell(at("all", "auc")),
-                cell(at("all", "mutual_information")),
-                cell(at("all", "referral_accuracy_0.5")),
-                cell(at("all", "random_accuracy_0.5")),
+                cov(names::ALL),
+                cov(names::IN),
+                cov(names::OUT),
+                cell(at(names::ALL, &format!("{}_{name}", names::WIDTH))),
+                cell(at(names::ALL, names::ABS_ERROR)),
+                cell(at(names::ALL, names::ECE)),
+                cell(at(names::ALL, names::BRIER)),
+                cell(at(names::ALL, names::NLL)),
+                cell(at(names::ALL, names::ACCURACY)),
+                cell(at(names::ALL, names::AUC)),
+                cell(at(names::ALL, names::MUTUAL_INFORMATION)),
+                cell(at(names::ALL, "referral_accuracy_0.5")),
+                cell(at(names::ALL, "random_accuracy_0.5")),
             );
         }
         let _ = writeln!(md);

@@ -26,6 +26,7 @@ use uqbench_metrics::classification::{
 use uqbench_metrics::ranking::{referral_curve, roc_auc};
 
 use super::compute::{mean_se_per_point, mixing_flag, proportions, region_aggregate, regions};
+use super::names;
 use super::types::{level_name, nullable_vec, MethodSummary, PointMetric, Scalar, TestInfo};
 use uqbench_metrics::regression::quantile_sorted;
 
@@ -184,22 +185,22 @@ fn label_metrics(prob: &[f64], labels: &[bool], idx: &[usize]) -> Result<BTreeMa
     let pos: Vec<bool> = idx.iter().map(|&i| labels[i]).collect();
     let mut out = BTreeMap::new();
     out.insert(
-        "accuracy".into(),
+        names::ACCURACY.into(),
         uqbench_metrics::classification::accuracy(&rows, &y)?,
     );
     out.insert(
-        "auc".into(),
+        names::AUC.into(),
         roc_auc(&scores, &pos).unwrap_or(f64::NAN), // one class only: undefined
     );
     out.insert(
-        "ece".into(),
+        names::ECE.into(),
         calibration_error(&rows, &y, &CalibrationConfig::ece(ECE_BINS))?,
     );
-    out.insert("brier".into(), brier(&rows, &y)?);
+    out.insert(names::BRIER.into(), brier(&rows, &y)?);
     out.insert("brier_uncertainty".into(), dec.uncertainty);
     out.insert("brier_resolution".into(), dec.resolution);
     out.insert("brier_reliability".into(), dec.reliability);
-    out.insert("nll".into(), nll(&clipped, &y)?);
+    out.insert(names::NLL.into(), nll(&clipped, &y)?);
     Ok(out)
 }
 
@@ -261,24 +262,24 @@ pub fn summarize_classification(
     };
     let mut per_point: Vec<(String, Vec<Vec<f64>>)> = vec![
         (
-            "abs_error".into(),
+            names::ABS_ERROR.into(),
             per_rep(&|r, i| (r.prob[i] - test.truth[i]).abs()),
         ),
         (
-            "predictive_entropy".into(),
+            names::PREDICTIVE_ENTROPY.into(),
             per_rep(&|r, i| binary_entropy(r.prob[i])),
         ),
         (
-            "expected_entropy".into(),
+            names::EXPECTED_ENTROPY.into(),
             per_rep(&|r, i| r.expected_entropy[i]),
         ),
         (
-            "mutual_information".into(),
+            names::MUTUAL_INFORMATION.into(),
             per_rep(&|r, i| binary_entropy(r.prob[i]) - r.expected_entropy[i]),
         ),
     ];
     let mut pointwise: Vec<(String, PointMetric)> = vec![(
-        "prob".into(),
+        names::PROB.into(),
         mean_se_per_point(&per_rep(&|r, i| r.prob[i]), m),
     )];
     for &l in levels {
@@ -313,25 +314,28 @@ pub fn summarize_classification(
         let hits: Vec<u64> = (0..m)
             .map(|i| covered.iter().filter(|c| c[i] > 0.5).count() as u64)
             .collect();
-        pointwise.push((format!("coverage_{name}"), proportions(&hits, k)));
+        pointwise.push((
+            format!("{}_{name}", names::COVERAGE_AT),
+            proportions(&hits, k),
+        ));
         per_repetition.insert(
-            format!("coverage_{name}"),
+            format!("{}_{name}", names::COVERAGE_AT),
             covered
                 .iter()
                 .map(|c| c.iter().sum::<f64>() / m as f64)
                 .collect(),
         );
         for (region, idx) in &regs {
-            aggregate
-                .entry((*region).to_string())
-                .or_default()
-                .insert(format!("coverage_{name}"), region_aggregate(&covered, idx));
+            aggregate.entry((*region).to_string()).or_default().insert(
+                format!("{}_{name}", names::COVERAGE_AT),
+                region_aggregate(&covered, idx),
+            );
         }
         let widths: Vec<Vec<f64>> = bounds
             .iter()
             .map(|b| (0..m).map(|i| b.upper[i] - b.lower[i]).collect())
             .collect();
-        per_point.push((format!("width_{name}"), widths));
+        per_point.push((format!("{}_{name}", names::WIDTH), widths));
     }
     for (region, idx) in &regs {
         let agg = aggregate.entry((*region).to_string()).or_default();
@@ -396,9 +400,15 @@ pub fn summarize_classification(
             pooled_probs.push(vec![1.0 - p, p]);
             pooled_labels.push(usize::from(l));
         }
-        for name in ["ece", "accuracy", "auc", "nll", "brier"] {
+        for name in [
+            names::ECE,
+            names::ACCURACY,
+            names::AUC,
+            names::NLL,
+            names::BRIER,
+        ] {
             if let Some(v) = per_region
-                .get("all")
+                .get(names::ALL)
                 .and_then(|m| m.get(name))
                 .and_then(|v| v.last())
             {
@@ -412,7 +422,7 @@ pub fn summarize_classification(
             agg.insert(name, over_reps(&v));
         }
     }
-    let all = aggregate.entry("all".to_string()).or_default();
+    let all = aggregate.entry(names::ALL.to_string()).or_default();
     for (name, v) in referral {
         all.insert(name, over_reps(&v));
     }

@@ -9,6 +9,7 @@ use uqbench_anchor::Region;
 use uqbench_core::Family;
 use uqbench_metrics::coverage::{self, Intervals};
 
+use super::names;
 use super::types::{
     level_name, MethodSummary, PointMetric, RepResult, Scalar, SettingSummary, TestInfo, Which,
     ANCHOR, UNDERFIT_FACTOR,
@@ -176,13 +177,13 @@ pub fn summarize_method(
             stderr: unc.stderr.iter().zip(anchor).map(|(s, a)| s / a).collect(),
             ..Default::default()
         };
-        points.insert("uncertainty_ratio".into(), ratio);
+        points.insert(names::UNCERTAINTY_RATIO.into(), ratio);
     }
     let regs = regions(test);
     let mut per_point: Vec<(String, Vec<Vec<f64>>)> = vec![
-        ("deviation".into(), deviation),
-        ("uncertainty".into(), uncertainty),
-        ("crps".into(), crps),
+        (names::DEVIATION.into(), deviation),
+        (names::UNCERTAINTY.into(), uncertainty),
+        (names::CRPS.into(), crps),
     ];
 
     // Pointwise coverage fractions of [004] and widths, per level.
@@ -230,32 +231,44 @@ pub fn summarize_method(
         let over_points = |v: &[Vec<f64>]| -> Vec<f64> {
             v.iter().map(|r| r.iter().sum::<f64>() / m as f64).collect()
         };
-        per_repetition.insert(format!("cicp_{name}"), over_points(&cicf_r));
-        per_repetition.insert(format!("picp_{name}"), over_points(&picf_r));
+        per_repetition.insert(format!("{}_{name}", names::CICP), over_points(&cicf_r));
+        per_repetition.insert(format!("{}_{name}", names::PICP), over_points(&picf_r));
         let cicf_hits: Vec<u64> = (0..m)
             .map(|i| cicf_r.iter().filter(|c| c[i] > 0.5).count() as u64)
             .collect();
-        points.insert(format!("cicf_{name}"), proportions(&cicf_hits, k));
-        points.insert(format!("picf_{name}"), mean_se_per_point(&picf_r, m));
-        let cicf = points[&format!("cicf_{name}")].value.clone();
-        let picf = points[&format!("picf_{name}")].value.clone();
+        points.insert(
+            format!("{}_{name}", names::CICF),
+            proportions(&cicf_hits, k),
+        );
+        points.insert(
+            format!("{}_{name}", names::PICF),
+            mean_se_per_point(&picf_r, m),
+        );
+        let cicf = points[&format!("{}_{name}", names::CICF)].value.clone();
+        let picf = points[&format!("{}_{name}", names::PICF)].value.clone();
         for (region, idx) in &regs {
             let entry = aggregate.entry((*region).to_string()).or_default();
             entry.insert(
-                format!("cicf_brier_{name}"),
+                format!("{}_{name}", names::CICF_BRIER),
                 brier_over_reps(&cicf_r, &cicf, idx, level)?,
             );
             entry.insert(
-                format!("picf_brier_{name}"),
+                format!("{}_{name}", names::PICF_BRIER),
                 brier_over_reps(&picf_r, &picf, idx, level)?,
             );
             // Marginal coverage of the region: each repetition's fraction of the region
             // covered (CICP) or its mean PI coverage probability (PICP), over repetitions.
-            entry.insert(format!("cicp_{name}"), region_aggregate(&cicf_r, idx));
-            entry.insert(format!("picp_{name}"), region_aggregate(&picf_r, idx));
+            entry.insert(
+                format!("{}_{name}", names::CICP),
+                region_aggregate(&cicf_r, idx),
+            );
+            entry.insert(
+                format!("{}_{name}", names::PICP),
+                region_aggregate(&picf_r, idx),
+            );
         }
-        per_point.push((format!("width_{name}"), widths(&ci)));
-        per_point.push((format!("pi_width_{name}"), widths(&pi)));
+        per_point.push((format!("{}_{name}", names::WIDTH), widths(&ci)));
+        per_point.push((format!("{}_{name}", names::PI_WIDTH), widths(&pi)));
     }
 
     for (region, idx) in &regs {
@@ -263,14 +276,14 @@ pub fn summarize_method(
         for (name, v) in &per_point {
             entry.insert(name.clone(), region_aggregate(v, idx));
         }
-        entry.insert("coverage".into(), region_aggregate(&covered, idx));
-        entry.insert("points".into(), Scalar::bare(idx.len() as f64));
-        if let Some(ratio) = points.get("uncertainty_ratio") {
+        entry.insert(names::COVERAGE.into(), region_aggregate(&covered, idx));
+        entry.insert(names::POINTS.into(), Scalar::bare(idx.len() as f64));
+        if let Some(ratio) = points.get(names::UNCERTAINTY_RATIO) {
             // The median, not the mean: where every feature vanishes the anchor is certain
             // and the ratio unbounded (E1: where f_main·x ∈ {…, −5, 10, 25, …}, e.g.
             // x = −5 at f_main = 1 or x = 2 at f_main = 5).
             entry.insert(
-                "uncertainty_ratio".into(),
+                names::UNCERTAINTY_RATIO.into(),
                 Scalar::bare(median(
                     &idx.iter().map(|&i| ratio.value[i]).collect::<Vec<_>>(),
                 )),
@@ -280,8 +293,8 @@ pub fn summarize_method(
     for (name, v) in per_point {
         points.insert(name, mean_se_per_point(&v, m));
     }
-    points.insert("coverage".into(), proportions(&hits, k));
-    points.insert("rmse".into(), rmse);
+    points.insert(names::COVERAGE.into(), proportions(&hits, k));
+    points.insert(names::RMSE.into(), rmse);
     // Per-repetition scalars (learned rates, objectives, training fit): mean and standard error
     // over the repetitions that entered the metrics.
     let mut names: Vec<&String> = ok.iter().flat_map(|r| r.scalars.keys()).collect();
@@ -297,7 +310,7 @@ pub fn summarize_method(
             continue;
         };
         aggregate
-            .entry("all".into())
+            .entry(names::ALL.into())
             .or_default()
             .insert(name.clone(), Scalar::with_se(s.mean, s.se));
     }
@@ -445,7 +458,7 @@ pub(super) fn mixing_flag<'a>(
 
 /// Index sets per region: `all`, then each region that occurs.
 pub fn regions(test: &TestInfo) -> Vec<(&'static str, Vec<usize>)> {
-    let mut out = vec![("all", (0..test.truth.len()).collect::<Vec<_>>())];
+    let mut out = vec![(names::ALL, (0..test.truth.len()).collect::<Vec<_>>())];
     for r in [Region::In, Region::Gap, Region::Out] {
         let idx: Vec<usize> = (0..test.truth.len())
             .filter(|&i| test.region[i] == r)
@@ -460,7 +473,9 @@ pub fn regions(test: &TestInfo) -> Vec<(&'static str, Vec<usize>)> {
 /// The region whose deviation judges the training fit: `in` where the test set has one,
 /// else `all`.
 fn fit_region(s: &MethodSummary) -> Option<&BTreeMap<String, Scalar>> {
-    s.aggregate.get("in").or_else(|| s.aggregate.get("all"))
+    s.aggregate
+        .get(names::IN)
+        .or_else(|| s.aggregate.get(names::ALL))
 }
 
 /// Summarises one setting: the anchor first (its uncertainty is the ratio's denominator and its
@@ -478,11 +493,11 @@ pub fn summarize_setting(
     };
     let anchor_unc = anchor
         .as_ref()
-        .and_then(|s| s.points.get("uncertainty").map(|p| p.value.clone()));
+        .and_then(|s| s.points.get(names::UNCERTAINTY).map(|p| p.value.clone()));
     let anchor_dev = anchor
         .as_ref()
         .and_then(fit_region)
-        .and_then(|a| a.get("deviation"))
+        .and_then(|a| a.get(names::DEVIATION))
         .map(|s| s.value);
     for (name, reps) in methods {
         if name == ANCHOR {
@@ -491,19 +506,19 @@ pub fn summarize_setting(
         let mut s = summarize_method(&test, reps, levels, anchor_unc.as_deref())
             .map_err(|e| e.context(format!("method {name}")))?;
         let dev = fit_region(&s)
-            .and_then(|a| a.get("deviation"))
+            .and_then(|a| a.get(names::DEVIATION))
             .map(|s| s.value);
         if let (Some(dev), Some(floor)) = (dev, anchor_dev) {
             let ratio = dev / floor;
-            let region = if s.aggregate.contains_key("in") {
-                "in"
+            let region = if s.aggregate.contains_key(names::IN) {
+                names::IN
             } else {
-                "all"
+                names::ALL
             };
             s.aggregate
                 .entry(region.to_string())
                 .or_default()
-                .insert("deviation_ratio".into(), Scalar::bare(ratio));
+                .insert(names::DEVIATION_RATIO.into(), Scalar::bare(ratio));
             if ratio > UNDERFIT_FACTOR {
                 s.flags.push(format!(
                     "underfit: deviation ({region}) {ratio:.1}× the anchor's (flagged above \

@@ -8,11 +8,13 @@
 //! - `classify`: the classification track's stored repetition and its metrics against the
 //!   exact P(y = 1 | x) (interval coverage and width, ECE, Brier, NLL, entropies, accuracy,
 //!   AUC, referral curves, reliability diagram), in the same summary types;
+//! - [`names`]: the metric and region names, in one place;
 //! - `files`: summary.json, summary.csv and aggregate.csv.
 
 mod classify;
 mod compute;
 mod files;
+pub mod names;
 mod types;
 
 pub use classify::{

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use uqbench_eval::summary::names;
 
 use super::{
     colour, finite_or_zero, legend_row, pe, point_values, render, Curve, Figure, FigureInput, FONT,
@@ -163,7 +164,7 @@ fn against_variables(input: &FigureInput<'_>) -> Vec<(String, AgainstVariable)> 
             let x_of = |i: usize| input.settings[i].setting.get(var).unwrap_or(f64::NAN);
             // Per report point.
             if !labels.is_empty() {
-                let metrics = ["deviation", "uncertainty", "coverage"];
+                let metrics = [names::DEVIATION, names::UNCERTAINTY, names::COVERAGE];
                 let series = input
                     .methods
                     .iter()
@@ -204,14 +205,14 @@ fn against_variables(input: &FigureInput<'_>) -> Vec<(String, AgainstVariable)> 
                         rows: labels.clone(),
                         columns: metrics
                             .iter()
-                            .map(|m| (m.to_string(), (*m == "coverage").then_some(0.95)))
+                            .map(|m| (m.to_string(), (*m == names::COVERAGE).then_some(0.95)))
                             .collect(),
                         series,
                     },
                 ));
             }
             // Per region.
-            let regions: Vec<String> = ["all", "in", "gap", "out"]
+            let regions: Vec<String> = [names::ALL, names::IN, "gap", "out"]
                 .iter()
                 .filter(|r| {
                     input
@@ -227,9 +228,9 @@ fn against_variables(input: &FigureInput<'_>) -> Vec<(String, AgainstVariable)> 
                     Vec::new()
                 } else {
                     vec![
-                        ("deviation".into(), None),
-                        ("uncertainty".into(), None),
-                        ("coverage".into(), Some(0.95)),
+                        (names::DEVIATION.into(), None),
+                        (names::UNCERTAINTY.into(), None),
+                        (names::COVERAGE.into(), Some(0.95)),
                     ]
                 };
             if input.track == uqbench_eval::Track::Classification {
@@ -237,15 +238,15 @@ fn against_variables(input: &FigureInput<'_>) -> Vec<(String, AgainstVariable)> 
                 // and the mean |P̂ − P|.
                 if let Some(l) = level {
                     let name = uqbench_eval::summary::level_name(l);
-                    columns.push((format!("coverage_{name}"), Some(l)));
-                    columns.push((format!("width_{name}"), None));
+                    columns.push((format!("{}_{name}", names::COVERAGE_AT), Some(l)));
+                    columns.push((format!("{}_{name}", names::WIDTH), None));
                 }
-                columns.push(("ece".into(), None));
-                columns.push(("abs_error".into(), None));
+                columns.push((names::ECE.into(), None));
+                columns.push((names::ABS_ERROR.into(), None));
             } else if let Some(l) = level {
                 let name = uqbench_eval::summary::level_name(l);
-                columns.push((format!("cicp_{name}"), Some(l)));
-                columns.push((format!("width_{name}"), None));
+                columns.push((format!("{}_{name}", names::CICP), Some(l)));
+                columns.push((format!("{}_{name}", names::WIDTH), None));
             }
             let series = input
                 .methods
@@ -271,7 +272,7 @@ fn against_variables(input: &FigureInput<'_>) -> Vec<(String, AgainstVariable)> 
                                             // repetitions of one input do not apply, so
                                             // none are drawn for them.
                                             let err = if metric.starts_with("cicp")
-                                                || metric.starts_with("coverage")
+                                                || metric.starts_with(names::COVERAGE)
                                             {
                                                 0.0
                                             } else {

@@ -11,6 +11,7 @@ use plotters::prelude::*;
 use super::heatmaps::HeatMaps;
 use super::{colour, heading, legend_row, pe, point_values, render, Ctx, Figure, FONT};
 use uqbench_eval::store::setting_dir;
+use uqbench_eval::summary::names;
 use uqbench_eval::summary::{level_name, referral_fractions, SettingSummary, ECE_BINS};
 
 /// One line of a panel: legend index (its colour), dashed or solid, points.
@@ -152,9 +153,15 @@ pub(super) fn draw(
             rows.push((
                 (*method).clone(),
                 vec![
-                    field(method, Some("prob".into())),
-                    field(method, name.as_ref().map(|n| format!("width_{n}"))),
-                    field(method, name.as_ref().map(|n| format!("coverage_{n}"))),
+                    field(method, Some(names::PROB.into())),
+                    field(
+                        method,
+                        name.as_ref().map(|n| format!("{}_{n}", names::WIDTH)),
+                    ),
+                    field(
+                        method,
+                        name.as_ref().map(|n| format!("{}_{n}", names::COVERAGE_AT)),
+                    ),
                 ],
             ));
         }
@@ -185,7 +192,7 @@ pub(super) fn draw(
         .iter()
         .enumerate()
         .map(|(i, method)| {
-            let all = s.methods[*method].aggregate.get("all");
+            let all = s.methods[*method].aggregate.get(names::ALL);
             let get = |k: String| all.and_then(|a| a.get(&k)).map(|v| v.value);
             let pts: Vec<(f64, f64)> = (0..ECE_BINS)
                 .filter_map(|b| {
@@ -195,11 +202,11 @@ pub(super) fn draw(
                     ))
                 })
                 .collect();
-            let ece = get("ece".into()).unwrap_or(f64::NAN);
+            let ece = get(names::ECE.into()).unwrap_or(f64::NAN);
             Panel {
                 caption: format!("{method}: ECE {ece:.3}"),
                 x_desc: "confidence".into(),
-                y_desc: "accuracy".into(),
+                y_desc: names::ACCURACY.into(),
                 x: (0.5, 1.0),
                 y: (0.0, 1.02),
                 diagonal: true,
@@ -224,7 +231,7 @@ pub(super) fn draw(
     // method solid and its random-referral baseline (expected value) dashed.
     let fractions = referral_fractions();
     let curve = |method: &str, metric: &str| -> Vec<(f64, f64)> {
-        let all = s.methods[method].aggregate.get("all");
+        let all = s.methods[method].aggregate.get(names::ALL);
         fractions
             .iter()
             .filter_map(|&q| {
@@ -234,7 +241,7 @@ pub(super) fn draw(
             .collect()
     };
     let mut panels = Vec::new();
-    for (what, name) in [("accuracy", "accuracy"), ("auc", "ROC AUC")] {
+    for (what, name) in [(names::ACCURACY, names::ACCURACY), (names::AUC, "ROC AUC")] {
         let mut lines = Vec::new();
         let mut lo = 1.0f64;
         for (i, method) in methods.iter().enumerate() {

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use uqbench_eval::summary::names;
 use uqbench_eval::Track;
 
 use super::{
@@ -149,7 +150,7 @@ impl Figure for CoverageHistogram {
             chart
                 .configure_mesh()
                 .disable_mesh()
-                .x_desc("coverage")
+                .x_desc(names::COVERAGE)
                 .y_desc(format!("fraction of {}", self.per))
                 .label_style((FONT, 10))
                 .draw()
@@ -208,8 +209,8 @@ pub(super) fn along(c: &Ctx<'_>) -> Result<Vec<(String, PathBuf)>> {
                 let lines: Option<Vec<_>> = levels
                     .iter()
                     .map(|l| {
-                        let (ci, _) = point_values(s, m, &format!("cicf_{l}"))?;
-                        let (pi, _) = point_values(s, m, &format!("picf_{l}"))?;
+                        let (ci, _) = point_values(s, m, &format!("{}_{l}", names::CICF))?;
+                        let (pi, _) = point_values(s, m, &format!("{}_{l}", names::PICF))?;
                         Some((along(&ci), along(&pi)))
                     })
                     .collect();
@@ -258,25 +259,25 @@ pub(super) fn histograms(c: &Ctx<'_>) -> Result<Vec<(String, PathBuf)>> {
     let name = uqbench_eval::summary::level_name(level);
     for (metric, what, stem, per_rep) in [
         (
-            format!("cicf_{name}"),
+            format!("{}_{name}", names::CICF),
             "pointwise coverage of f (CICF)",
             "coverage_hist",
             false,
         ),
         (
-            format!("picf_{name}"),
+            format!("{}_{name}", names::PICF),
             "pointwise coverage of y (PICF)",
             "picf_hist",
             false,
         ),
         (
-            format!("cicp_{name}"),
+            format!("{}_{name}", names::CICP),
             "marginal coverage of f (CICP)",
             "marginal_cicp_hist",
             true,
         ),
         (
-            format!("picp_{name}"),
+            format!("{}_{name}", names::PICP),
             "marginal coverage of y (PICP)",
             "marginal_picp_hist",
             true,

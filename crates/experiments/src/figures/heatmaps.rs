@@ -6,6 +6,7 @@ use anyhow::Result;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::colors::colormaps::ViridisRGB;
+use uqbench_eval::summary::names;
 use uqbench_eval::Track;
 
 use super::{heading, pe, point_values, render, Ctx, Figure, FONT};
@@ -128,7 +129,10 @@ pub(super) fn draw(c: &Ctx<'_>) -> Result<Vec<(String, PathBuf)>> {
             let mut rows = Vec::new();
             for m in input.methods {
                 let mut fields = vec![vec![f64::NAN; design.len()]; 3];
-                for (c, metric) in ["deviation", "uncertainty", "coverage"].iter().enumerate() {
+                for (c, metric) in [names::DEVIATION, names::UNCERTAINTY, names::COVERAGE]
+                    .iter()
+                    .enumerate()
+                {
                     let (v, _) = point_values(s, m, metric).unwrap_or_default();
                     for &i in design.iter() {
                         let val = v.get(i).copied().unwrap_or(f64::NAN);
@@ -147,7 +151,7 @@ pub(super) fn draw(c: &Ctx<'_>) -> Result<Vec<(String, PathBuf)>> {
                 columns: vec![
                     ("log10 deviation".into(), None),
                     ("log10 uncertainty".into(), None),
-                    ("coverage".into(), Some((0.0, 1.0))),
+                    (names::COVERAGE.into(), Some((0.0, 1.0))),
                 ],
                 rows,
             };

@@ -1,0 +1,88 @@
+//! The names of metrics and regions as summaries and files spell them, in one place: a new
+//! metric is named here once, and every reader (figures, report, tests) uses the constant.
+//! Metrics with a level are the prefix and the level's name (`cicf_0.95`), see [`at`].
+
+use super::types::level_name;
+
+/// The region of every test input; the others are `uqbench_anchor::Region`'s names.
+pub const ALL: &str = "all";
+/// Test inputs inside the training region.
+pub const IN: &str = "in";
+/// Test inputs in a hole of the training region.
+pub const GAP: &str = "gap";
+/// Test inputs outside the training region.
+pub const OUT: &str = "out";
+
+/// Mean |prediction − truth| (spec §2).
+pub const DEVIATION: &str = "deviation";
+/// Mean predictive std of f (spec §2).
+pub const UNCERTAINTY: &str = "uncertainty";
+/// Spec §2's coverage of f by the 95% interval (mean ± 1.96·std for a normal family).
+pub const COVERAGE: &str = "coverage";
+/// CRPS of the predictive distribution of f against the truth.
+pub const CRPS: &str = "crps";
+/// Root mean squared deviation per point.
+pub const RMSE: &str = "rmse";
+/// Uncertainty over the anchor's (median over a region).
+pub const UNCERTAINTY_RATIO: &str = "uncertainty_ratio";
+/// In-distribution deviation over the anchor's.
+pub const DEVIATION_RATIO: &str = "deviation_ratio";
+/// Test inputs in a region.
+pub const POINTS: &str = "points";
+/// Repetitions left out because training diverged.
+pub const DIVERGED: &str = "diverged";
+/// Training MSE of the mean prediction over σ².
+pub const FIT_RATIO: &str = "fit_ratio";
+/// [004]'s pointwise coverage of f, per level.
+pub const CICF: &str = "cicf";
+/// [004]'s pointwise coverage of y, per level.
+pub const PICF: &str = "picf";
+/// [004]'s marginal coverage of f, per level.
+pub const CICP: &str = "cicp";
+/// [004]'s marginal coverage of y, per level.
+pub const PICP: &str = "picp";
+/// Brier score of the CICF, per level.
+pub const CICF_BRIER: &str = "cicf_brier";
+/// Brier score of the PICF, per level.
+pub const PICF_BRIER: &str = "picf_brier";
+/// Mean width of the interval of f (regression) or of P(y = 1 | x) (classification), per
+/// level.
+pub const WIDTH: &str = "width";
+/// Mean width of the prediction interval of y, per level.
+pub const PI_WIDTH: &str = "pi_width";
+
+/// Classification: the predicted P(y = 1 | x).
+pub const PROB: &str = "prob";
+/// Classification: mean |P̂ − P|.
+pub const ABS_ERROR: &str = "abs_error";
+/// Classification: entropy of the mean probability.
+pub const PREDICTIVE_ENTROPY: &str = "predictive_entropy";
+/// Classification: mean entropy of the draws.
+pub const EXPECTED_ENTROPY: &str = "expected_entropy";
+/// Classification: predictive minus expected entropy.
+pub const MUTUAL_INFORMATION: &str = "mutual_information";
+/// Classification: expected calibration error on fresh labels.
+pub const ECE: &str = "ece";
+/// Classification: Brier score on fresh labels.
+pub const BRIER: &str = "brier";
+/// Classification: NLL on fresh labels.
+pub const NLL: &str = "nll";
+/// Classification: accuracy on fresh labels.
+pub const ACCURACY: &str = "accuracy";
+/// Classification: ROC AUC on fresh labels.
+pub const AUC: &str = "auc";
+/// Classification: the coverage of P(y = 1 | x) by the draws' interval, per level.
+pub const COVERAGE_AT: &str = "coverage";
+/// [003]'s accuracy on the retained fraction q.
+pub const REFERRAL_ACCURACY: &str = "referral_accuracy";
+/// [003]'s AUC on the retained fraction q.
+pub const REFERRAL_AUC: &str = "referral_auc";
+/// Random referral's accuracy.
+pub const RANDOM_ACCURACY: &str = "random_accuracy";
+/// Random referral's AUC.
+pub const RANDOM_AUC: &str = "random_auc";
+
+/// A levelled metric's name: `at(CICF, 0.95)` is `cicf_0.95`.
+pub fn at(prefix: &str, level: f64) -> String {
+    format!("{prefix}_{}", level_name(level))
+}
