@@ -62,7 +62,7 @@ fn ndarray_computes() {
 
 #[test]
 fn wgpu_computes_on_a_vulkan_adapter() {
-    if std::env::var("UQBENCH_SKIP_WGPU").is_ok_and(|v| v == "1") {
+    if crate::util::skip_wgpu() {
         eprintln!("UQBENCH_SKIP_WGPU=1: wgpu left out on purpose");
         return;
     }

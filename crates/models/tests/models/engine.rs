@@ -5,9 +5,7 @@ use uqbench_anchor::Rng;
 use uqbench_models::engine::{self, Batching, Job, Resources, TrainOutput, TrainSettings};
 use uqbench_models::{open_device, BackendKind, Dropout, MlpShape};
 
-fn skip_wgpu() -> bool {
-    std::env::var("UQBENCH_SKIP_WGPU").is_ok_and(|v| v == "1")
-}
+use crate::util::skip_wgpu;
 
 struct Data {
     x: Vec<f32>,

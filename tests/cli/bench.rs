@@ -1,0 +1,175 @@
+//! `uqbench bench`.
+
+use crate::util::*;
+
+fn bench_json(backend: &str) -> serde_json::Value {
+    // CI's wgpu adapter is lavapipe, a software rasterizer: allowed here on purpose.
+    let o = uqbench(&[
+        "bench",
+        "train",
+        "--replicas",
+        "16",
+        "--epochs",
+        "20",
+        "--n",
+        "50",
+        "--backend",
+        backend,
+        "--json",
+        "--allow-software-gpu",
+    ]);
+    assert!(o.status.success(), "{backend}: {}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(text.lines().count(), 1, "one JSON line: {text}");
+    serde_json::from_str(&text).unwrap()
+}
+
+#[test]
+fn bench_prints_one_json_line_and_backends_agree() {
+    let flex = bench_json("flex");
+    for key in [
+        "backend",
+        "replicas",
+        "epochs",
+        "n",
+        "seconds",
+        "replica_epochs_per_s",
+        "gflops",
+        "final_objective",
+    ] {
+        assert!(!flex[key].is_null(), "{key} missing: {flex}");
+    }
+    assert_eq!(flex["replicas"], 16);
+    let reference = flex["final_objective"].as_f64().unwrap();
+    let mut others = vec!["ndarray"];
+    if !skip_wgpu() {
+        others.push("wgpu");
+    }
+    for backend in others {
+        let v = bench_json(backend);
+        let loss = v["final_objective"].as_f64().unwrap();
+        // The benchmark's promise: same seed, 20 epochs, same final loss within 1e-4 relative.
+        assert!(
+            (loss - reference).abs() <= 1e-4 * reference,
+            "{backend}: {loss} vs flex {reference}"
+        );
+    }
+}
+
+#[test]
+fn uploads_and_reads_do_not_grow_with_the_epochs() {
+    // Full-batch training keeps the data, weights and moments on the device: per chunk, the
+    // weights and biases (8), x, y and the test inputs (3) go up once, and the objective,
+    // the predictions and the training fit (3) come back once, whatever the number of
+    // epochs. On flex and,
+    // unless deliberately skipped, on wgpu (lavapipe).
+    let mut backends = vec!["flex"];
+    if !skip_wgpu() {
+        backends.push("wgpu");
+    }
+    for backend in backends {
+        let run = |epochs: &str| -> serde_json::Value {
+            let o = uqbench(&[
+                "bench",
+                "train",
+                "--replicas",
+                "8",
+                "--epochs",
+                epochs,
+                "--backend",
+                backend,
+                "--chunk",
+                "4",
+                "--json",
+                "--allow-software-gpu",
+            ]);
+            assert!(o.status.success(), "{backend}: {}", stderr(&o));
+            serde_json::from_slice(&o.stdout).unwrap()
+        };
+        let (short, long) = (run("2"), run("6"));
+        assert_eq!(short["chunks"], 2, "{backend}: {short}");
+        assert_eq!(long["steps"], 2 * 6, "{backend}: {long}");
+        if backend == "wgpu" {
+            // Operations are counted in burn's fusion server (engine/ops.rs). Every
+            // optimiser step issues the same operations, so the count is affine in the
+            // steps: (long − short) / (12 − 4) steps is the per-step count, exactly. For
+            // this network (4 layers, 8 parameter tensors) it is 174: forward and
+            // backward about 8 per layer, Adam with decay 14 per parameter tensor, the
+            // objective and its divergence check a few more. The bound 200 leaves room
+            // for burn's own bookkeeping to change, and catches any per-step work that
+            // grows (a host round trip adds operations; a loop over replicas multiplies
+            // them).
+            let count = |v: &serde_json::Value, key: &str| v[key].as_u64().unwrap();
+            let per_step = (count(&long, "operations") - count(&short, "operations")) as f64 / 8.0;
+            assert_eq!(per_step.fract(), 0.0, "{short} {long}");
+            assert!(per_step > 0.0 && per_step <= 200.0, "{per_step} per step");
+            let blocks = (count(&long, "blocks") - count(&short, "blocks")) as f64 / 8.0;
+            assert!(
+                blocks > 0.0 && blocks <= per_step,
+                "{blocks} blocks per step"
+            );
+            let again = run("10");
+            assert_eq!(
+                count(&again, "operations") - count(&long, "operations"),
+                count(&long, "operations") - count(&short, "operations"),
+                "four more epochs add the same operations again"
+            );
+        } else {
+            // No fusion server on the CPU: nothing is counted, and nothing is made up.
+            assert!(short["operations"].is_null(), "{short}");
+        }
+        for key in ["uploads", "reads"] {
+            assert_eq!(
+                short[key], long[key],
+                "{backend}: {key} grew with the epochs"
+            );
+        }
+        assert_eq!(short["uploads"], 2 * (8 + 3), "{backend}: {short}");
+        assert_eq!(short["reads"], 2 * 3, "{backend}: {short}");
+    }
+}
+
+#[test]
+fn the_autodiff_route_benchmarks_too() {
+    // EnsMCD through burn autodiff on the same trainer: its own figure, and it trains (the
+    // mean final objective ends below the ½·variance of the targets, about 0.25 for
+    // y = sin(x) + noise on [−4, 4], after 100 epochs).
+    let o = uqbench(&[
+        "bench",
+        "train",
+        "--replicas",
+        "8",
+        "--epochs",
+        "100",
+        "--route",
+        "autodiff",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["route"], "autodiff");
+    assert!(v["replica_epochs_per_s"].as_f64().unwrap() > 0.0);
+    let objective = v["final_objective"].as_f64().unwrap();
+    assert!(objective.is_finite() && objective < 0.2, "{v}");
+    assert_eq!(v["diverged"], 0);
+}
+
+#[test]
+fn wgpu_without_an_adapter_is_a_clear_error() {
+    let o = Command::new(env!("CARGO_BIN_EXE_uqbench"))
+        .args([
+            "bench",
+            "train",
+            "--replicas",
+            "2",
+            "--epochs",
+            "1",
+            "--backend",
+            "wgpu",
+        ])
+        .env("VK_ICD_FILENAMES", "/nonexistent.json")
+        .env("VK_DRIVER_FILES", "/nonexistent.json")
+        .output()
+        .unwrap();
+    assert_clean_error(&o, &["wgpu", "no Vulkan adapter", "--backend flex"]);
+}

@@ -1,0 +1,180 @@
+//! `uqbench export` and `score`.
+
+use crate::util::*;
+
+/// Writes the anchor's own predictions for repetitions 0..k as external predictions.
+fn anchor_predictions(dir: &Path, setting: &str, k: u64) {
+    let sub = dir.join(setting);
+    std::fs::create_dir_all(&sub).unwrap();
+    for r in 0..k {
+        let o = uqbench(&[
+            "anchor",
+            "experiments/e1.toml",
+            "--setting",
+            setting,
+            "--rep",
+            &r.to_string(),
+            "--json",
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let p = serde_json::json!({"mean": v["mean"], "std": v["std"]});
+        std::fs::write(sub.join(format!("rep-{r:03}.json")), p.to_string()).unwrap();
+    }
+}
+
+#[test]
+fn export_writes_csv_and_json_per_repetition() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("data");
+    let o = uqbench(&[
+        "export",
+        "experiments/e2.toml",
+        "--reps",
+        "2",
+        "--out",
+        out.to_str().unwrap(),
+        "--setting",
+        "d=2",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let train = std::fs::read_to_string(out.join("d=2/rep-001.train.csv")).unwrap();
+    let mut lines = train.lines();
+    assert_eq!(lines.next(), Some("x1,x2,y"));
+    assert_eq!(lines.count(), 900);
+    let test = std::fs::read_to_string(out.join("d=2/rep-000.test.csv")).unwrap();
+    assert_eq!(test.lines().next(), Some("x1,x2"));
+    let j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("d=2/rep-001.json")).unwrap())
+            .unwrap();
+    // The exported targets are the anchor's repetition 1 targets.
+    let a = uqbench(&[
+        "anchor",
+        "experiments/e2.toml",
+        "--setting",
+        "d=2",
+        "--rep",
+        "1",
+        "--json",
+    ]);
+    let a: serde_json::Value = serde_json::from_slice(&a.stdout).unwrap();
+    assert_eq!(j["train_y"], a["train_y"]);
+    assert_eq!(j["test_x"], a["test_x"]);
+}
+
+#[test]
+fn scoring_the_anchor_reproduces_the_anchor_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let preds = dir.path().join("preds");
+    anchor_predictions(&preds, "f_main=2", 12);
+    let out = dir.path().join("score");
+    let o = uqbench(&[
+        "score",
+        "experiments/e1.toml",
+        "--predictions",
+        preds.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let methods = &s["settings"][0]["methods"];
+    let (blr, ext) = (&methods["BLR"], &methods["external"]);
+    assert_eq!(ext["repetitions"], 12);
+    let blr_points = blr["points"].as_object().unwrap();
+    assert!(blr_points.len() >= 10);
+    for (metric, values) in blr_points {
+        assert_eq!(values, &ext["points"][metric], "per-point {metric} differs");
+    }
+    for (region, metrics) in blr["aggregate"].as_object().unwrap() {
+        for (metric, v) in metrics.as_object().unwrap() {
+            // The training fit is the anchor's own; external predictions carry none.
+            if ["train_mse", "fit_ratio"].contains(&metric.as_str()) {
+                assert!(ext["aggregate"][region][metric].is_null());
+                continue;
+            }
+            assert_eq!(
+                v, &ext["aggregate"][region][metric],
+                "aggregate {region}/{metric} differs"
+            );
+        }
+    }
+    // The uncertainty ratio of the anchor's own predictions is exactly 1.
+    assert!(ext["points"]["uncertainty_ratio"]["value"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|v| v == 1.0));
+    for file in ["summary.csv", "aggregate.csv"] {
+        let text = std::fs::read_to_string(out.join(file)).unwrap();
+        assert!(text.lines().count() > 1, "{file}");
+    }
+}
+
+#[test]
+fn csv_and_sample_predictions_are_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let sub = dir.path().join("preds/default");
+    std::fs::create_dir_all(&sub).unwrap();
+    let a = uqbench(&["anchor", "experiments/cubic.toml", "--json"]);
+    let a: serde_json::Value = serde_json::from_slice(&a.stdout).unwrap();
+    let m = a["mean"].as_array().unwrap().len();
+    let mut csv = String::from("mean,std\n");
+    for i in 0..m {
+        csv.push_str(&format!("{},{}\n", a["mean"][i], a["std"][i]));
+    }
+    std::fs::write(sub.join("rep-000.csv"), csv).unwrap();
+    // Samples mean ± 1 give mean m and sample std sqrt(2) (n − 1 denominator).
+    let samples: Vec<Vec<f64>> = (0..m)
+        .map(|i| {
+            let mu = a["mean"][i].as_f64().unwrap();
+            vec![mu - 1.0, mu + 1.0, mu]
+        })
+        .collect();
+    std::fs::write(
+        sub.join("rep-001.json"),
+        serde_json::json!({"samples": samples}).to_string(),
+    )
+    .unwrap();
+    let o = uqbench(&[
+        "score",
+        "experiments/cubic.toml",
+        "--predictions",
+        dir.path().join("preds").to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let s: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("preds/score/summary.json")).unwrap(),
+    )
+    .unwrap();
+    let unc = s["settings"][0]["methods"]["external"]["points"]["uncertainty"]["value"][0]
+        .as_f64()
+        .unwrap();
+    let want = (a["std"][0].as_f64().unwrap() + 1.0) / 2.0; // rep 0: anchor std; rep 1: 1
+    assert!((unc - want).abs() < 1e-12, "{unc} vs {want}");
+}
+
+#[test]
+fn missing_repetitions_and_bad_files_are_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let preds = dir.path().join("preds");
+    anchor_predictions(&preds, "f_main=2", 3);
+    std::fs::remove_file(preds.join("f_main=2/rep-001.json")).unwrap();
+    let p = preds.to_str().unwrap();
+    let o = uqbench(&["score", "experiments/e1.toml", "--predictions", p]);
+    assert_clean_error(&o, &["repetition 1 is missing"]);
+    std::fs::write(preds.join("f_main=2/rep-001.csv"), "mean,std\n0.5,0.1\n").unwrap();
+    let o = uqbench(&["score", "experiments/e1.toml", "--predictions", p]);
+    assert_clean_error(&o, &["rep-001.csv", "1003 test inputs"]);
+    std::fs::write(preds.join("f_main=2/rep-001.csv"), "mu,sd\n0.5,0.1\n").unwrap();
+    let o = uqbench(&["score", "experiments/e1.toml", "--predictions", p]);
+    assert_clean_error(&o, &["`mean` and `std`"]);
+    let o = uqbench(&[
+        "score",
+        "experiments/e1.toml",
+        "--predictions",
+        dir.path().join("nothing").to_str().unwrap(),
+    ]);
+    assert_clean_error(&o, &["no setting directories"]);
+}

@@ -1,0 +1,13 @@
+//! End-to-end tests through the `uqbench` binary.
+//!
+//! One binary, split by command: `util` holds what the tests share.
+
+mod anchor;
+mod backends;
+mod bad_specs;
+mod bench;
+mod export_and_score;
+mod metrics_command;
+mod parts;
+mod run;
+mod util;

@@ -1,0 +1,664 @@
+//! `uqbench run` end to end: every output of the quick profiles, both tracks, the README's
+//! example method, divergence, method sweeps and bad runs.
+
+use crate::util::*;
+
+#[test]
+fn the_quartic_study_runs_every_002_method_across_widths() {
+    // [002]'s study on its quick profile: two widths, every method, HMC's diagnostics in
+    // the aggregates, the GP identical across widths (the data do not depend on them).
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("quartic");
+    let o = uqbench(&[
+        "run",
+        "experiments/quartic_gap.toml",
+        "--profile",
+        "quick",
+        "--quiet",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let settings = summary["settings"].as_array().unwrap();
+    assert_eq!(settings.len(), 2);
+    for s in settings {
+        let methods = s["methods"].as_object().unwrap();
+        for m in ["BLR", "Ens", "Bootstrap", "MFVI", "HMC", "GP"] {
+            assert!(methods.contains_key(m), "{m} missing");
+        }
+        let hmc = &methods["HMC"]["aggregate"]["all"];
+        for key in [
+            "rhat_max",
+            "ess_bulk_min",
+            "ess_tail_min",
+            "ebfmi_min",
+            "reference_grade",
+            "accept_rate",
+            "sampled_noise_sd",
+        ] {
+            assert!(hmc[key]["value"].is_number(), "HMC {key}: {hmc}");
+        }
+    }
+    let gp = |i: usize| settings[i]["methods"]["GP"]["aggregate"]["in"]["cicp_0.9"].clone();
+    assert_eq!(gp(0), gp(1));
+    assert!(out.join("figures/aggregates.png").is_file());
+}
+
+#[test]
+fn the_classification_track_runs_end_to_end() {
+    // [002]'s two-class problem on its quick profile: every method with the Bernoulli
+    // head, the deterministic baseline, the classification metrics in the long-format
+    // files, the figures, `report`, `anchor` and `score` with the exact probabilities.
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("tcc");
+    let o = uqbench(&[
+        "run",
+        "experiments/tcc.toml",
+        "--profile",
+        "quick",
+        "--quiet",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let methods = summary["settings"][0]["methods"].as_object().unwrap();
+    let mut names: Vec<&str> = methods.keys().map(String::as_str).collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        [
+            "BD",
+            "Bootstrap",
+            "CD",
+            "Det",
+            "Ens",
+            "EnsAdvA",
+            "EnsMCD",
+            "HMC",
+            "MFVI",
+            "VD"
+        ]
+    );
+    for (name, m) in methods {
+        let all = &m["aggregate"]["all"];
+        let v = |k: &str| all[k]["value"].as_f64().unwrap_or(f64::NAN);
+        // The quick nets (60 epochs) are far from the exact P, but they rank: every
+        // method's AUC on fresh labels is well above chance.
+        assert!(v("auc") > 0.6, "{name}: AUC {}", v("auc"));
+        for k in [
+            "coverage_0.9",
+            "width_0.9",
+            "ece",
+            "accuracy",
+            "brier",
+            "nll",
+        ] {
+            assert!(v(k).is_finite() && v(k) >= 0.0, "{name}: {k} = {}", v(k));
+        }
+        assert!(v("coverage_0.9") <= 1.0 && v("ece") <= 1.0);
+        assert!(v("referral_accuracy_0.5").is_finite() && v("random_auc_0.75").is_finite());
+        assert!(m["aggregate"]["in"]["coverage_0.9"]["value"].is_number());
+        assert_eq!(m["per_repetition"]["ece"].as_array().unwrap().len(), 4);
+    }
+    // The deterministic net has one draw: a zero-width interval and no mutual information.
+    let det = &methods["Det"]["aggregate"]["all"];
+    assert_eq!(det["width_0.9"]["value"].as_f64(), Some(0.0));
+    assert_eq!(det["mutual_information"]["value"].as_f64(), Some(0.0));
+    let ens = &methods["Ens"]["aggregate"]["all"];
+    assert!(ens["width_0.9"]["value"].as_f64().unwrap() > 0.0);
+    let aggregate = std::fs::read_to_string(out.join("aggregate.csv")).unwrap();
+    for needle in [
+        "width=5,Ens,all,ece,",
+        "width=5,Det,in,coverage_0.9,",
+        "width=5,BD,all,referral_auc_0.5,",
+        "width=5,CD,all,random_accuracy_0.5,",
+        "width=5,VD,all,brier_reliability,",
+        "width=5,EnsMCD,all,reliability_accuracy_",
+    ] {
+        assert!(aggregate.contains(needle), "aggregate.csv lacks {needle}");
+    }
+    let points = std::fs::read_to_string(out.join("summary.csv")).unwrap();
+    assert!(points.contains(",Ens,0,") && points.contains(",mutual_information,"));
+    for f in ["probability_maps", "reliability", "referral"] {
+        assert!(
+            out.join(format!("figures/{f}_width=5.png")).is_file(),
+            "{f}"
+        );
+    }
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(
+        report.contains("| Det |") && report.contains("referral 0.5"),
+        "{report}"
+    );
+    let o = uqbench(&["report", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        std::fs::read_to_string(out.join("aggregate.csv")).unwrap(),
+        aggregate,
+        "report re-summarises to the same numbers"
+    );
+
+    // `anchor`: labels, the exact P(y = 1 | x) and the regions of the test grid.
+    // The run's resolved spec carries the quick profile (60 training inputs, a 9 × 9 grid).
+    let resolved = out.join("spec.resolved.toml");
+    let anchor = |rep: u64| -> serde_json::Value {
+        let o = uqbench(&[
+            "anchor",
+            resolved.to_str().unwrap(),
+            "--rep",
+            &rep.to_string(),
+            "--json",
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    let a = anchor(0);
+    assert!(a["anchor"].is_null());
+    assert_eq!(a["train_x"].as_array().unwrap().len(), 60);
+    let labels = a["train_y"].as_array().unwrap();
+    assert!(labels.iter().all(|y| y == 0.0 || y == 1.0));
+    assert!(labels.iter().any(|y| y == 1.0) && labels.iter().any(|y| y == 0.0));
+    let truth: Vec<f64> = a["truth"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    assert_eq!(truth.len(), 81);
+    assert!(truth.iter().all(|p| (0.0..=1.0).contains(p)));
+    let regions = a["region"].as_array().unwrap();
+    assert!(regions.iter().any(|r| r == "in") && regions.iter().any(|r| r == "out"));
+
+    // `score` with the exact probabilities: coverage 1, width 0, no error; and with the
+    // draws form. Probabilities outside [0, 1] are a clean error naming the file.
+    let preds = tmp.path().join("preds/width=5");
+    std::fs::create_dir_all(&preds).unwrap();
+    for r in 0..3 {
+        let p = serde_json::json!({ "probs": truth });
+        std::fs::write(preds.join(format!("rep-{r:03}.json")), p.to_string()).unwrap();
+    }
+    let draws: Vec<Vec<f64>> = truth.iter().map(|&p| vec![p, p]).collect();
+    std::fs::write(
+        preds.join("rep-003.json"),
+        serde_json::json!({ "probs": draws }).to_string(),
+    )
+    .unwrap();
+    let scored = tmp.path().join("scored");
+    let score = |extra: &[&str]| {
+        let mut args = vec![
+            "score",
+            resolved.to_str().unwrap(),
+            "--predictions",
+            tmp.path().join("preds").to_str().unwrap(),
+            "--out",
+            scored.to_str().unwrap(),
+            "--levels",
+            "0.9",
+        ]
+        .into_iter()
+        .map(String::from)
+        .collect::<Vec<_>>();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        uqbench(&refs)
+    };
+    let o = score(&[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(scored.join("summary.json")).unwrap())
+            .unwrap();
+    let all = &s["settings"][0]["methods"]["external"]["aggregate"]["all"];
+    assert_eq!(all["coverage_0.9"]["value"].as_f64(), Some(1.0));
+    assert_eq!(all["width_0.9"]["value"].as_f64(), Some(0.0));
+    assert_eq!(all["abs_error"]["value"].as_f64(), Some(0.0));
+    let mut bad = truth.clone();
+    bad[5] = 1.5;
+    std::fs::write(
+        preds.join("rep-001.json"),
+        serde_json::json!({ "probs": bad }).to_string(),
+    )
+    .unwrap();
+    assert_clean_error(
+        &score(&[]),
+        &["rep-001.json", "test input 5", "1.5", "[0, 1]"],
+    );
+
+    // λ ≤ 0 names the key.
+    let text = std::fs::read_to_string(root().join("experiments/tcc.toml")).unwrap();
+    let spec = tmp.path().join("bad.toml");
+    std::fs::write(&spec, text.replace("lambda_rot = 0.4", "lambda_rot = 0")).unwrap();
+    assert_clean_error(
+        &uqbench(&["check", spec.to_str().unwrap()]),
+        &["classification.lambda_rot", "positive"],
+    );
+    // A method without a Bernoulli likelihood is refused with the list of those that have.
+    std::fs::write(
+        &spec,
+        text.replace("methods = [\"Det\",", "methods = [\"GP\", \"Det\","),
+    )
+    .unwrap();
+    let o = uqbench(&[
+        "run",
+        spec.to_str().unwrap(),
+        "--profile",
+        "quick",
+        "--quiet",
+        "--methods",
+        "GP",
+        "--out",
+        tmp.path().join("gp").to_str().unwrap(),
+    ]);
+    assert_clean_error(&o, &["method GP", "classification", "EnsMCD"]);
+}
+
+#[test]
+fn the_boston_surrogate_runs_without_an_anchor() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("boston");
+    let o = uqbench(&[
+        "run",
+        "experiments/boston.toml",
+        "--profile",
+        "quick",
+        "--quiet",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let methods = summary["settings"][0]["methods"].as_object().unwrap();
+    let names: Vec<&str> = methods.keys().map(String::as_str).collect();
+    assert_eq!(
+        names,
+        ["Bootstrap", "CD", "EnsNLL"],
+        "no BLR: there is no anchor"
+    );
+    // [004]'s 80% level comes first: the histograms are drawn at it, and every method has
+    // a marginal PICP per repetition.
+    for m in names {
+        let picp = methods[m]["per_repetition"]["picp_0.8"].as_array().unwrap();
+        assert_eq!(picp.len(), 10, "{m}");
+        assert!(picp
+            .iter()
+            .all(|v| (0.0..=1.0).contains(&v.as_f64().unwrap())));
+    }
+    let figure = out.join("figures/marginal_picp_hist_default.png");
+    assert!(figure.is_file());
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(report.contains("by the 80% interval"), "{report}");
+    // The recorded spec lists every method run (none is taken for the anchor), so the
+    // run directory re-summarises.
+    let o = uqbench(&["report", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // `anchor` prints the data, f and σ(x) with a null anchor.
+    let o = uqbench(&["anchor", "experiments/boston.toml", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v["anchor"].is_null());
+    assert_eq!(v["train_x"].as_array().unwrap().len(), 366);
+    assert_eq!(v["train_x"][0].as_array().unwrap().len(), 13);
+    assert_eq!(v["validation_y"].as_array().unwrap().len(), 40);
+    assert_eq!(v["truth"].as_array().unwrap().len(), 100);
+    assert_eq!(v["sigma"].as_array().unwrap().len(), 100);
+    // A data file with a missing value names the file, line and column.
+    let text = std::fs::read_to_string(root().join("experiments/boston.toml")).unwrap();
+    let csv = tmp.path().join("holes.csv");
+    std::fs::write(&csv, "a,b,MEDV\n1,2,3\n4,,6\n7,8,9\n").unwrap();
+    let spec = tmp.path().join("holes.toml");
+    std::fs::write(
+        &spec,
+        text.replace("assets/boston/boston.csv", csv.to_str().unwrap()),
+    )
+    .unwrap();
+    let o = uqbench(&["check", spec.to_str().unwrap()]);
+    assert_clean_error(&o, &["holes.csv, line 3, column b", "empty field"]);
+    // A split larger than the data names the key and the data's size.
+    std::fs::write(&spec, text.replace("train = 366", "train = 500")).unwrap();
+    let o = uqbench(&["check", spec.to_str().unwrap()]);
+    assert_clean_error(&o, &["surrogate.split", "506 rows"]);
+}
+
+#[test]
+fn e1_quick_produces_every_output_and_the_anchor_covers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let o = run_quick(&out, &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    for file in [
+        "spec.resolved.toml",
+        "run.json",
+        "summary.json",
+        "summary.csv",
+        "aggregate.csv",
+        "report.md",
+    ] {
+        assert!(out.join(file).is_file(), "{file} missing");
+    }
+    for stem in [
+        "bands_f_main=1",
+        "bands_f_main=2",
+        "coverage_hist_f_main=1",
+        "picf_hist_f_main=1",
+        "marginal_picp_hist_f_main=1",
+        "coverage_along_f_main=2",
+        "complexity",
+    ] {
+        for ext in ["svg", "png"] {
+            let f = out.join("figures").join(format!("{stem}.{ext}"));
+            assert!(
+                std::fs::metadata(&f)
+                    .map(|m| m.len() > 1000)
+                    .unwrap_or(false),
+                "{} missing or empty",
+                f.display()
+            );
+        }
+    }
+    // 2 settings × 8 methods (seven and the anchor) × 20 repetitions.
+    assert_eq!(count_files(&out.join("reps")), 2 * 8 * 20);
+    let csv = std::fs::read_to_string(out.join("summary.csv")).unwrap();
+    let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+    for col in [
+        "setting", "method", "point", "x1", "metric", "value", "stderr",
+    ] {
+        assert!(header.contains(&col), "summary.csv lacks column {col}");
+    }
+    for method in ["BLR", "BD", "CD", "VD", "Ens", "EnsAdvA", "EnsBS"] {
+        assert!(
+            csv.contains(&format!(",{method},")),
+            "{method} missing from summary.csv"
+        );
+    }
+    for metric in [
+        "deviation",
+        "uncertainty",
+        "coverage",
+        "cicf_0.9",
+        "uncertainty_ratio",
+    ] {
+        assert!(
+            csv.contains(&format!(",{metric},")),
+            "{metric} missing from summary.csv"
+        );
+    }
+    // The anchor's coverage, averaged over the test inputs, lies in its binomial band:
+    // each input's coverage over k = 20 repetitions has sd sqrt(0.95·0.05/20) = 0.0487, so
+    // the average (whatever the correlation between inputs) has sd ≤ 0.0487; 4 sd = 0.195.
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    for setting in s["settings"].as_array().unwrap() {
+        let cov = setting["methods"]["BLR"]["aggregate"]["all"]["coverage"]["value"]
+            .as_f64()
+            .unwrap();
+        assert!(
+            (cov - 0.95).abs() < 0.195,
+            "{}: anchor coverage {cov}",
+            setting["setting"]
+        );
+        assert!(setting["methods"]["CD"]["aggregate"]["all"]["learned_p"]["value"].is_number());
+        // The anchor's training fit: E[RSS/σ²]/N = 1 − p/N = 1 − 4/50 = 0.92; per
+        // repetition RSS/σ² ~ χ²₄₆, so the mean over 20 has sd sqrt(2·46)/50/sqrt(20) = 0.043:
+        // 4 sd = 0.17.
+        let fit = setting["methods"]["BLR"]["aggregate"]["all"]["fit_ratio"]["value"]
+            .as_f64()
+            .unwrap();
+        assert!((fit - 0.92).abs() < 0.17, "anchor fit ratio {fit}");
+        for method in ["BD", "CD", "VD", "Ens", "EnsAdvA", "EnsBS"] {
+            let a = &setting["methods"][method]["aggregate"]["all"];
+            assert!(a["train_mse"]["value"].as_f64().unwrap() > 0.0, "{method}");
+            assert!(a["final_objective"]["value"].is_number(), "{method}");
+        }
+    }
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(report.contains("figures/complexity.png") && report.contains("| BLR |"));
+
+    // `uqbench report` redraws from the stored results without retraining.
+    std::fs::remove_dir_all(out.join("figures")).unwrap();
+    std::fs::remove_file(out.join("report.md")).unwrap();
+    let before = std::fs::read(out.join("summary.json")).unwrap();
+    let o = uqbench(&["report", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(out.join("figures/complexity.svg").is_file() && out.join("report.md").is_file());
+    assert_eq!(before, std::fs::read(out.join("summary.json")).unwrap());
+
+    // An existing run is not overwritten without --resume.
+    let o = run_quick(&out, &[]);
+    assert_clean_error(&o, &["already holds a run", "--resume"]);
+}
+
+#[test]
+fn the_readme_example_method_runs_on_a_quick_spec() {
+    // The "Add your own method" example: an ensemble of MC-dropout networks.
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = tmp.path().join("ensmcd.toml");
+    let text = std::fs::read_to_string(root().join("experiments/cubic.toml")).unwrap();
+    let base = &text[..text.find("\n[run]").unwrap()];
+    std::fs::write(
+        &spec,
+        format!(
+            "{base}\n[run]\nrepetitions = 4\nepochs = 40\nmethods = [\"EnsMCD\", \"Ens\"]\n\n\
+             [methods.EnsMCD]\nmembers = 3\npasses = 5\n\n[methods.Ens]\nmembers = 3\n"
+        ),
+    )
+    .unwrap();
+    let out = tmp.path().join("run");
+    let o = uqbench(&[
+        "run",
+        spec.to_str().unwrap(),
+        "--quiet",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let m = &s["settings"][0]["methods"]["EnsMCD"];
+    assert_eq!(m["repetitions"], 4);
+    assert!(
+        m["aggregate"]["all"]["uncertainty"]["value"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
+}
+
+/// A spec with cubic.toml's problem and the given `[run]` and method tables.
+fn cubic_spec(dir: &Path, rest: &str) -> PathBuf {
+    let text = std::fs::read_to_string(root().join("experiments/cubic.toml")).unwrap();
+    let base = &text[..text.find("\n[run]").unwrap()];
+    let spec = dir.join("spec.toml");
+    std::fs::write(&spec, format!("{base}\n{rest}")).unwrap();
+    spec
+}
+
+fn summary(out: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap()
+}
+
+#[test]
+fn a_diverging_method_is_counted_and_the_run_completes() {
+    // lr = 1e30 sends the weights to 1e30 after one Adam step: the outputs overflow f32.
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = cubic_spec(
+        tmp.path(),
+        "[run]\nrepetitions = 3\nepochs = 5\nmethods = [\"Ens\", \"Wild\", \"BD\"]\n\n\
+         [methods.Ens]\nmembers = 3\n\n[methods.Wild]\nkind = \"Ens\"\nmembers = 3\nlr = 1e30\n\n\
+         [methods.BD]\nlr = 1e30\npasses = 4\n",
+    );
+    let out = tmp.path().join("run");
+    let o = uqbench(&[
+        "run",
+        spec.to_str().unwrap(),
+        "--quiet",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let s = summary(&out);
+    let methods = &s["settings"][0]["methods"];
+    assert_eq!(methods["Ens"]["repetitions"], 3);
+    assert_eq!(methods["Ens"]["diverged"].as_array().unwrap().len(), 0);
+    for wild in ["Wild", "BD"] {
+        assert_eq!(methods[wild]["repetitions"], 0, "{wild}");
+        assert_eq!(
+            methods[wild]["diverged"],
+            serde_json::json!([0, 1, 2]),
+            "{wild}"
+        );
+    }
+    // The stored repetition reads back (its non-finite numbers are null), and the counts
+    // reach both CSV files and the report.
+    let rep = std::fs::read_to_string(out.join("reps/default/Wild/rep-001.json")).unwrap();
+    assert!(
+        rep.contains("\"diverged\":true") && rep.contains("null"),
+        "{rep}"
+    );
+    let agg = std::fs::read_to_string(out.join("aggregate.csv")).unwrap();
+    assert!(agg.contains(",Wild,all,diverged,3,") && agg.contains(",Ens,all,diverged,0,"));
+    let csv = std::fs::read_to_string(out.join("summary.csv")).unwrap();
+    assert!(csv
+        .lines()
+        .any(|l| l.starts_with(",Wild,") && l.contains(",diverged,3,")));
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(report.contains("3 of 3 repetitions diverged"), "{report}");
+    // `uqbench report` reads the diverged files back.
+    let o = uqbench(&["report", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+#[test]
+fn method_settings_sweep_like_problem_numbers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = cubic_spec(
+        tmp.path(),
+        "[sweep]\nwidth = [2, 5]\n\n[run]\nrepetitions = 3\nepochs = 10\nmethods = [\"Ens\"]\n\n\
+         [methods.Ens]\nmembers = 2\nhidden = [\"width\", \"2 * width\"]\nweight_decay = \"1e-3 / width\"\n",
+    );
+    let out = tmp.path().join("run");
+    let o = uqbench(&[
+        "run",
+        spec.to_str().unwrap(),
+        "--quiet",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let s = summary(&out);
+    let settings = s["settings"].as_array().unwrap();
+    let labels: Vec<&str> = settings
+        .iter()
+        .map(|s| s["setting"].as_str().unwrap())
+        .collect();
+    assert_eq!(labels, ["width=2", "width=5"]);
+    // The problem does not read `width`: both settings share their data, so the anchor's
+    // results agree exactly, while the ensembles differ.
+    assert_eq!(settings[0]["methods"]["BLR"], settings[1]["methods"]["BLR"]);
+    assert_ne!(
+        settings[0]["methods"]["Ens"]["points"]["deviation"],
+        settings[1]["methods"]["Ens"]["points"]["deviation"]
+    );
+    let csv = std::fs::read_to_string(out.join("summary.csv")).unwrap();
+    assert!(csv.contains("\nwidth=2,Ens,") && csv.contains("\nwidth=5,Ens,"));
+    assert!(out.join("figures/aggregates.svg").is_file());
+    // A width of 0 is an error naming the method, the setting and the widths.
+    let spec = cubic_spec(
+        tmp.path(),
+        "[sweep]\nwidth = [0, 5]\n\n[run]\nrepetitions = 2\nepochs = 5\nmethods = [\"Ens\"]\n\n\
+         [methods.Ens]\nhidden = [\"width\"]\n",
+    );
+    let o = uqbench(&[
+        "run",
+        spec.to_str().unwrap(),
+        "--out",
+        tmp.path().join("bad").to_str().unwrap(),
+    ]);
+    assert_clean_error(
+        &o,
+        &["`Ens` at setting width=0", "every width must be at least 1"],
+    );
+}
+
+#[test]
+fn bad_runs_are_clear_errors() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("x");
+    let o = uqbench(&[
+        "run",
+        "experiments/e1.toml",
+        "--profile",
+        "quick",
+        "--methods",
+        "MCMC",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_clean_error(&o, &["--methods MCMC", "BD"]);
+    let o = uqbench(&[
+        "run",
+        "experiments/e1.toml",
+        "--profile",
+        "fast",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_clean_error(&o, &["--profile fast", "quick"]);
+    // A spec naming an unknown method, and one with a misspelt run key.
+    let text = std::fs::read_to_string(root().join("experiments/cubic.toml")).unwrap();
+    let base = &text[..text.find("\n[run]").unwrap()];
+    for (extra, needles) in [
+        (
+            "[run]\nrepetitions = 2\nepochs = 5\nmethods = [\"NUTS\"]\n",
+            vec!["unknown method `NUTS`", "EnsBS"],
+        ),
+        (
+            "[run]\nrepetitions = 2\nepochs = 5\nmethods = [\"Ens\"]\nrepetitons = 3\n",
+            vec!["repetitons"],
+        ),
+        (
+            "[run]\nrepetitions = 2\nepochs = 5\nmethods = [\"Ens\"]\n[methods.Ens]\nmemebrs = 3\n",
+            vec!["memebrs", "methods.Ens"],
+        ),
+        (
+            "[run]\nrepetitions = 2\nepochs = \"10 * f\"\nmethods = [\"Ens\"]\n",
+            vec!["run.epochs", "`f`"],
+        ),
+    ] {
+        let spec = tmp.path().join("bad.toml");
+        std::fs::write(&spec, format!("{base}\n{extra}")).unwrap();
+        let o = uqbench(&[
+            "run",
+            spec.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert_clean_error(&o, &needles);
+    }
+    // An output directory that cannot be created (its parent is a file).
+    let file = tmp.path().join("file");
+    std::fs::write(&file, "").unwrap();
+    let o = uqbench(&[
+        "run",
+        "experiments/e1.toml",
+        "--profile",
+        "quick",
+        "--out",
+        file.join("run").to_str().unwrap(),
+    ]);
+    assert_clean_error(&o, &["cannot create the output directory"]);
+    let o = uqbench(&[
+        "run",
+        "experiments/e1.toml",
+        "--profile",
+        "quick",
+        "--shard",
+        "2/2",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_clean_error(&o, &["--shard 2/2"]);
+}

@@ -1,0 +1,90 @@
+//! What the end-to-end tests share: running the binary and checking its errors.
+
+pub use std::path::{Path, PathBuf};
+pub use std::process::{Command, Output};
+
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+pub fn uqbench(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_uqbench"))
+        .args(args)
+        .current_dir(root())
+        .output()
+        .expect("the uqbench binary runs")
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Asserts a clean failure: exit code 1 (not a panic's 101) and every `needle` in stderr.
+pub fn assert_clean_error(o: &Output, needles: &[&str]) {
+    let err = stderr(o);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "expected exit code 1, stderr:\n{err}"
+    );
+    assert!(!err.contains("panicked"), "panicked:\n{err}");
+    for n in needles {
+        assert!(err.contains(n), "stderr lacks {n:?}:\n{err}");
+    }
+}
+
+/// Whether the wgpu tests are left out on purpose (`UQBENCH_SKIP_WGPU=1`, for a machine
+/// without Vulkan; CI never sets it, so there a missing adapter fails the tests).
+pub fn skip_wgpu() -> bool {
+    std::env::var("UQBENCH_SKIP_WGPU").is_ok_and(|v| v == "1")
+}
+
+/// `uqbench run experiments/e1.toml --profile quick --quiet --out OUT` with `extra`.
+pub fn run_quick(out: &Path, extra: &[&str]) -> Output {
+    let mut args = vec![
+        "run",
+        "experiments/e1.toml",
+        "--profile",
+        "quick",
+        "--quiet",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    uqbench(&args)
+}
+
+/// Files under `dir`, recursively (0 for a missing directory).
+pub fn count_files(dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .map(|e| {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                count_files(&p)
+            } else {
+                1
+            }
+        })
+        .sum()
+}
+
+/// Every file under `dir`, relative to it, sorted.
+pub fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.push(p.strip_prefix(dir).unwrap().to_path_buf());
+            }
+        }
+    }
+    out.sort();
+    out
+}
