@@ -144,42 +144,56 @@ impl Table {
         Self::parse_csv(&text, &path.display().to_string())
     }
 
-    /// Parses CSV text; `file` names it in errors.
+    /// Parses CSV text (RFC 4180 through the `csv` crate: quoted fields may hold commas);
+    /// `file` names it in errors, with the line of the record.
     pub fn parse_csv(text: &str, file: &str) -> Result<Table, AnchorError> {
-        let mut lines = text
-            .lines()
-            .enumerate()
-            .filter(|(_, l)| !l.trim().is_empty());
-        let Some((_, header)) = lines.next() else {
+        let mut reader = csv::ReaderBuilder::new()
+            .has_headers(false)
+            .flexible(true)
+            .trim(csv::Trim::All)
+            .from_reader(text.as_bytes());
+        let bad = |line: u64, e: csv::Error| {
+            AnchorError::invalid(
+                format!("{file}, line {line}"),
+                e.to_string(),
+                "well-formed CSV (a header row, then one record per line)",
+            )
+        };
+        let mut records = reader.records().filter(|r| {
+            // Blank lines carry no data (the csv crate skips them already; a lone comma-free
+            // blank field is the same).
+            r.as_ref()
+                .map_or(true, |r| !(r.len() == 1 && r[0].is_empty()))
+        });
+        let Some(header) = records.next() else {
             return Err(AnchorError::invalid(
                 "surrogate.data",
                 file,
                 "a CSV file with a header row and at least one data row (the file is empty)",
             ));
         };
-        let columns: Vec<String> = header
-            .split(',')
-            .map(|c| c.trim().trim_matches('"').to_string())
-            .collect();
+        let header = header.map_err(|e| bad(1, e))?;
+        let columns: Vec<String> = header.iter().map(str::to_string).collect();
         let mut rows = Vec::new();
-        for (i, line) in lines {
-            let fields: Vec<&str> = line.split(',').map(str::trim).collect();
-            if fields.len() != columns.len() {
+        for record in records {
+            let record = record.map_err(|e| bad(e.position().map_or(0, |p| p.line()), e))?;
+            let line = record.position().map_or(0, |p| p.line());
+            if record.len() != columns.len() {
                 return Err(AnchorError::invalid(
-                    format!("{file}, line {}", i + 1),
-                    format!("{} fields", fields.len()),
+                    format!("{file}, line {line}"),
+                    format!("{} fields", record.len()),
                     format!("{} fields, one per header column", columns.len()),
                 ));
             }
-            let mut row = Vec::with_capacity(fields.len());
-            for (field, column) in fields.iter().zip(&columns) {
+            let mut row = Vec::with_capacity(record.len());
+            for (field, column) in record.iter().zip(&columns) {
                 let v: f64 = field
                     .parse()
                     .ok()
                     .filter(|v: &f64| v.is_finite())
                     .ok_or_else(|| {
                         AnchorError::invalid(
-                            format!("{file}, line {}, column {column}", i + 1),
+                            format!("{file}, line {line}, column {column}"),
                             if field.is_empty() {
                                 "an empty field".to_string()
                             } else {
@@ -513,6 +527,10 @@ mod tests {
             err.contains("line 2, column b") && err.contains("`NA`"),
             "{err}"
         );
+        // A quoted header field may hold a comma (the hand-written splitter cut it in two).
+        let t = Table::parse_csv("\"x, in m\",y\n1,2\n\n3,4\n", "q.csv").unwrap();
+        assert_eq!(t.columns, vec!["x, in m".to_string(), "y".to_string()]);
+        assert_eq!(t.rows, vec![vec![1.0, 2.0], vec![3.0, 4.0]]);
         let err = Table::parse_csv("a,b,y\n1,2\n", "d.csv")
             .unwrap_err()
             .to_string();

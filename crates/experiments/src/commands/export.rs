@@ -1,6 +1,5 @@
 //! `uqbench export`: a problem's data for other tools (PyTorch, JAX, R).
 
-use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use anyhow::{bail, Result};
@@ -26,23 +25,22 @@ pub struct ExportArgs {
     pub settings: Vec<String>,
 }
 
-fn csv(x: &uqbench_anchor::Inputs, y: Option<&[f64]>) -> String {
-    let mut out = String::new();
-    let cols: Vec<String> = (1..=x.d()).map(|j| format!("x{j}")).collect();
-    out.push_str(&cols.join(","));
+/// The inputs (and targets) as CSV with a header `x1,…,xd[,y]`, through the `csv` crate.
+fn csv(x: &uqbench_anchor::Inputs, y: Option<&[f64]>) -> Result<String> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    let mut header: Vec<String> = (1..=x.d()).map(|j| format!("x{j}")).collect();
     if y.is_some() {
-        out.push_str(",y");
+        header.push("y".into());
     }
-    out.push('\n');
+    w.write_record(&header)?;
     for (i, row) in x.rows().enumerate() {
-        let cells: Vec<String> = row.iter().map(|v| format!("{v}")).collect();
-        out.push_str(&cells.join(","));
+        let mut cells: Vec<String> = row.iter().map(|v| format!("{v}")).collect();
         if let Some(y) = y {
-            let _ = write!(out, ",{}", y[i]);
+            cells.push(format!("{}", y[i]));
         }
-        out.push('\n');
+        w.write_record(&cells)?;
     }
-    out
+    Ok(String::from_utf8(w.into_inner()?)?)
 }
 
 /// Runs `uqbench export`.
@@ -60,13 +58,13 @@ pub fn run(args: &ExportArgs) -> Result<()> {
     for setting in &settings {
         let problem = spec.resolve(setting)?;
         let dir = args.out.join(setting_dir(&setting.label()));
-        let test_csv = csv(&problem.test.inputs, None);
+        let test_csv = csv(&problem.test.inputs, None)?;
         for r in 0..args.reps {
             let draw = problem.draw(r);
             let stem = rep_stem(r);
             write_atomic(
                 &dir.join(format!("{stem}.train.csv")),
-                csv(&problem.train.inputs, Some(&draw.train_y)).as_bytes(),
+                csv(&problem.train.inputs, Some(&draw.train_y))?.as_bytes(),
             )?;
             write_atomic(&dir.join(format!("{stem}.test.csv")), test_csv.as_bytes())?;
             let j = json!({
