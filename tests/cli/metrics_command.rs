@@ -91,3 +91,47 @@ fn bad_inputs_are_clear_errors() {
     let o = metrics(r#"{"kind": "ranking"}"#, &[]);
     assert_clean_error(&o, &["not a metrics input"]);
 }
+
+#[test]
+fn mcmc_draws_give_arviz_diagnostics() {
+    // Two AR(1) chains of 9 draws (φ = 0.3) from the generator of
+    // crates/metrics/src/mcmc.rs's tests; ArviZ 0.23.4 gives the values below for them
+    // (scripts/arviz_reference.py, case (2, 9, 0.3, 0.0)).
+    let mut state: u64 = 12345;
+    let mut uniform = || {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((state >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    };
+    let chains: Vec<Vec<f64>> = (0..2)
+        .map(|_| {
+            let mut v = 0.0;
+            (0..9)
+                .map(|_| {
+                    v = 0.3 * v + (uniform() - 0.5) * 12f64.sqrt();
+                    v
+                })
+                .collect()
+        })
+        .collect();
+    let input = serde_json::json!({"kind": "draws", "draws": chains}).to_string();
+    let v = value(&metrics(&input, &[]));
+    for (key, arviz, tol) in [
+        ("rhat", 1.4426869397813626, 1e-6),
+        ("rhat_bulk", 0.9145284036262925, 1e-6),
+        ("rhat_tail", 1.4426869397813626, 1e-6),
+        ("ess_bulk", 19.265919722494797, 1e-3),
+        ("ess_tail", 19.265919722494797, 1e-3),
+        ("mcse_mean", 0.22641746805282204, 1e-3),
+    ] {
+        let got = v[key].as_f64().unwrap();
+        assert!(
+            ((got - arviz) / arviz).abs() < tol,
+            "{key}: {got} vs ArviZ {arviz}"
+        );
+    }
+    // One chain is not enough for R̂.
+    let o = metrics(r#"{"kind": "draws", "draws": [[1, 2, 3, 4, 5]]}"#, &[]);
+    assert_clean_error(&o, &["at least 2 chains"]);
+}

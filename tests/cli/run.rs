@@ -662,3 +662,55 @@ fn bad_runs_are_clear_errors() {
     ]);
     assert_clean_error(&o, &["--shard 2/2"]);
 }
+
+#[test]
+fn the_noise_of_y_comes_from_the_run_setting() {
+    // The naive bootstrap has no noise model: its prediction intervals take the run's noise
+    // source, recorded per repetition; the report states it.
+    let tmp = tempfile::tempdir().unwrap();
+    for (source, scalar) in [
+        ("known", None),
+        ("validation", Some("validation_noise_sd")),
+        ("residual", Some("residual_noise_sd")),
+    ] {
+        let dir = tmp.path().join(source);
+        std::fs::create_dir_all(&dir).unwrap();
+        let spec = cubic_spec(
+            &dir,
+            &format!(
+                "[run]\nrepetitions = 3\nepochs = 5\nnoise = \"{source}\"\nmethods = [\"Boot\"]\n\
+                 [methods.Boot]\nkind = \"NaiveBootstrap\"\nmembers = 3\nhidden = [8]\n"
+            ),
+        );
+        let out = dir.join("out");
+        let o = uqbench(&[
+            "run",
+            spec.to_str().unwrap(),
+            "--quiet",
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{source}: {}", stderr(&o));
+        let all = &summary(&out)["settings"][0]["methods"]["Boot"]["aggregate"]["all"];
+        for name in ["validation_noise_sd", "residual_noise_sd"] {
+            let present = all.get(name).is_some();
+            assert_eq!(present, Some(name) == scalar, "{source}: {name} in {all}");
+        }
+        if let Some(name) = scalar {
+            // The estimate of σ = 0.2 from 5 epochs of tiny nets: positive and finite.
+            assert!(all[name]["value"].as_f64().unwrap() > 0.0, "{source}");
+        }
+        let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+        assert!(
+            report.contains(&format!("run.noise = \"{source}\"")),
+            "{source}"
+        );
+    }
+    // A problem without a validation set cannot use it.
+    let text = std::fs::read_to_string(root().join("experiments/e1.toml")).unwrap();
+    let bad = text.replacen("[run]\n", "[run]\nnoise = \"validation\"\n", 1);
+    let spec = tmp.path().join("bad.toml");
+    std::fs::write(&spec, bad).unwrap();
+    let o = uqbench(&["check", spec.to_str().unwrap()]);
+    assert_clean_error(&o, &["run.noise = \"validation\"", "no validation set"]);
+}

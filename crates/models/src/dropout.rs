@@ -456,3 +456,54 @@ pub(crate) fn regularize(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use burn::tensor::{Device, Tensor, TensorData};
+
+    use super::*;
+
+    fn scalar(t: Tensor<3>) -> f32 {
+        t.into_data().iter::<f32>().next().expect("one value")
+    }
+
+    #[test]
+    fn variational_log_alpha_is_clipped_with_no_gradient_outside() {
+        // One replica, 2 points, 3 units, 1 output. Inside the clip range log α reaches the
+        // noise and gets a gradient; at log α = 9 (> 8) the layer uses α = e⁸ and neither the
+        // data term nor the KL moves log α.
+        let dev = Device::flex();
+        let t = |v: Vec<f32>, s: [usize; 3]| Tensor::<3>::from_data(TensorData::new(v, s), &dev);
+        let h = t(vec![0.5, -1.0, 2.0, 1.5, 0.3, -0.7], [1, 2, 3]);
+        let w = t(vec![0.4, -0.2, 0.9], [1, 3, 1]);
+        let b = t(vec![0.1], [1, 1, 1]);
+        let eps = t(vec![0.8, -1.3], [1, 2, 1]);
+        let delta = t(vec![1.0, 0.5], [1, 2, 1]);
+        let vd = Dropout::Variational {
+            init_alpha: 0.3,
+            kl_weight: 0.01,
+        };
+        for (log_alpha, inside) in [(0.5f32, true), (9.0, false), (-9.0, false)] {
+            let param = t(vec![log_alpha], [1, 1, 1]);
+            let (_, cache) = forward_last(&vd, h.clone(), &w, &b, Some(&param), eps.clone());
+            let rate = f64::from(scalar(cache.rate.clone().expect("α")));
+            let expected = f64::from(log_alpha)
+                .clamp(-LOG_ALPHA_CLIP, LOG_ALPHA_CLIP)
+                .exp();
+            assert!(
+                (rate / expected - 1.0).abs() < 1e-5,
+                "{log_alpha}: α {rate}"
+            );
+            let mut g = backward_last(&vd, &cache, &w, delta.clone());
+            let data = scalar(g.gparam.clone().expect("∂/∂ log α"));
+            regularize(&vd, &w, Some(&param), &mut g);
+            let total = scalar(g.gparam.expect("∂/∂ log α"));
+            if inside {
+                assert!(data != 0.0 && total != data, "{log_alpha}: {data} {total}");
+            } else {
+                assert_eq!((data, total), (0.0, 0.0), "{log_alpha}");
+            }
+        }
+        assert_eq!(vd.rate_of(9.0), LOG_ALPHA_CLIP.exp());
+    }
+}

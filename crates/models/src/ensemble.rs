@@ -241,17 +241,9 @@ impl Method for Ensemble {
                         diverged: out.diverged[r],
                     })
                     .collect();
-                // [004]'s t_{1−α/2, M} counts the members that entered the ensemble: those
-                // that did not diverge (all of them for a diverged repetition, which is left
-                // out anyway).
-                let survivors = members.iter().filter(|m| !m.diverged).count();
                 let family = if self.config.student_t {
                     Family::StudentT {
-                        dof: if survivors >= 2 {
-                            survivors
-                        } else {
-                            members.len()
-                        } as f64,
+                        dof: naive_bootstrap_dof(&members),
                     }
                 } else {
                     self.config.intervals.family()
@@ -290,5 +282,37 @@ impl Method for Ensemble {
                 o
             })
             .collect())
+    }
+}
+
+/// The degrees of freedom of [004]'s t_{1−α/2, M}: M counts the members that entered the
+/// ensemble, those that did not diverge (all of them for a repetition with fewer than two
+/// left, which is left out of the metrics anyway).
+fn naive_bootstrap_dof(members: &[Member<'_>]) -> f64 {
+    let survivors = members.iter().filter(|m| !m.diverged).count();
+    (if survivors >= 2 {
+        survivors
+    } else {
+        members.len()
+    }) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_naive_bootstrap_counts_the_members_that_survived() {
+        let pass = [0.0f32];
+        let member = |diverged| Member {
+            passes: vec![&pass[..]],
+            train: &pass,
+            objective: 0.0,
+            diverged,
+        };
+        let five: Vec<Member<'_>> = (0..5).map(|k| member(k == 1 || k == 3)).collect();
+        assert_eq!(naive_bootstrap_dof(&five), 3.0);
+        let all: Vec<Member<'_>> = (0..5).map(|_| member(false)).collect();
+        assert_eq!(naive_bootstrap_dof(&all), 5.0);
     }
 }

@@ -361,6 +361,18 @@ fn mean_variance_members_estimate_the_noise() {
         centre > 0.05 && centre < 0.2,
         "noise sd at the centre {centre}, true ≈ 0.10"
     );
+    // The predictive sd of y is the members' mixture's: var = mean σ²_m + (1/M)·Σ (μ_m − μ̄)²
+    // = noise² + ((M − 1)/M)·std², std the members' sample sd (M − 1), not noise² + std².
+    let predictive = o.predictive_std.as_ref().expect("the mixture's sd");
+    let m = 5.0;
+    for i in 0..x.len() {
+        let mixture = noise[i].powi(2) + (m - 1.0) / m * o.std[i].powi(2);
+        assert!(
+            (predictive[i].powi(2) - mixture).abs() <= 1e-9 * mixture,
+            "point {i}: {} vs {mixture}",
+            predictive[i].powi(2)
+        );
+    }
 }
 
 #[test]
