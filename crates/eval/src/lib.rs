@@ -3,6 +3,7 @@
 //!
 //! - [`spec`]: experiment specs (the TOML files in `experiments/`), profiles, settings, the
 //!   run's noise source;
+//! - [`metrics`]: every metric of one input of predictions (`uqbench metrics`);
 //! - [`predict`]: a method's predictions for repetitions of a setting turned into its track's
 //!   stored form, the same path for every method (the anchor included);
 //! - [`score`]: predictions made elsewhere summarised like a native run's, the anchor
@@ -15,6 +16,7 @@
 //! - [`error`]: the crate's error type, `EvalError`.
 
 pub mod error;
+pub mod metrics;
 pub mod predict;
 pub mod score;
 pub mod spec;

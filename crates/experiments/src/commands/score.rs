@@ -1,18 +1,18 @@
 //! `uqbench score`: summarise predictions made by any other tool against the truth and the
 //! anchor, with the same files as a native run.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde::Deserialize;
-use uqbench_core::Family;
 
-use uqbench_eval::score::score_setting;
+use uqbench_anchor::Problem;
+use uqbench_eval::score::{classification_rep, regression_rep, score_setting, External};
 use uqbench_eval::spec::ExperimentSpec;
 use uqbench_eval::store::{rep_stem, setting_dir};
-use uqbench_eval::summary::{self, ClassRep, RepResult, Summary, ANCHOR};
+use uqbench_eval::summary::{ClassRep, RepResult, Summary, ANCHOR};
 use uqbench_eval::{Stored, Track};
 
 /// Arguments of `uqbench score`.
@@ -54,27 +54,6 @@ enum JsonPrediction {
     Samples {
         samples: Vec<Vec<f64>>,
     },
-}
-
-/// Mean and sample standard deviation (n − 1 denominator) of each row of samples (the draws
-/// at one test input).
-fn from_samples(samples: &[Vec<f64>], path: &Path) -> Result<(Vec<f64>, Vec<f64>)> {
-    let mut mean = Vec::with_capacity(samples.len());
-    let mut std = Vec::with_capacity(samples.len());
-    for (i, s) in samples.iter().enumerate() {
-        if s.len() < 2 {
-            bail!(
-                "{}: samples[{i}] has {} draws; at least 2 are needed for a std",
-                path.display(),
-                s.len()
-            );
-        }
-        let n = s.len() as f64;
-        let m = s.iter().sum::<f64>() / n;
-        mean.push(m);
-        std.push((s.iter().map(|v| (v - m).powi(2)).sum::<f64>() / (n - 1.0)).sqrt());
-    }
-    Ok((mean, std))
 }
 
 /// Means, standard deviations and optional noise sds, one per test input.
@@ -123,30 +102,28 @@ fn read_csv(path: &Path) -> Result<Columns> {
     Ok((mean, std, inoise.map(|_| noise)))
 }
 
-/// What reading predictions needs from the problem: its test truth and noise, and the levels.
-struct Scoring<'a> {
-    truth: &'a [f64],
-    sigma: &'a [f64],
-    levels: &'a [f64],
-}
-
-/// Reads one repetition's predictions and checks them against the number of test inputs.
-/// Samples make an empirical family: intervals are their quantiles.
-fn read_rep(dir: &Path, rep: u64, sc: &Scoring<'_>) -> Result<RepResult> {
-    let m = sc.truth.len();
+/// Reads one repetition's predictions (`rep-NNN.csv` or `rep-NNN.json`); the checks and the
+/// stored form are `uqbench_eval::score`'s.
+fn read_rep(dir: &Path, rep: u64, problem: &Problem, levels: &[f64]) -> Result<RepResult> {
     let stem = rep_stem(rep);
     let csv = dir.join(format!("{stem}.csv"));
     let json = dir.join(format!("{stem}.json"));
-    let mut samples = None;
-    let (mean, std, noise_std, path) = match (csv.exists(), json.exists()) {
+    let (prediction, path) = match (csv.exists(), json.exists()) {
         (true, true) => bail!(
             "both {} and {} exist: keep one",
             csv.display(),
             json.display()
         ),
         (true, false) => {
-            let (m, s, n) = read_csv(&csv)?;
-            (m, s, n, csv)
+            let (mean, std, noise_std) = read_csv(&csv)?;
+            (
+                External::Gaussian {
+                    mean,
+                    std,
+                    noise_std,
+                },
+                csv,
+            )
         }
         (false, true) => {
             let text = std::fs::read_to_string(&json)
@@ -157,18 +134,19 @@ fn read_rep(dir: &Path, rep: u64, sc: &Scoring<'_>) -> Result<RepResult> {
                     json.display()
                 )
             })?;
-            match p {
+            let prediction = match p {
                 JsonPrediction::Gaussian {
                     mean,
                     std,
                     noise_std,
-                } => (mean, std, noise_std, json),
-                JsonPrediction::Samples { samples: draws } => {
-                    let (m, s) = from_samples(&draws, &json)?;
-                    samples = Some(draws);
-                    (m, s, None, json)
-                }
-            }
+                } => External::Gaussian {
+                    mean,
+                    std,
+                    noise_std,
+                },
+                JsonPrediction::Samples { samples } => External::Samples(samples),
+            };
+            (prediction, json)
         }
         (false, false) => bail!(
             "repetition {rep} is missing: neither {} nor {} exists",
@@ -176,60 +154,8 @@ fn read_rep(dir: &Path, rep: u64, sc: &Scoring<'_>) -> Result<RepResult> {
             json.display()
         ),
     };
-    if mean.len() != m || std.len() != m {
-        bail!(
-            "{}: {} means and {} stds, but the problem has {m} test inputs (one row per test input, in test order)",
-            path.display(),
-            mean.len(),
-            std.len()
-        );
-    }
-    if let Some((i, v)) = mean.iter().enumerate().find(|(_, v)| !v.is_finite()) {
-        bail!(
-            "{}: mean[{i}] = {v}: predictions must be finite",
-            path.display()
-        );
-    }
-    if let Some((i, v)) = std
-        .iter()
-        .enumerate()
-        .find(|(_, v)| !(v.is_finite() && **v >= 0.0))
-    {
-        bail!(
-            "{}: std[{i}] = {v}: a standard deviation must be finite and ≥ 0",
-            path.display()
-        );
-    }
-    if let Some(n) = &noise_std {
-        if n.len() != m || n.iter().any(|v| !(v.is_finite() && *v >= 0.0)) {
-            bail!("{}: noise_std needs {m} finite values ≥ 0", path.display());
-        }
-    }
-    let (family, intervals, crps) = match samples {
-        Some(columns) => {
-            let (intervals, crps) = summary::empirical(
-                &columns,
-                summary::NoiseSd::PerPoint(noise_std.as_deref().unwrap_or(sc.sigma)),
-                &summary::with_coverage_level(sc.levels),
-                sc.truth,
-            )
-            .with_context(|| path.display().to_string())?;
-            (Family::Empirical, intervals, Some(crps))
-        }
-        None => (Family::Normal, BTreeMap::new(), None),
-    };
-    Ok(RepResult {
-        repetition: rep,
-        mean,
-        std,
-        noise_std,
-        predictive_std: None,
-        family,
-        intervals,
-        crps,
-        scalars: BTreeMap::new(),
-        diverged: false,
-    })
+    Ok(regression_rep(rep, prediction, problem, levels)
+        .with_context(|| path.display().to_string())?)
 }
 
 /// The repetition indices present in `dir`; they must be 0..K without gaps.
@@ -284,7 +210,7 @@ enum ProbsField {
 
 /// Reads one repetition's classification predictions (`rep-NNN.json` with `probs`, or
 /// `rep-NNN.csv` with a `prob` column) into its stored form: draws as rows.
-fn read_class_rep(dir: &Path, rep: u64, m: usize, levels: &[f64]) -> Result<ClassRep> {
+fn read_class_rep(dir: &Path, rep: u64, problem: &Problem, levels: &[f64]) -> Result<ClassRep> {
     let stem = rep_stem(rep);
     let csv = dir.join(format!("{stem}.csv"));
     let json = dir.join(format!("{stem}.json"));
@@ -344,36 +270,8 @@ fn read_class_rep(dir: &Path, rep: u64, m: usize, levels: &[f64]) -> Result<Clas
             json.display()
         ),
     };
-    if per_input.len() != m {
-        bail!(
-            "{}: predictions for {} test inputs, but the problem has {m} (one per test input, in \
-             test order)",
-            path.display(),
-            per_input.len()
-        );
-    }
-    let t = per_input[0].len();
-    for (i, d) in per_input.iter().enumerate() {
-        if d.is_empty() || d.len() != t {
-            bail!(
-                "{}: test input {i} has {} draws, test input 0 has {t}; every input needs the \
-                 same number, at least one",
-                path.display(),
-                d.len()
-            );
-        }
-        if let Some(p) = d.iter().find(|p| !(0.0..=1.0).contains(*p)) {
-            bail!(
-                "{}: test input {i}: probability {p}; valid: a number in [0, 1]",
-                path.display()
-            );
-        }
-    }
-    let draws: Vec<Vec<f64>> = (0..t)
-        .map(|k| per_input.iter().map(|d| d[k]).collect())
-        .collect();
-    ClassRep::from_draws(rep, &draws, levels, BTreeMap::new(), false)
-        .with_context(|| path.display().to_string())
+    Ok(classification_rep(rep, per_input, problem, levels)
+        .with_context(|| path.display().to_string())?)
 }
 
 /// Runs `uqbench score`.
@@ -404,18 +302,14 @@ pub fn run(args: &ScoreArgs) -> Result<()> {
         let problem = spec.resolve(&setting)?;
         let track = Track::of(&problem);
         let reps = repetitions(&dir)?;
-        let scoring = Scoring {
-            truth: &problem.test.truth,
-            sigma: &problem.test.sigma,
-            levels: &args.levels,
-        };
-        let m = problem.test.truth.len();
         let external = reps
             .iter()
             .map(|&r| match track {
-                Track::Regression => read_rep(&dir, r, &scoring).map(Stored::Regression),
+                Track::Regression => {
+                    read_rep(&dir, r, &problem, &args.levels).map(Stored::Regression)
+                }
                 Track::Classification => {
-                    read_class_rep(&dir, r, m, &args.levels).map(Stored::Classification)
+                    read_class_rep(&dir, r, &problem, &args.levels).map(Stored::Classification)
                 }
             })
             .collect::<Result<Vec<_>>>()?;

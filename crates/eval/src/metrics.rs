@@ -1,0 +1,280 @@
+//! Every metric of one input of predictions, as `uqbench metrics` prints it and the Python
+//! package returns it: regression (means and stds, optionally samples), classification
+//! (class probabilities, optionally members'), log-likelihood tables (WAIC, ISCV) and MCMC
+//! draws (R̂, ESS).
+
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+use uqbench_metrics::classification::{self as cls, Binning, CalibrationConfig};
+use uqbench_metrics::information::{importance_sampling_cv, negative_waic, LogLikTable, WaicType};
+use uqbench_metrics::ranking::roc_auc;
+use uqbench_metrics::regression as reg;
+
+use crate::bail;
+use crate::error::{Context, Result};
+
+/// The settings of the metrics that have any.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Bins of the classification calibration errors.
+    pub bins: usize,
+    /// Interval levels of the regression coverage, width and interval score.
+    pub levels: Vec<f64>,
+    /// Probability threshold of the thresholded adaptive calibration error.
+    pub tace_threshold: f64,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            bins: 15,
+            levels: vec![0.95, 0.9, 0.8, 0.7],
+            tace_threshold: 0.01,
+        }
+    }
+}
+
+/// One input, as JSON: `{"kind": "regression" | "classification" | "draws", …}`.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Input {
+    /// Means and stds of a normal predictive per point, the observed y, optionally draws.
+    Regression {
+        /// Predictive means.
+        mean: Vec<f64>,
+        /// Predictive standard deviations.
+        std: Vec<f64>,
+        /// Observed targets.
+        y: Vec<f64>,
+        /// Optional draws, one row per point.
+        #[serde(default)]
+        samples: Option<Vec<Vec<f64>>>,
+        /// Optional (n × m) table of log-likelihoods for WAIC and ISCV.
+        #[serde(default)]
+        loglik: Option<Vec<Vec<f64>>>,
+    },
+    /// Class probabilities per point and the observed labels.
+    Classification {
+        /// Class probabilities, one row per point.
+        probs: Vec<Vec<f64>>,
+        /// Observed classes.
+        labels: Vec<usize>,
+        /// Optional per-member probabilities, members × points × classes, for entropies.
+        #[serde(default)]
+        member_probs: Option<Vec<Vec<Vec<f64>>>>,
+        /// Optional (n × m) table of log-likelihoods for WAIC and ISCV.
+        #[serde(default)]
+        loglik: Option<Vec<Vec<f64>>>,
+    },
+    /// MCMC draws of one quantity, one list per chain.
+    Draws {
+        /// Draws per chain.
+        draws: Vec<Vec<f64>>,
+    },
+}
+
+fn loglik_metrics(table: &[Vec<f64>], out: &mut Map<String, Value>) -> Result<()> {
+    let members = table.first().map_or(0, Vec::len);
+    if let Some((i, row)) = table.iter().enumerate().find(|(_, r)| r.len() != members) {
+        bail!(
+            "loglik[{i}] has {} entries, loglik[0] has {members}: the table must be n × m",
+            row.len()
+        );
+    }
+    let flat: Vec<f64> = table.iter().flatten().copied().collect();
+    let t = LogLikTable {
+        values: &flat,
+        members,
+    };
+    let w1 = negative_waic(t, WaicType::Waic1).context("loglik")?;
+    let w2 = negative_waic(t, WaicType::Waic2).context("loglik")?;
+    let cv = importance_sampling_cv(t).context("loglik")?;
+    out.insert("neg_waic1".into(), json!(w1.value));
+    out.insert("neg_waic1_se".into(), json!(w1.se));
+    out.insert("neg_waic2".into(), json!(w2.value));
+    out.insert("neg_waic2_se".into(), json!(w2.se));
+    out.insert("iscv".into(), json!(cv.value));
+    out.insert("iscv_se".into(), json!(cv.se));
+    Ok(())
+}
+
+/// Every applicable metric of `input`.
+pub fn compute(input: &Input, args: &Options) -> Result<Map<String, Value>> {
+    let mut out = Map::new();
+    match input {
+        Input::Draws { draws } => {
+            let d = uqbench_metrics::mcmc::diagnose(draws)?;
+            out.insert("kind".into(), json!("draws"));
+            out.insert("chains".into(), json!(draws.len()));
+            out.insert("draws_per_chain".into(), json!(draws[0].len()));
+            for (name, v) in [
+                ("rhat", d.rhat),
+                ("rhat_bulk", d.rhat_bulk),
+                ("rhat_tail", d.rhat_tail),
+                ("ess_bulk", d.ess_bulk),
+                ("ess_tail", d.ess_tail),
+                ("mcse_mean", d.mcse_mean),
+            ] {
+                out.insert(name.into(), finite_or_null(v));
+            }
+        }
+        Input::Regression {
+            mean,
+            std,
+            y,
+            samples,
+            loglik,
+        } => {
+            out.insert("kind".into(), json!("regression"));
+            out.insert("n".into(), json!(y.len()));
+            out.insert("rmse".into(), json!(reg::rmse(mean, y)?));
+            out.insert("mae".into(), json!(reg::mae(mean, y)?));
+            out.insert("nll".into(), json!(reg::gaussian_nll(mean, std, y)?));
+            out.insert("crps".into(), json!(reg::crps_gaussian(mean, std, y)?));
+            if let Some(s) = samples {
+                out.insert("crps_samples".into(), json!(reg::crps_samples(s, y)?));
+            }
+            for &level in &args.levels {
+                let q = reg::interval_quality(mean, std, y, level)?;
+                out.insert(format!("coverage_{level}"), json!(q.coverage));
+                out.insert(format!("width_{level}"), json!(q.width));
+                out.insert(format!("interval_score_{level}"), json!(q.interval_score));
+            }
+            let curve = reg::calibration_curve(mean, std, y, 100)?;
+            out.insert("calibration_mae".into(), json!(curve.mean_absolute_error()));
+            out.insert(
+                "calibration_rmse".into(),
+                json!(curve.root_mean_squared_error()),
+            );
+            out.insert(
+                "miscalibration_area".into(),
+                json!(curve.miscalibration_area()),
+            );
+            if let Some(t) = loglik {
+                loglik_metrics(t, &mut out)?;
+            }
+        }
+        Input::Classification {
+            probs,
+            labels,
+            member_probs,
+            loglik,
+        } => {
+            let classes = cls::check_probs(probs, labels)?;
+            out.insert("kind".into(), json!("classification"));
+            out.insert("n".into(), json!(labels.len()));
+            out.insert("classes".into(), json!(classes));
+            out.insert("accuracy".into(), json!(cls::accuracy(probs, labels)?));
+            out.insert("brier".into(), json!(cls::brier(probs, labels)?));
+            let d = cls::brier_decomposition(probs, labels)?;
+            out.insert("brier_uncertainty".into(), json!(d.uncertainty));
+            out.insert("brier_resolution".into(), json!(d.resolution));
+            out.insert("brier_reliability".into(), json!(d.reliability));
+            out.insert("nll".into(), json!(cls::nll(probs, labels)?));
+            let b = args.bins;
+            out.insert(
+                "ece".into(),
+                json!(cls::calibration_error(
+                    probs,
+                    labels,
+                    &CalibrationConfig::ece(b)
+                )?),
+            );
+            out.insert(
+                "rmsce".into(),
+                json!(cls::calibration_error(
+                    probs,
+                    labels,
+                    &CalibrationConfig::rmsce(b)
+                )?),
+            );
+            out.insert(
+                "sce".into(),
+                json!(cls::calibration_error(
+                    probs,
+                    labels,
+                    &CalibrationConfig::sce(b)
+                )?),
+            );
+            out.insert(
+                "ace".into(),
+                json!(cls::calibration_error(
+                    probs,
+                    labels,
+                    &CalibrationConfig::ace(b)
+                )?),
+            );
+            out.insert(
+                "tace".into(),
+                json!(cls::calibration_error(
+                    probs,
+                    labels,
+                    &CalibrationConfig::tace(b, args.tace_threshold)
+                )?),
+            );
+            out.insert("bins".into(), json!(b));
+            let diagram = cls::reliability_diagram(probs, labels, b, Binning::EqualWidth)?;
+            out.insert(
+                "reliability_diagram".into(),
+                json!(diagram
+                    .iter()
+                    .map(|bin| json!({
+                        "lower": bin.lower, "upper": bin.upper, "count": bin.count,
+                        "confidence": finite_or_null(bin.confidence),
+                        "accuracy": finite_or_null(bin.accuracy),
+                    }))
+                    .collect::<Vec<_>>()),
+            );
+            if classes == 2 {
+                let scores: Vec<f64> = probs.iter().map(|p| p[1]).collect();
+                let positive: Vec<bool> = labels.iter().map(|&l| l == 1).collect();
+                match roc_auc(&scores, &positive) {
+                    Ok(auc) => {
+                        out.insert("auc".into(), json!(auc));
+                    }
+                    Err(_) => {
+                        out.insert("auc".into(), Value::Null);
+                    }
+                }
+            }
+            if let Some(members) = member_probs {
+                if members.is_empty() {
+                    bail!("member_probs is empty: give members × points × classes probabilities");
+                }
+                let n = labels.len();
+                let (mut total, mut expected, mut mi) = (0.0, 0.0, 0.0);
+                for i in 0..n {
+                    let rows: Vec<Vec<f64>> = members
+                        .iter()
+                        .enumerate()
+                        .map(|(m, mp)| {
+                            mp.get(i).cloned().with_context(|| {
+                                format!("member_probs[{m}] has {} points, labels has {n}", mp.len())
+                            })
+                        })
+                        .collect::<Result<_>>()?;
+                    let e = cls::ensemble_entropy(&rows)?;
+                    total += e.total;
+                    expected += e.expected;
+                    mi += e.mutual_information;
+                }
+                let n = n as f64;
+                out.insert("predictive_entropy".into(), json!(total / n));
+                out.insert("expected_entropy".into(), json!(expected / n));
+                out.insert("mutual_information".into(), json!(mi / n));
+            }
+            if let Some(t) = loglik {
+                loglik_metrics(t, &mut out)?;
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn finite_or_null(v: f64) -> Value {
+    if v.is_finite() {
+        json!(v)
+    } else {
+        Value::Null
+    }
+}
