@@ -154,8 +154,7 @@ fn read_rep(dir: &Path, rep: u64, problem: &Problem, levels: &[f64]) -> Result<R
             json.display()
         ),
     };
-    Ok(regression_rep(rep, prediction, problem, levels)
-        .with_context(|| path.display().to_string())?)
+    regression_rep(rep, prediction, problem, levels).with_context(|| path.display().to_string())
 }
 
 /// The repetition indices present in `dir`; they must be 0..K without gaps.
@@ -270,8 +269,7 @@ fn read_class_rep(dir: &Path, rep: u64, problem: &Problem, levels: &[f64]) -> Re
             json.display()
         ),
     };
-    Ok(classification_rep(rep, per_input, problem, levels)
-        .with_context(|| path.display().to_string())?)
+    classification_rep(rep, per_input, problem, levels).with_context(|| path.display().to_string())
 }
 
 /// Runs `uqbench score`.
