@@ -36,9 +36,18 @@ test *ARGS:
 bench *ARGS:
     {{uqbench}} bench train {{ARGS}}
 
-# What CI checks: formatting, clippy with warnings as errors, the tests.
+# What CI runs (.ci/run): the README's test command, Rust and Python tests.
 [group('dev')]
 ci:
+    bash scripts/test.sh
+
+# Formatting and clippy with warnings as errors.
+[group('dev')]
+lint:
     cargo fmt --all --check
     cargo clippy --release --workspace --all-targets -- -D warnings
-    cargo test --release --workspace
+
+# Build the Python package into the current environment.
+[group('dev')]
+python:
+    pip install ./python

@@ -32,4 +32,15 @@ if [ -z "${XDG_RUNTIME_DIR:-}" ] || [ ! -w "${XDG_RUNTIME_DIR}" ]; then
     export XDG_RUNTIME_DIR
 fi
 
-exec cargo test --release --workspace "$@"
+cargo test --release --workspace "$@"
+
+# The Python package (python/): its own virtual environment and target directory, so neither
+# the system Python nor the workspace build is touched.
+venv="${UQBENCH_VENV:-$HOME/.cache/uqbench-venv}"
+if [ ! -x "$venv/bin/python" ]; then
+    python3 -m venv "$venv"
+fi
+CARGO_TARGET_DIR="${UQBENCH_PYTHON_TARGET:-$HOME/.cache/uqbench-python-target}" \
+    "$venv/bin/pip" install -q "./python[test]"
+# Run from the repository root so that `import uqbench` finds the installed package.
+UQBENCH_BIN="$CARGO_TARGET_DIR/release/uqbench" "$venv/bin/pytest" -q python/tests

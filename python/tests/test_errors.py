@@ -1,0 +1,73 @@
+"""Bad input is a ValueError naming the field, the value and what is valid; nothing panics
+across the boundary."""
+
+import numpy as np
+import pytest
+
+import uqbench
+
+
+def test_bad_specs_and_settings(root, tmp_path):
+    with pytest.raises(ValueError, match="cannot read spec file .*no_such.toml"):
+        uqbench.Problem(root / "experiments/no_such.toml")
+    with pytest.raises(ValueError, match="width=2.*`width` is not a sweep variable of experiment `e1`; valid: f_main"):
+        uqbench.Problem(root / "experiments/e1.toml", setting={"width": 2})
+    with pytest.raises(ValueError, match="--profile fast: no such profile"):
+        uqbench.Problem(root / "experiments/e1.toml", profile="fast")
+    bad = tmp_path / "bad.toml"
+    bad.write_text((root / "experiments/e1.toml").read_text().replace("sigma = 0.75", "sigma = -1"))
+    with pytest.raises(ValueError, match="sigma"):
+        uqbench.Problem(bad)
+    with pytest.raises(ValueError, match="repetition -1"):
+        uqbench.Problem(root / "experiments/e1.toml").repetition(-1)
+
+
+def test_bad_predictions(root):
+    problem = uqbench.Problem(root / "experiments/e1.toml", setting={"f_main": 1})
+    m = problem.repetition(0).x_test.shape[0]
+    good = {"mean": np.zeros(m), "std": np.ones(m)}
+    with pytest.raises(ValueError, match=r"predictions\[1\]\['mean'\] at 5: nan; valid: finite"):
+        bad = dict(good, mean=np.where(np.arange(m) == 5, np.nan, 0.0))
+        uqbench.score(problem, [good, bad])
+    with pytest.raises(ValueError, match=rf"predictions\[0\]: {m - 1} means and {m - 1} stds, but the problem has {m} test inputs"):
+        uqbench.score(problem, [{"mean": np.zeros(m - 1), "std": np.ones(m - 1)}])
+    with pytest.raises(ValueError, match=r"shape \(2, 3\); valid: one value per test input"):
+        uqbench.score(problem, [{"mean": np.zeros((2, 3)), "std": np.ones(m)}])
+    with pytest.raises(ValueError, match=r"std\[0\] = -1: a standard deviation must be finite and ≥ 0"):
+        uqbench.score(problem, [dict(good, std=-np.ones(m))])
+    with pytest.raises(ValueError, match="key `variance`; valid keys .*mean, std, noise_std, samples"):
+        uqbench.score(problem, [dict(good, variance=np.ones(m))])
+    with pytest.raises(ValueError, match="an empty list"):
+        uqbench.score(problem, [])
+    with pytest.raises(ValueError, match="levels: 1.5"):
+        uqbench.score(problem, [good], levels=[0.9, 1.5])
+    with pytest.raises(ValueError, match="that name is the anchor's"):
+        uqbench.score(problem, [good], method="BLR")
+    with pytest.raises(ValueError, match="a list; valid: a dict"):
+        uqbench.score(problem, [[0.0] * m])
+
+
+def test_probabilities_outside_the_unit_interval(root):
+    problem = uqbench.Problem(root / "experiments/tcc.toml", profile="quick")
+    m = problem.repetition(0).truth.size
+    probs = np.full(m, 0.5)
+    probs[3] = 1.2
+    with pytest.raises(ValueError, match=r"test input 3: probability 1.2; valid: a number in \[0, 1\]"):
+        uqbench.score(problem, [{"probs": probs}])
+    with pytest.raises(ValueError, match="valid keys for a classification problem: probs"):
+        uqbench.score(problem, [{"mean": np.zeros(m), "std": np.ones(m)}])
+
+
+def test_bad_metric_inputs():
+    with pytest.raises(ValueError, match="y at 1: nan"):
+        uqbench.metrics.regression([0, 1], [1, 1], [0, np.nan])
+    with pytest.raises(ValueError, match="lengths differ"):
+        uqbench.metrics.regression([0, 1], [1, 1], [0, 1, 2])
+    with pytest.raises(ValueError, match="at least 2 chains"):
+        uqbench.metrics.draws([[1.0, 2.0, 3.0, 4.0]])
+    with pytest.raises(ValueError, match="labels"):
+        uqbench.metrics.classification([[0.5, 0.5]], [0.5])
+    with pytest.raises(ValueError, match=r"probs\[0\]"):
+        uqbench.metrics.classification([[0.5, 0.7]], [0])
+    with pytest.raises(ValueError, match="not a complete run directory"):
+        uqbench.read_run("/no/such/run")

@@ -1,0 +1,112 @@
+"""Every metric of ``uqbench metrics`` as functions on numpy arrays.
+
+Each function builds the JSON input the command reads and returns the dict it prints, computed
+by the same Rust code: regression (RMSE, MAE, Gaussian NLL, CRPS in closed form and from
+samples, coverage, width and interval score per level, calibration errors), classification
+(accuracy, Brier and its decomposition, NLL, ECE, RMSCE, SCE, ACE, TACE, the reliability
+diagram, AUC, entropies), log-likelihood tables (WAIC of types 1 and 2, importance-sampling
+CV, each with its standard error) and MCMC draws (R̂, bulk and tail ESS, MCSE, as ArviZ
+computes them).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, Optional, Sequence
+
+import numpy as np
+
+from ._uqbench import metrics as _metrics
+
+__all__ = ["regression", "classification", "draws", "information"]
+
+_LEVELS = (0.95, 0.9, 0.8, 0.7)
+
+
+def _checked(name: str, values: Any, ndim: int) -> list:
+    a = np.asarray(values, dtype=float)
+    if a.ndim != ndim:
+        raise ValueError(f"{name}: shape {a.shape}; valid: a {ndim}-D array")
+    bad = np.argwhere(~np.isfinite(a))
+    if bad.size:
+        index = tuple(int(i) for i in bad[0])
+        raise ValueError(
+            f"{name} at {index if len(index) > 1 else index[0]}: {a[tuple(bad[0])]}; "
+            "valid: finite numbers"
+        )
+    return a.tolist()
+
+
+def _run(payload: Dict[str, Any], **options: Any) -> Dict[str, Any]:
+    return json.loads(_metrics(json.dumps(payload), **options))
+
+
+def regression(
+    mean: Any,
+    std: Any,
+    y: Any,
+    samples: Any = None,
+    loglik: Any = None,
+    levels: Sequence[float] = _LEVELS,
+) -> Dict[str, Any]:
+    """Metrics of a normal predictive (``mean``, ``std`` per point) against targets ``y``;
+    ``samples`` (points × draws) adds the sample CRPS, ``loglik`` (points × members) WAIC and
+    ISCV. Keys: ``rmse``, ``mae``, ``nll``, ``crps``, ``crps_samples``, ``coverage_L``,
+    ``width_L``, ``interval_score_L`` per level L, ``calibration_mae``, ``calibration_rmse``,
+    ``miscalibration_area``, ``neg_waic1`` … (see the README's "Metrics of any
+    predictions")."""
+    payload: Dict[str, Any] = {
+        "kind": "regression",
+        "mean": _checked("mean", mean, 1),
+        "std": _checked("std", std, 1),
+        "y": _checked("y", y, 1),
+    }
+    if samples is not None:
+        payload["samples"] = _checked("samples", samples, 2)
+    if loglik is not None:
+        payload["loglik"] = _checked("loglik", loglik, 2)
+    return _run(payload, levels=[float(v) for v in levels])
+
+
+def classification(
+    probs: Any,
+    labels: Any,
+    member_probs: Any = None,
+    loglik: Any = None,
+    bins: int = 15,
+    tace_threshold: float = 0.01,
+) -> Dict[str, Any]:
+    """Metrics of class probabilities ``probs`` (points × classes) against ``labels``
+    (class indices); ``member_probs`` (members × points × classes) adds the predictive and
+    expected entropy and the mutual information, ``loglik`` WAIC and ISCV."""
+    lab = np.asarray(labels)
+    if lab.ndim != 1 or not np.all(np.equal(np.mod(lab, 1), 0)) or np.any(lab < 0):
+        raise ValueError(f"labels: {lab!r}; valid: a 1-D array of class indices 0, 1, …")
+    payload: Dict[str, Any] = {
+        "kind": "classification",
+        "probs": _checked("probs", probs, 2),
+        "labels": [int(v) for v in lab],
+    }
+    if member_probs is not None:
+        payload["member_probs"] = _checked("member_probs", member_probs, 3)
+    if loglik is not None:
+        payload["loglik"] = _checked("loglik", loglik, 2)
+    return _run(payload, bins=int(bins), tace_threshold=float(tace_threshold))
+
+
+def draws(chains: Any) -> Dict[str, Any]:
+    """MCMC diagnostics of one quantity from its draws, chains × draws: ``rhat`` (the larger of
+    the rank-normalised split bulk and tail R̂), ``rhat_bulk``, ``rhat_tail``, ``ess_bulk``,
+    ``ess_tail`` and ``mcse_mean`` (Vehtari et al. 2021; equal to ArviZ's)."""
+    return _run({"kind": "draws", "draws": _checked("chains", chains, 2)})
+
+
+def information(loglik: Any, y: Optional[Any] = None) -> Dict[str, float]:
+    """WAIC (types 1 and 2) and importance-sampling CV of a table of log-likelihoods (points ×
+    members or posterior draws), each with its standard error: ``neg_waic1``,
+    ``neg_waic1_se``, ``neg_waic2``, ``neg_waic2_se``, ``iscv``, ``iscv_se``."""
+    table = _checked("loglik", loglik, 2)
+    n = len(table)
+    out = regression(np.zeros(n), np.ones(n), np.zeros(n) if y is None else y, loglik=table)
+    keys = ("neg_waic1", "neg_waic1_se", "neg_waic2", "neg_waic2_se", "iscv", "iscv_se")
+    return {k: out[k] for k in keys}
