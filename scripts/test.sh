@@ -2,7 +2,8 @@
 # The README's test command, for a fresh machine with only the Rust toolchain: installs
 # lavapipe (Mesa's software Vulkan driver, so the wgpu tests really run) when no Vulkan
 # driver is present, then runs the whole test suite in release mode. Extra arguments go to
-# `cargo test` (e.g. `bash scripts/test.sh -p uqbench-models`). `.ci/run` calls it.
+# `cargo test` (e.g. `bash scripts/test.sh -p uqbench-models`); then the Slurm test
+# (scripts/slurm-test.sh) and the Python package's tests. `.ci/run` calls it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,6 +34,12 @@ if [ -z "${XDG_RUNTIME_DIR:-}" ] || [ ! -w "${XDG_RUNTIME_DIR}" ]; then
 fi
 
 cargo test --release --workspace "$@"
+
+# `uqbench slurm` under a real single-node Slurm (installs Debian's Slurm and munge; needs
+# root or sudo; UQBENCH_SKIP_SLURM=1 leaves it out deliberately).
+if [ "${UQBENCH_SKIP_SLURM:-0}" != "1" ]; then
+    UQBENCH_BIN="$CARGO_TARGET_DIR/release/uqbench" bash scripts/slurm-test.sh
+fi
 
 # The Python package (python/): its own virtual environment and target directory, so neither
 # the system Python nor the workspace build is touched.

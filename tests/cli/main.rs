@@ -10,4 +10,5 @@ mod export_and_score;
 mod metrics_command;
 mod parts;
 mod run;
+mod slurm;
 mod util;

@@ -25,6 +25,11 @@ impl Method for Blr {
         1
     }
 
+    fn cost(&self, n_train: usize, _epochs: usize) -> f64 {
+        // One least-squares solve; nothing trains.
+        n_train as f64
+    }
+
     fn run(
         &self,
         task: &Task<'_>,

@@ -333,6 +333,13 @@ pub trait Method: Send + Sync {
     /// Replicas trained per repetition (members for ensembles, 1 for dropout methods).
     fn replicas_per_repetition(&self) -> usize;
 
+    /// The expected work of one repetition on `n_train` points with `epochs` of training, in
+    /// replica-steps over one training point: what balances shards of a run (only ratios
+    /// between methods matter). By default replicas × epochs × N.
+    fn cost(&self, n_train: usize, epochs: usize) -> f64 {
+        (self.replicas_per_repetition().max(1) * epochs.max(1) * n_train) as f64
+    }
+
     /// Trains and predicts. `progress` receives the number of replicas finished.
     fn run(
         &self,

@@ -47,6 +47,10 @@ enum Command {
     Report(commands::report::ReportArgs),
     /// Combine the directories of a sharded run into one run.
     Merge(commands::merge::MergeArgs),
+    /// Write (and with --submit, submit) a Slurm job array of balanced shards and its merge.
+    Slurm(commands::slurm::SlurmArgs),
+    /// Print what a run directory holds and lacks (and which Slurm tasks to resubmit).
+    Status(commands::status::StatusArgs),
     /// Print one repetition of a problem with its exact posterior (the anchor).
     Anchor(commands::anchor::AnchorArgs),
     /// Validate a spec and describe the problem and anchor of every setting.
@@ -69,6 +73,8 @@ fn main() -> ExitCode {
         Command::Run(args) => commands::run::run(args),
         Command::Report(args) => commands::report::run(args),
         Command::Merge(args) => commands::merge::run(args),
+        Command::Slurm(args) => commands::slurm::run(args),
+        Command::Status(args) => commands::status::run(args),
         Command::Anchor(args) => commands::anchor::run(args),
         Command::Check(args) => commands::check::run(args),
         Command::Backends => commands::backends::run(),

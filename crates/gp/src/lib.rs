@@ -601,6 +601,13 @@ impl Method for Gp {
         1
     }
 
+    fn cost(&self, n_train: usize, _epochs: usize) -> f64 {
+        // A Cholesky of N × N per L-BFGS evaluation, about 50 evaluations per restart, in
+        // units of a replica-step over one point (≈ 10⁴ flops for the paper's network).
+        let n = n_train as f64;
+        (self.config.restarts.max(1) as f64) * 50.0 * n * n * n / 3.0 / 1e4
+    }
+
     fn run(
         &self,
         task: &Task<'_>,

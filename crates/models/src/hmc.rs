@@ -172,6 +172,12 @@ impl Method for Hmc {
         self.config.chains
     }
 
+    fn cost(&self, n_train: usize, _epochs: usize) -> f64 {
+        // Every iteration runs `leapfrog_steps` gradient evaluations per chain.
+        let c = &self.config;
+        (c.chains * (c.warmup + c.draws) * c.leapfrog_steps * n_train) as f64
+    }
+
     fn run(
         &self,
         task: &Task<'_>,

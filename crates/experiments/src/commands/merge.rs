@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 
+use super::status::ranges;
 use crate::runner::{self, Plan};
 use uqbench_eval::spec::ExperimentSpec;
 use uqbench_eval::store::rep_path;
@@ -102,21 +103,6 @@ pub fn run(args: &MergeArgs) -> Result<()> {
     runner::finish(&args.out, &plan, &merged)
 }
 
-/// Ranges of consecutive numbers: `[0, 1, 2, 5]` → `0..3, 5..6`.
-fn ranges(v: &[u64]) -> String {
-    let mut out: Vec<String> = Vec::new();
-    let mut i = 0;
-    while i < v.len() {
-        let mut j = i;
-        while j + 1 < v.len() && v[j + 1] == v[j] + 1 {
-            j += 1;
-        }
-        out.push(format!("{}..{}", v[i], v[j] + 1));
-        i = j + 1;
-    }
-    out.join(", ")
-}
-
 /// What a merge lacks or holds twice, grouped per setting and method, with what to rerun.
 pub fn completeness_report(
     plan: &Plan,
@@ -151,14 +137,23 @@ pub fn completeness_report(
             .iter()
             .filter_map(|m| m.shard.as_deref()?.split_once('/')?.1.parse().ok())
             .collect();
-        if ns.len() == metas.len() && ns.windows(2).all(|w| w[0] == w[1]) {
-            let n = ns[0];
-            let mut shards: Vec<usize> = missing.iter().map(|&(ui, _)| ui % n).collect();
-            shards.sort_unstable();
-            shards.dedup();
+        let split = (ns.len() == metas.len() && ns.windows(2).all(|w| w[0] == w[1]))
+            .then(|| crate::runner::shards::balanced(plan, ns[0]).ok())
+            .flatten();
+        if let Some(shards) = split {
+            let n = shards.len();
+            let mut rerun: Vec<usize> = missing
+                .iter()
+                .filter_map(|&(ui, r)| {
+                    let u = &plan.units[ui];
+                    crate::runner::shards::shard_of(&shards, u.setting, &u.method, r)
+                })
+                .collect();
+            rerun.sort_unstable();
+            rerun.dedup();
             lines.push(format!(
                 "rerun (with --resume in its directory) {}",
-                shards
+                rerun
                     .iter()
                     .map(|i| format!("--shard {i}/{n}"))
                     .collect::<Vec<_>>()

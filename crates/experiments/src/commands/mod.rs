@@ -10,3 +10,5 @@ pub mod metrics;
 pub mod report;
 pub mod run;
 pub mod score;
+pub mod slurm;
+pub mod status;

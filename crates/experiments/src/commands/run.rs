@@ -36,8 +36,9 @@ pub struct RunArgs {
     /// Continue an interrupted run in --out: finished units are kept, the rest is run.
     #[arg(long)]
     pub resume: bool,
-    /// Run only shard I of N (I in 0..N) of the work units, for job arrays; combine the
-    /// shards' directories with `uqbench merge`.
+    /// Run only shard I of N (I in 0..N) of the work, for job arrays: the shards balance the
+    /// expected cost (units cut into blocks of repetitions where needed); combine the shards'
+    /// directories with `uqbench merge` (`uqbench slurm` writes such a job array).
     #[arg(long, value_name = "I/N")]
     pub shard: Option<String>,
     /// Run only repetitions A..B (half-open, 0-based) of every setting and method, e.g.
@@ -121,33 +122,9 @@ pub struct RunSettings {
 impl RunSettings {
     /// Validates the arguments.
     pub fn from_args(args: &RunArgs) -> Result<RunSettings> {
-        let spec = ExperimentSpec::load_profile(&args.spec, args.profile.as_deref())?;
         let shard = args.shard.as_deref().map(parse_shard).transpose()?;
-        let mut plan = Plan::new(spec, args.methods.as_deref())?;
-        let reps = args
-            .reps
-            .as_deref()
-            .map(|r| parse_reps(r, plan.repetitions()))
-            .transpose()?;
-        if let Some(r) = &reps {
-            plan.restrict(r.clone());
-        }
-        // The recorded spec lists the methods actually run.
-        if let Some(run) = plan.spec.run.as_mut() {
-            run.methods = plan
-                .methods
-                .iter()
-                .filter(|m| *m != ANCHOR)
-                .cloned()
-                .collect();
-        }
-        plan.spec.methods.retain(|k, _| plan.methods.contains(k));
-        let dir = args.out.clone().unwrap_or_else(|| {
-            PathBuf::from("runs").join(match &args.profile {
-                Some(p) => format!("{}-{p}", plan.spec.name),
-                None => plan.spec.name.clone(),
-            })
-        });
+        let (plan, reps) = plan_of(args)?;
+        let dir = out_dir(args, &plan);
         let device = open_device(args.backend, args.allow_software_gpu)?;
         let mut resources = Resources::new(args.backend, device);
         if let Some(t) = args.threads {
@@ -190,13 +167,49 @@ impl RunSettings {
     }
 }
 
+/// The plan of `uqbench run`'s arguments (restricted to `--reps`, its spec listing the methods
+/// actually run) and the repetitions asked for, without opening a device.
+pub fn plan_of(args: &RunArgs) -> Result<(Plan, Option<std::ops::Range<u64>>)> {
+    let spec = ExperimentSpec::load_profile(&args.spec, args.profile.as_deref())?;
+    let mut plan = Plan::new(spec, args.methods.as_deref())?;
+    let reps = args
+        .reps
+        .as_deref()
+        .map(|r| parse_reps(r, plan.repetitions()))
+        .transpose()?;
+    if let Some(r) = &reps {
+        plan.restrict(r.clone());
+    }
+    // The recorded spec lists the methods actually run.
+    if let Some(run) = plan.spec.run.as_mut() {
+        run.methods = plan
+            .methods
+            .iter()
+            .filter(|m| *m != ANCHOR)
+            .cloned()
+            .collect();
+    }
+    plan.spec.methods.retain(|k, _| plan.methods.contains(k));
+    Ok((plan, reps))
+}
+
+/// The run directory: `--out`, else `runs/NAME-PROFILE`.
+pub fn out_dir(args: &RunArgs, plan: &Plan) -> PathBuf {
+    args.out.clone().unwrap_or_else(|| {
+        PathBuf::from("runs").join(match &args.profile {
+            Some(p) => format!("{}-{p}", plan.spec.name),
+            None => plan.spec.name.clone(),
+        })
+    })
+}
+
 /// Runs `uqbench run`.
 pub fn run(args: &RunArgs) -> Result<()> {
     let s = RunSettings::from_args(args)?;
     let (plan, dir) = (&s.plan, &s.dir);
     prepare_dir(dir, &plan.spec.resolved_toml()?, s.resume)?;
     s.meta.write(dir)?;
-    let todo = runner::schedule(plan, dir, s.shard, s.resources.backend.is_gpu());
+    let todo = runner::schedule(plan, dir, s.shard, s.resources.backend.is_gpu())?;
     eprintln!(
         "{}: {} settings × {} methods × {} repetitions, {} of {} work units to run{}{} → {}",
         plan.spec.name,

@@ -45,20 +45,22 @@ pub enum Event<'a> {
     },
 }
 
-/// The units still to run: shard `(i, n)` of the plan's units (all without one), those whose
-/// files are not all in `dir`, and on a GPU consecutive small units merged (see
-/// [`merge_for_gpu`]).
-pub fn schedule(plan: &Plan, dir: &Path, shard: Option<(usize, usize)>, gpu: bool) -> Vec<Unit> {
-    let todo: Vec<&Unit> = plan
-        .units
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| shard.is_none_or(|(s, n)| i % n == s))
-        .map(|(_, u)| u)
-        .filter(|u| !unit_done(dir, plan, u))
-        .collect();
+/// The units still to run: shard `(i, n)` of the plan's units (all without one; the shards
+/// balance the expected cost, see [`super::shards`]), those whose files are not all in `dir`,
+/// and on a GPU consecutive small units merged (see [`merge_for_gpu`]).
+pub fn schedule(
+    plan: &Plan,
+    dir: &Path,
+    shard: Option<(usize, usize)>,
+    gpu: bool,
+) -> Result<Vec<Unit>> {
+    let mine: Vec<Unit> = match shard {
+        Some((i, n)) => super::shards::balanced(plan, n)?.swap_remove(i),
+        None => plan.units.clone(),
+    };
+    let todo: Vec<&Unit> = mine.iter().filter(|u| !unit_done(dir, plan, u)).collect();
     if !gpu {
-        return todo.into_iter().cloned().collect();
+        return Ok(todo.into_iter().cloned().collect());
     }
     // On a GPU, small jobs (the dropout methods: one replica per repetition) are merged so that
     // a chunk can hold as many replicas as memory allows.
@@ -70,7 +72,7 @@ pub fn schedule(plan: &Plan, dir: &Path, shard: Option<(usize, usize)>, gpu: boo
             .and_then(|t| registry::build(method, t.as_ref()).ok())
             .map_or(1, |m| m.replicas_per_repetition())
     };
-    merge_for_gpu(&todo, &per_rep, GPU_MIN_REPLICAS)
+    Ok(merge_for_gpu(&todo, &per_rep, GPU_MIN_REPLICAS))
 }
 
 /// Runs `units` of `plan` into `dir` on `compute`, one after another, reporting through

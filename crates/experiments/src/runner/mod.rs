@@ -10,6 +10,7 @@
 
 mod execute;
 mod finish;
+pub mod shards;
 
 use std::ops::Range;
 use std::path::Path;

@@ -1,0 +1,213 @@
+#!/usr/bin/env bash
+# `uqbench slurm` on a real Slurm: installs Debian's slurmctld, slurmd, slurm-client and munge
+# when missing, writes a single-node configuration on localhost (its own ports, state and
+# spool under a temporary directory, so a Slurm already on the machine is left alone), starts
+# the daemons directly (no systemd), and then
+#   1. runs E1's quick profile as one process (`uqbench run`);
+#   2. runs it as a 3-task job array plus the merge job (`uqbench slurm --submit`) and checks
+#      that the merged run equals the single process's, byte for byte (summaries, aggregate,
+#      report, figures, every repetition file; run.json differs by design: it records the
+#      merge);
+#   3. runs it again, cancels one array task mid-run (`scancel JOB_1`), checks that
+#      `uqbench status` names that task, resubmits it with the command status prints, and
+#      checks that the merged result is still identical.
+# Needs root (or sudo) for the packages and the daemons. UQBENCH_BIN: the binary to test
+# (default: the release build in CARGO_TARGET_DIR). scripts/test.sh runs it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo="$(pwd)"
+
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/uqbench-target}"
+bin="${UQBENCH_BIN:-$CARGO_TARGET_DIR/release/uqbench}"
+[ -x "$bin" ] || cargo build --release -p uqbench
+spec="experiments/e1.toml"
+profile="quick"
+
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null 2>&1; then
+        sudo="sudo"
+    else
+        echo "slurm-test: needs root (or sudo) to install and start Slurm; set" \
+            "UQBENCH_SKIP_SLURM=1 to leave the Slurm test out deliberately" >&2
+        exit 1
+    fi
+fi
+
+if ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null \
+    || ! command -v sbatch >/dev/null || ! command -v munged >/dev/null; then
+    echo "slurm-test: installing slurmctld slurmd slurm-client munge" >&2
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq \
+        slurmctld slurmd slurm-client munge >/dev/null
+fi
+
+work="$(mktemp -d /tmp/uqbench-slurm-test.XXXXXX)"
+chmod 755 "$work"
+conf="$work/etc/slurm.conf"
+mkdir -p "$work/etc" "$work/state" "$work/spool" "$work/log" "$work/run"
+pids=()
+cleanup() {
+    local rc=$?
+    for p in "${pids[@]}"; do $sudo kill "$p" 2>/dev/null || true; done
+    if [ $rc -ne 0 ]; then
+        echo "slurm-test: FAILED (rc $rc); daemon logs:" >&2
+        tail -n 30 "$work"/log/*.log >&2 || true
+        echo "slurm-test: work directory kept: $work" >&2
+    else
+        rm -rf "$work"
+    fi
+}
+trap cleanup EXIT
+
+# munge: the key comes with the package; start the daemon unless one answers.
+if ! munge -n </dev/null >/dev/null 2>&1; then
+    [ -s /etc/munge/munge.key ] || $sudo mungekey --create 2>/dev/null \
+        || $sudo /usr/sbin/create-munge-key -f
+    $sudo mkdir -p /run/munge
+    $sudo chown munge:munge /run/munge 2>/dev/null || true
+    # --force: munged refuses to run as root (or with a lax /run) otherwise.
+    $sudo munged --force
+    munge -n </dev/null >/dev/null
+fi
+
+host="$(hostname -s)"
+cpus="$(nproc)"
+mem_mb=$(( $(awk '/MemTotal/ {print $2}' /proc/meminfo) / 1024 * 9 / 10 ))
+port=$(( 17000 + RANDOM % 2000 ))
+cat >"$conf" <<EOF
+ClusterName=uqbenchtest
+SlurmctldHost=$host(127.0.0.1)
+SlurmctldPort=$port
+SlurmdPort=$((port + 1))
+AuthType=auth/munge
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SwitchType=switch/none
+MpiDefault=none
+ReturnToService=2
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SlurmUser=root
+SlurmdUser=root
+StateSaveLocation=$work/state
+SlurmdSpoolDir=$work/spool
+SlurmctldPidFile=$work/run/slurmctld.pid
+SlurmdPidFile=$work/run/slurmd.pid
+SlurmctldLogFile=$work/log/slurmctld.log
+SlurmdLogFile=$work/log/slurmd.log
+AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none
+JobCompType=jobcomp/none
+NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN
+PartitionName=uqbench Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
+EOF
+export SLURM_CONF="$conf"
+# -D: in the foreground (of a background job), so that the trap can stop them; -c: no state.
+$sudo env SLURM_CONF="$conf" slurmctld -D -c -f "$conf" >"$work/log/slurmctld.out" 2>&1 &
+pids+=($!)
+sleep 1
+$sudo env SLURM_CONF="$conf" slurmd -D -f "$conf" -N "$host" >"$work/log/slurmd.out" 2>&1 &
+pids+=($!)
+for _ in $(seq 60); do
+    state="$(sinfo -h -n "$host" -o %T 2>/dev/null || true)"
+    case "$state" in
+        idle*) break ;;
+        down* | drain* | unknown*) scontrol update nodename="$host" state=resume 2>/dev/null || true ;;
+    esac
+    sleep 1
+done
+sinfo -h -n "$host" -o %T | grep -q '^idle' || {
+    echo "slurm-test: the node never became idle (state: $(sinfo -h -o %T 2>&1))" >&2
+    exit 1
+}
+echo "slurm-test: Slurm $(sinfo -V | awk '{print $2}') up on $host ($cpus CPUs), port $port"
+
+# Waits until none of the given jobs is in the queue (at most 15 minutes).
+wait_jobs() {
+    for _ in $(seq 900); do
+        if [ -z "$(squeue -h -j "$(IFS=,; echo "$*")" 2>/dev/null)" ]; then return 0; fi
+        sleep 1
+    done
+    echo "slurm-test: jobs $* still queued after 15 minutes" >&2
+    squeue >&2
+    return 1
+}
+job_of() { sed -n "s/.*\"$2\": \"\\([0-9]*\\)\".*/\\1/p" "$1/slurm/slurm.json"; }
+same_as_single() {
+    diff -r -x run.json -x slurm "$work/single" "$1" >/dev/null || {
+        echo "slurm-test: $1 differs from the single-process run:" >&2
+        diff -rq -x run.json -x slurm "$work/single" "$1" >&2 || true
+        exit 1
+    }
+}
+
+# 1. One process.
+t0=$(date +%s)
+"$bin" run "$spec" --profile "$profile" --quiet --out "$work/single" 2>"$work/single.log"
+t1=$(date +%s)
+echo "slurm-test: single process: $((t1 - t0)) s"
+
+# 2. A 3-task array and its merge.
+"$bin" slurm "$spec" --profile "$profile" --tasks 3 --cpus-per-task 1 --time 00:30:00 \
+    --out "$work/array" --submit
+array=$(job_of "$work/array" array_job)
+merge=$(job_of "$work/array" merge_job)
+wait_jobs "$array" "$merge"
+t2=$(date +%s)
+[ -f "$work/array/summary.csv" ] || {
+    echo "slurm-test: the merge wrote no summary; logs:" >&2
+    tail -n 20 "$work"/array/slurm/logs/* >&2
+    exit 1
+}
+same_as_single "$work/array"
+echo "slurm-test: 3-task array + merge: $((t2 - t1)) s; merged run identical to the single process"
+
+# 3. Cancel one task mid-run, resubmit it, merge: still identical.
+"$bin" slurm "$spec" --profile "$profile" --tasks 3 --cpus-per-task 1 --time 00:30:00 \
+    --out "$work/killed" --submit
+array=$(job_of "$work/killed" array_job)
+merge=$(job_of "$work/killed" merge_job)
+part="$work/killed/slurm/parts/task-1"
+for _ in $(seq 600); do
+    if [ -n "$(find "$part/reps" -name '*.json' 2>/dev/null | head -n 1)" ]; then break; fi
+    sleep 0.2
+done
+scancel "${array}_1"
+finished_before=$(find "$part/reps" -name '*.json' | wc -l)
+echo "slurm-test: cancelled task ${array}_1 with $finished_before repetition files written"
+# The other tasks finish; the merge waits on a dependency that can no longer be met.
+for _ in $(seq 900); do
+    [ -z "$(squeue -h -j "$array" 2>/dev/null)" ] && break
+    sleep 1
+done
+[ ! -f "$work/killed/summary.csv" ] || {
+    echo "slurm-test: the merge ran although task 1 was cancelled" >&2
+    exit 1
+}
+status="$("$bin" status "$work/killed")"
+echo "$status" | tail -n 4
+echo "$status" | grep -q "with missing work: 1 of 0..3" || {
+    echo "slurm-test: uqbench status does not name task 1 as the one to resubmit" >&2
+    exit 1
+}
+scancel "$merge" 2>/dev/null || true
+resubmit="$(echo "$status" | sed -n 's/^resubmit them and the merge: //p')"
+echo "slurm-test: $resubmit"
+array2=$(sbatch --parsable --array=1 "$work/killed/slurm/run.sbatch")
+merge2=$(sbatch --parsable --dependency=afterok:"$array2" "$work/killed/slurm/merge.sbatch")
+echo "$resubmit" | grep -q -- "--array=1 $work/killed/slurm/run.sbatch" || {
+    echo "slurm-test: status's resubmit command is not the one run here: $resubmit" >&2
+    exit 1
+}
+wait_jobs "$array2" "$merge2"
+[ -f "$work/killed/summary.csv" ] || {
+    echo "slurm-test: the merge after the resubmission wrote no summary" >&2
+    tail -n 20 "$work"/killed/slurm/logs/* >&2
+    exit 1
+}
+grep -h "work units to run" "$part/../../logs/task-1.log" | sed 's/^/slurm-test: task 1: /'
+same_as_single "$work/killed"
+echo "slurm-test: cancelled and resubmitted task resumed; merged run identical to the single process"
+echo "slurm-test: OK"
