@@ -2,7 +2,8 @@
 # The README's test command, for a fresh machine with only the Rust toolchain: installs
 # lavapipe (Mesa's software Vulkan driver, so the wgpu tests really run) when no Vulkan
 # driver is present, then runs the whole test suite in release mode. Extra arguments go to
-# `cargo test` (e.g. `bash scripts/test.sh -p uqbench-models`); then the Slurm test
+# `cargo test` (e.g. `bash scripts/test.sh -p uqbench-models`), after the house's limits
+# (scripts/house-check.py); then the Slurm test
 # (scripts/slurm-test.sh) and the Python package's tests. `.ci/run` calls it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,6 +33,9 @@ if [ -z "${XDG_RUNTIME_DIR:-}" ] || [ ! -w "${XDG_RUNTIME_DIR}" ]; then
     XDG_RUNTIME_DIR="$(mktemp -d)"
     export XDG_RUNTIME_DIR
 fi
+
+# The house's limits: no import circles, no file above 700 lines, no function above 120.
+python3 scripts/house-check.py
 
 cargo test --release --workspace "$@"
 

@@ -131,7 +131,7 @@ fn uploads_and_reads_do_not_grow_with_the_epochs() {
 
 #[test]
 fn the_autodiff_route_benchmarks_too() {
-    // EnsMCD through burn autodiff on the same trainer: its own figure, and it trains (the
+    // McdNet (MC dropout) through burn autodiff on the same trainer: its own figure, and it trains (the
     // mean final objective ends below the ½·variance of the targets, about 0.25 for
     // y = sin(x) + noise on [−4, 4], after 100 epochs).
     let o = uqbench(&[

@@ -11,4 +11,5 @@ mod metrics_command;
 mod parts;
 mod run;
 mod slurm;
+mod tracks;
 mod util;

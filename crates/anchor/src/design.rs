@@ -291,172 +291,10 @@ impl DesignSpec {
                     diagonal: None,
                 })
             }
-            DesignSpec::Grid { n, low, high } => {
-                let n = count(n, vars, &format!("{field}.n"))?;
-                let low = low.resolve(d, vars, &format!("{field}.low"))?;
-                let high = high.resolve(d, vars, &format!("{field}.high"))?;
-                check_box(&low, &high, field)?;
-                let total = n
-                    .checked_pow(d as u32)
-                    .filter(|&t| t <= 100_000_000)
-                    .ok_or_else(|| {
-                        AnchorError::invalid(
-                            format!("{field}.n"),
-                            n,
-                            format!("a grid of at most 1e8 points (n^d with d = {d})"),
-                        )
-                    })?;
-                let axis = |j: usize, i: usize| {
-                    if n == 1 {
-                        low[j]
-                    } else {
-                        low[j] + (high[j] - low[j]) * i as f64 / (n - 1) as f64
-                    }
-                };
-                let mut data = Vec::with_capacity(total * d);
-                for flat in 0..total {
-                    let mut rest = flat;
-                    let mut idx = vec![0usize; d];
-                    for j in (0..d).rev() {
-                        idx[j] = rest % n;
-                        rest /= n;
-                    }
-                    for (j, &i) in idx.iter().enumerate() {
-                        data.push(axis(j, i));
-                    }
-                }
-                let coord = (d == 1).then(|| ("x".to_string(), data.clone()));
-                Ok(Design {
-                    inputs: Inputs::new(d, data),
-                    coord,
-                    support: vec![(low, high)],
-                    diagonal: None,
-                })
-            }
-            DesignSpec::Diagonal { n, from, to } => {
-                let n = count(n, vars, &format!("{field}.n"))?;
-                let from = from.eval(vars)?;
-                let to = to.eval(vars)?;
-                if !(from.is_finite() && to.is_finite()) || from == to {
-                    return Err(AnchorError::invalid(
-                        format!("{field}.from/to"),
-                        format!("{from} → {to}"),
-                        "two different finite numbers",
-                    ));
-                }
-                let lambdas: Vec<f64> = (0..n)
-                    .map(|i| {
-                        if n == 1 {
-                            0.0
-                        } else {
-                            i as f64 / (n - 1) as f64
-                        }
-                    })
-                    .collect();
-                let data = lambdas
-                    .iter()
-                    .flat_map(|&l| std::iter::repeat_n((1.0 - l) * from + l * to, d))
-                    .collect();
-                let (lo, hi) = (from.min(to), from.max(to));
-                Ok(Design {
-                    inputs: Inputs::new(d, data),
-                    coord: Some(("lambda".to_string(), lambdas)),
-                    support: vec![(vec![lo; d], vec![hi; d])],
-                    diagonal: Some((from, to)),
-                })
-            }
-            DesignSpec::Mixture { n, components } => {
-                let n = count(n, vars, &format!("{field}.n"))?;
-                if components.is_empty() {
-                    return Err(AnchorError::invalid(
-                        format!("{field}.components"),
-                        "[]",
-                        "at least one component box",
-                    ));
-                }
-                let mut boxes = Vec::new();
-                let mut weights = Vec::new();
-                for (i, c) in components.iter().enumerate() {
-                    let f = format!("{field}.components[{i}]");
-                    let low = c.low.resolve(d, vars, &format!("{f}.low"))?;
-                    let high = c.high.resolve(d, vars, &format!("{f}.high"))?;
-                    check_box(&low, &high, &f)?;
-                    let w = match &c.weight {
-                        Some(w) => w.eval(vars)?,
-                        None => 1.0,
-                    };
-                    if !(w.is_finite() && w > 0.0) {
-                        return Err(AnchorError::invalid(
-                            format!("{f}.weight"),
-                            w,
-                            "a positive number",
-                        ));
-                    }
-                    boxes.push((low, high));
-                    weights.push(w);
-                }
-                let total: f64 = weights.iter().sum();
-                let mut data = Vec::with_capacity(n * d);
-                for _ in 0..n {
-                    let u = rng.uniform() * total;
-                    let mut acc = 0.0;
-                    let mut k = boxes.len() - 1;
-                    for (i, w) in weights.iter().enumerate() {
-                        acc += w;
-                        if u < acc {
-                            k = i;
-                            break;
-                        }
-                    }
-                    let (low, high) = &boxes[k];
-                    for j in 0..d {
-                        data.push(rng.uniform_in(low[j], high[j]));
-                    }
-                }
-                Ok(Design {
-                    inputs: Inputs::new(d, data),
-                    coord: None,
-                    support: boxes,
-                    diagonal: None,
-                })
-            }
-            DesignSpec::Points { points } => {
-                if points.is_empty() {
-                    return Err(AnchorError::invalid(
-                        format!("{field}.points"),
-                        "[]",
-                        "at least one point",
-                    ));
-                }
-                let inputs = Inputs::from_rows(d, points).map_err(|_| {
-                    AnchorError::invalid(
-                        format!("{field}.points"),
-                        format!(
-                            "{:?}",
-                            points.iter().find(|p| p.len() != d).unwrap_or(&vec![])
-                        ),
-                        format!("points with d = {d} coordinates each"),
-                    )
-                })?;
-                if let Some(v) = inputs.as_slice().iter().find(|v| !v.is_finite()) {
-                    return Err(AnchorError::invalid(
-                        format!("{field}.points"),
-                        v,
-                        "finite coordinates",
-                    ));
-                }
-                let coord = (d == 1).then(|| ("x".to_string(), inputs.as_slice().to_vec()));
-                let b = inputs.bounds();
-                Ok(Design {
-                    inputs,
-                    coord,
-                    support: vec![(
-                        b.iter().map(|x| x.0).collect(),
-                        b.iter().map(|x| x.1).collect(),
-                    )],
-                    diagonal: None,
-                })
-            }
+            DesignSpec::Grid { n, low, high } => grid(n, low, high, d, vars, field),
+            DesignSpec::Diagonal { n, from, to } => diagonal(n, from, to, d, vars, field),
+            DesignSpec::Mixture { n, components } => mixture(n, components, d, vars, field, rng),
+            DesignSpec::Points { points } => from_points(points, d, field),
         }
     }
 
@@ -515,6 +353,201 @@ impl Design {
             Region::Out
         }
     }
+}
+
+/// A regular grid of `n` values per dimension on [low, high] (see [`DesignSpec::Grid`]).
+fn grid(
+    n: &Num,
+    low: &Bound,
+    high: &Bound,
+    d: usize,
+    vars: &[(String, f64)],
+    field: &str,
+) -> Result<Design, AnchorError> {
+    let n = count(n, vars, &format!("{field}.n"))?;
+    let low = low.resolve(d, vars, &format!("{field}.low"))?;
+    let high = high.resolve(d, vars, &format!("{field}.high"))?;
+    check_box(&low, &high, field)?;
+    let total = n
+        .checked_pow(d as u32)
+        .filter(|&t| t <= 100_000_000)
+        .ok_or_else(|| {
+            AnchorError::invalid(
+                format!("{field}.n"),
+                n,
+                format!("a grid of at most 1e8 points (n^d with d = {d})"),
+            )
+        })?;
+    let axis = |j: usize, i: usize| {
+        if n == 1 {
+            low[j]
+        } else {
+            low[j] + (high[j] - low[j]) * i as f64 / (n - 1) as f64
+        }
+    };
+    let mut data = Vec::with_capacity(total * d);
+    for flat in 0..total {
+        let mut rest = flat;
+        let mut idx = vec![0usize; d];
+        for j in (0..d).rev() {
+            idx[j] = rest % n;
+            rest /= n;
+        }
+        for (j, &i) in idx.iter().enumerate() {
+            data.push(axis(j, i));
+        }
+    }
+    let coord = (d == 1).then(|| ("x".to_string(), data.clone()));
+    Ok(Design {
+        inputs: Inputs::new(d, data),
+        coord,
+        support: vec![(low, high)],
+        diagonal: None,
+    })
+}
+
+/// `n` points on the diagonal from (from,…,from) to (to,…,to) (see [`DesignSpec::Diagonal`]).
+fn diagonal(
+    n: &Num,
+    from: &Num,
+    to: &Num,
+    d: usize,
+    vars: &[(String, f64)],
+    field: &str,
+) -> Result<Design, AnchorError> {
+    let n = count(n, vars, &format!("{field}.n"))?;
+    let from = from.eval(vars)?;
+    let to = to.eval(vars)?;
+    if !(from.is_finite() && to.is_finite()) || from == to {
+        return Err(AnchorError::invalid(
+            format!("{field}.from/to"),
+            format!("{from} → {to}"),
+            "two different finite numbers",
+        ));
+    }
+    let lambdas: Vec<f64> = (0..n)
+        .map(|i| {
+            if n == 1 {
+                0.0
+            } else {
+                i as f64 / (n - 1) as f64
+            }
+        })
+        .collect();
+    let data = lambdas
+        .iter()
+        .flat_map(|&l| std::iter::repeat_n((1.0 - l) * from + l * to, d))
+        .collect();
+    let (lo, hi) = (from.min(to), from.max(to));
+    Ok(Design {
+        inputs: Inputs::new(d, data),
+        coord: Some(("lambda".to_string(), lambdas)),
+        support: vec![(vec![lo; d], vec![hi; d])],
+        diagonal: Some((from, to)),
+    })
+}
+
+/// `n` points from a mixture of uniform boxes (see [`DesignSpec::Mixture`]).
+fn mixture(
+    n: &Num,
+    components: &[MixtureComponent],
+    d: usize,
+    vars: &[(String, f64)],
+    field: &str,
+    rng: &mut Rng,
+) -> Result<Design, AnchorError> {
+    let n = count(n, vars, &format!("{field}.n"))?;
+    if components.is_empty() {
+        return Err(AnchorError::invalid(
+            format!("{field}.components"),
+            "[]",
+            "at least one component box",
+        ));
+    }
+    let mut boxes = Vec::new();
+    let mut weights = Vec::new();
+    for (i, c) in components.iter().enumerate() {
+        let f = format!("{field}.components[{i}]");
+        let low = c.low.resolve(d, vars, &format!("{f}.low"))?;
+        let high = c.high.resolve(d, vars, &format!("{f}.high"))?;
+        check_box(&low, &high, &f)?;
+        let w = match &c.weight {
+            Some(w) => w.eval(vars)?,
+            None => 1.0,
+        };
+        if !(w.is_finite() && w > 0.0) {
+            return Err(AnchorError::invalid(
+                format!("{f}.weight"),
+                w,
+                "a positive number",
+            ));
+        }
+        boxes.push((low, high));
+        weights.push(w);
+    }
+    let total: f64 = weights.iter().sum();
+    let mut data = Vec::with_capacity(n * d);
+    for _ in 0..n {
+        let u = rng.uniform() * total;
+        let mut acc = 0.0;
+        let mut k = boxes.len() - 1;
+        for (i, w) in weights.iter().enumerate() {
+            acc += w;
+            if u < acc {
+                k = i;
+                break;
+            }
+        }
+        let (low, high) = &boxes[k];
+        for j in 0..d {
+            data.push(rng.uniform_in(low[j], high[j]));
+        }
+    }
+    Ok(Design {
+        inputs: Inputs::new(d, data),
+        coord: None,
+        support: boxes,
+        diagonal: None,
+    })
+}
+
+/// Explicit points (see [`DesignSpec::Points`]).
+fn from_points(points: &[Vec<f64>], d: usize, field: &str) -> Result<Design, AnchorError> {
+    if points.is_empty() {
+        return Err(AnchorError::invalid(
+            format!("{field}.points"),
+            "[]",
+            "at least one point",
+        ));
+    }
+    let inputs = Inputs::from_rows(d, points).map_err(|_| {
+        AnchorError::invalid(
+            format!("{field}.points"),
+            format!(
+                "{:?}",
+                points.iter().find(|p| p.len() != d).unwrap_or(&vec![])
+            ),
+            format!("points with d = {d} coordinates each"),
+        )
+    })?;
+    if let Some(v) = inputs.as_slice().iter().find(|v| !v.is_finite()) {
+        return Err(AnchorError::invalid(
+            format!("{field}.points"),
+            v,
+            "finite coordinates",
+        ));
+    }
+    let coord = (d == 1).then(|| ("x".to_string(), inputs.as_slice().to_vec()));
+    let b = inputs.bounds();
+    Ok(Design {
+        inputs,
+        coord,
+        support: vec![(
+            b.iter().map(|x| x.0).collect(),
+            b.iter().map(|x| x.1).collect(),
+        )],
+        diagonal: None,
+    })
 }
 
 #[cfg(test)]

@@ -317,48 +317,17 @@ fn expand(
             out.push(Term::Monomial(p));
         }
         FeatureSpec::Polynomial { degree, min_degree } => {
-            let deg = int_of(degree, vars, &format!("{field}.degree"), 0)?;
-            let min = match min_degree {
-                Some(m) => int_of(m, vars, &format!("{field}.min_degree"), 0)?,
-                None => 0,
-            };
-            if min > deg {
-                return Err(AnchorError::invalid(
-                    format!("{field}.min_degree"),
-                    min,
-                    format!("at most degree = {deg}"),
-                ));
-            }
-            for total in min..=deg {
-                let mut powers = vec![0u32; d];
-                graded(&mut powers, 0, total, out);
-            }
+            polynomial(degree, min_degree.as_ref(), d, vars, field, out)?
         }
         FeatureSpec::Powers { powers, dims } => {
-            let ks = powers
-                .iter()
-                .enumerate()
-                .map(|(i, k)| int_of(k, vars, &format!("{field}.powers[{i}]"), 1))
-                .collect::<Result<Vec<_>, _>>()?;
-            if ks.is_empty() {
-                return Err(AnchorError::invalid(
-                    format!("{field}.powers"),
-                    "[]",
-                    "at least one exponent",
-                ));
-            }
             let dims: Vec<usize> = match dims {
                 Some(list) => list.clone(),
                 None => (0..d).collect(),
             };
             for &j in &dims {
                 check_dim(j)?;
-                for &k in &ks {
-                    let mut p = vec![0u32; d];
-                    p[j] = k;
-                    out.push(Term::Monomial(p));
-                }
             }
+            axis_powers(powers, &dims, d, vars, field, out)?
         }
         FeatureSpec::StyblinskiTang => {
             for j in 0..d {
@@ -410,31 +379,100 @@ fn expand(
                 });
             }
         }
-        FeatureSpec::Product { factors } => {
-            if factors.is_empty() {
-                return Err(AnchorError::invalid(
-                    format!("{field}.factors"),
-                    "[]",
-                    "at least one factor",
-                ));
-            }
-            let mut terms = Vec::new();
-            for (i, f) in factors.iter().enumerate() {
-                let mut one = Vec::new();
-                let sub = format!("{field}.factors[{i}]");
-                expand(f, d, vars, &sub, &mut one)?;
-                if one.len() != 1 {
-                    return Err(AnchorError::invalid(
-                        sub,
-                        format!("{} terms", one.len()),
-                        "a factor that expands to exactly one term",
-                    ));
-                }
-                terms.extend(one);
-            }
-            out.push(Term::Product(terms));
+        FeatureSpec::Product { factors } => product(factors, d, vars, field, out)?,
+    }
+    Ok(())
+}
+
+/// `polynomial`: every monomial of total degree min_degree..=degree.
+fn polynomial(
+    degree: &Num,
+    min_degree: Option<&Num>,
+    d: usize,
+    vars: &[(String, f64)],
+    field: &str,
+    out: &mut Vec<Term>,
+) -> Result<(), AnchorError> {
+    let deg = int_of(degree, vars, &format!("{field}.degree"), 0)?;
+    let min = match min_degree {
+        Some(m) => int_of(m, vars, &format!("{field}.min_degree"), 0)?,
+        None => 0,
+    };
+    if min > deg {
+        return Err(AnchorError::invalid(
+            format!("{field}.min_degree"),
+            min,
+            format!("at most degree = {deg}"),
+        ));
+    }
+    for total in min..=deg {
+        let mut powers = vec![0u32; d];
+        graded(&mut powers, 0, total, out);
+    }
+    Ok(())
+}
+
+/// `powers`: x_j^k for every k of `powers` and every dimension j of `dims` (checked).
+fn axis_powers(
+    powers: &[Num],
+    dims: &[usize],
+    d: usize,
+    vars: &[(String, f64)],
+    field: &str,
+    out: &mut Vec<Term>,
+) -> Result<(), AnchorError> {
+    let ks = powers
+        .iter()
+        .enumerate()
+        .map(|(i, k)| int_of(k, vars, &format!("{field}.powers[{i}]"), 1))
+        .collect::<Result<Vec<_>, _>>()?;
+    if ks.is_empty() {
+        return Err(AnchorError::invalid(
+            format!("{field}.powers"),
+            "[]",
+            "at least one exponent",
+        ));
+    }
+    for &j in dims {
+        for &k in &ks {
+            let mut p = vec![0u32; d];
+            p[j] = k;
+            out.push(Term::Monomial(p));
         }
     }
+    Ok(())
+}
+
+/// `product`: the product of factors that expand to one term each.
+fn product(
+    factors: &[FeatureSpec],
+    d: usize,
+    vars: &[(String, f64)],
+    field: &str,
+    out: &mut Vec<Term>,
+) -> Result<(), AnchorError> {
+    if factors.is_empty() {
+        return Err(AnchorError::invalid(
+            format!("{field}.factors"),
+            "[]",
+            "at least one factor",
+        ));
+    }
+    let mut terms = Vec::new();
+    for (i, f) in factors.iter().enumerate() {
+        let mut one = Vec::new();
+        let sub = format!("{field}.factors[{i}]");
+        expand(f, d, vars, &sub, &mut one)?;
+        if one.len() != 1 {
+            return Err(AnchorError::invalid(
+                sub,
+                format!("{} terms", one.len()),
+                "a factor that expands to exactly one term",
+            ));
+        }
+        terms.extend(one);
+    }
+    out.push(Term::Product(terms));
     Ok(())
 }
 

@@ -221,28 +221,7 @@ impl Anchor {
             });
         }
 
-        let weights = DVector::from_iterator(n, train_sigma.iter().map(|s| 1.0 / s));
-        let mut phi = DMatrix::<f64>::zeros(n, p);
-        for (i, g) in train_g.chunks(p).enumerate() {
-            for j in 0..p {
-                phi[(i, j)] = g[j] * weights[i];
-            }
-        }
-        let col_scale = DVector::from_iterator(
-            p,
-            phi.column_iter().map(|c| {
-                let norm = c.norm();
-                if norm > 0.0 && norm.is_finite() {
-                    1.0 / norm
-                } else {
-                    1.0
-                }
-            }),
-        );
-        for j in 0..p {
-            let s = col_scale[j];
-            phi.column_mut(j).scale_mut(s);
-        }
+        let (phi, weights, col_scale) = scaled_design(train_g, train_sigma, n, p);
         if phi.iter().any(|v| !v.is_finite()) {
             return Err(AnchorError::invalid(
                 format!("problem `{name}`{setting}: training features"),
@@ -374,6 +353,40 @@ impl Anchor {
             fitted,
         })
     }
+}
+
+/// The weighted design W·G (row i divided by σ_i) with its columns scaled to unit norm (a
+/// column of zeros keeps scale 1), the weights 1/σ_i and the column scales D: the matrix whose
+/// QR the anchor uses, so that its conditioning reflects the problem, not the units.
+fn scaled_design(
+    train_g: &[f64],
+    train_sigma: &[f64],
+    n: usize,
+    p: usize,
+) -> (DMatrix<f64>, DVector<f64>, DVector<f64>) {
+    let weights = DVector::from_iterator(n, train_sigma.iter().map(|s| 1.0 / s));
+    let mut phi = DMatrix::<f64>::zeros(n, p);
+    for (i, g) in train_g.chunks(p).enumerate() {
+        for j in 0..p {
+            phi[(i, j)] = g[j] * weights[i];
+        }
+    }
+    let col_scale = DVector::from_iterator(
+        p,
+        phi.column_iter().map(|c| {
+            let norm = c.norm();
+            if norm > 0.0 && norm.is_finite() {
+                1.0 / norm
+            } else {
+                1.0
+            }
+        }),
+    );
+    for j in 0..p {
+        let s = col_scale[j];
+        phi.column_mut(j).scale_mut(s);
+    }
+    (phi, weights, col_scale)
 }
 
 #[cfg(test)]

@@ -268,77 +268,11 @@ fn moments(values: impl Iterator<Item = f64> + Clone) -> (f64, f64) {
 
 /// Fits the surrogate truth of `spec` to `table`; `seeds` gives the two forests' seeds.
 pub fn fit(spec: &SurrogateSpec, table: &Table, seeds: (u64, u64)) -> Result<Fitted, AnchorError> {
-    let t = table.column(&spec.target, "surrogate.target")?;
-    for (i, name) in spec.drop.iter().enumerate() {
-        let j = table.column(name, &format!("surrogate.drop[{i}]"))?;
-        if j == t {
-            return Err(AnchorError::invalid(
-                format!("surrogate.drop[{i}]"),
-                format!("`{name}`"),
-                "a covariate column (this is the target)",
-            ));
-        }
-    }
-    let keep: Vec<usize> = (0..table.columns.len())
-        .filter(|&j| j != t && !spec.drop.contains(&table.columns[j]))
-        .collect();
-    if keep.is_empty() {
-        return Err(AnchorError::invalid(
-            "surrogate.drop",
-            format!("{:?}", spec.drop),
-            "a list that leaves at least one covariate",
-        ));
-    }
+    let (t, keep) = covariates(spec, table)?;
     let rows = table.rows.len();
     let forest = spec.forest;
-    if forest.trees == 0 || forest.max_depth == 0 || forest.min_samples_leaf == 0 {
-        return Err(AnchorError::invalid(
-            "surrogate.forest",
-            format!(
-                "trees = {}, max_depth = {}, min_samples_leaf = {}",
-                forest.trees, forest.max_depth, forest.min_samples_leaf
-            ),
-            "positive whole numbers",
-        ));
-    }
-    let d = keep.len();
-    let m = forest.max_features.unwrap_or(d);
-    if m == 0 || m > d {
-        return Err(AnchorError::invalid(
-            "surrogate.forest.max_features",
-            m,
-            format!("between 1 and the number of covariates, {d}"),
-        ));
-    }
-    let mut columns: Vec<Vec<f64>> = keep
-        .iter()
-        .map(|&j| table.rows.iter().map(|r| r[j]).collect())
-        .collect();
-    let mut y: Vec<f64> = table.rows.iter().map(|r| r[t]).collect();
-    let mut target_scale = (0.0, 1.0);
-    if spec.standardize {
-        for (col, &j) in columns.iter_mut().zip(&keep) {
-            let (mean, sd) = moments(col.iter().copied());
-            if sd.is_nan() || sd <= 0.0 {
-                return Err(AnchorError::invalid(
-                    format!("surrogate.data column {}", table.columns[j]),
-                    "a constant column",
-                    "a covariate that varies (leave it out with `drop`)",
-                ));
-            }
-            col.iter_mut().for_each(|v| *v = (*v - mean) / sd);
-        }
-        let (mean, sd) = moments(y.iter().copied());
-        if sd.is_nan() || sd <= 0.0 {
-            return Err(AnchorError::invalid(
-                "surrogate.target",
-                format!("`{}` (constant)", spec.target),
-                "a target that varies",
-            ));
-        }
-        y.iter_mut().for_each(|v| *v = (*v - mean) / sd);
-        target_scale = (mean, sd);
-    }
+    let (d, m) = (keep.len(), forest_features(&forest, keep.len())?);
+    let (columns, y, target_scale) = scaled(spec, table, t, &keep)?;
     let x: Vec<f64> = (0..rows)
         .flat_map(|i| columns.iter().map(move |c| c[i]))
         .collect();
@@ -410,6 +344,96 @@ pub fn fit(spec: &SurrogateSpec, table: &Table, seeds: (u64, u64)) -> Result<Fit
         target_scale,
         oob_r2: 1.0 - oob_mse / (y_sd * y_sd),
     })
+}
+
+/// The target's column and the covariates' columns (every other column not dropped).
+fn covariates(spec: &SurrogateSpec, table: &Table) -> Result<(usize, Vec<usize>), AnchorError> {
+    let t = table.column(&spec.target, "surrogate.target")?;
+    for (i, name) in spec.drop.iter().enumerate() {
+        let j = table.column(name, &format!("surrogate.drop[{i}]"))?;
+        if j == t {
+            return Err(AnchorError::invalid(
+                format!("surrogate.drop[{i}]"),
+                format!("`{name}`"),
+                "a covariate column (this is the target)",
+            ));
+        }
+    }
+    let keep: Vec<usize> = (0..table.columns.len())
+        .filter(|&j| j != t && !spec.drop.contains(&table.columns[j]))
+        .collect();
+    if keep.is_empty() {
+        return Err(AnchorError::invalid(
+            "surrogate.drop",
+            format!("{:?}", spec.drop),
+            "a list that leaves at least one covariate",
+        ));
+    }
+    Ok((t, keep))
+}
+
+/// Checks the forest's settings; returns the split candidates per node m for `d` covariates.
+fn forest_features(forest: &ForestSpec, d: usize) -> Result<usize, AnchorError> {
+    if forest.trees == 0 || forest.max_depth == 0 || forest.min_samples_leaf == 0 {
+        return Err(AnchorError::invalid(
+            "surrogate.forest",
+            format!(
+                "trees = {}, max_depth = {}, min_samples_leaf = {}",
+                forest.trees, forest.max_depth, forest.min_samples_leaf
+            ),
+            "positive whole numbers",
+        ));
+    }
+    let m = forest.max_features.unwrap_or(d);
+    if m == 0 || m > d {
+        return Err(AnchorError::invalid(
+            "surrogate.forest.max_features",
+            m,
+            format!("between 1 and the number of covariates, {d}"),
+        ));
+    }
+    Ok(m)
+}
+
+/// The covariates (one column each) and the target, standardised when the spec asks, with
+/// the target's (mean, sd) (`(0, 1)` when not standardised).
+#[allow(clippy::type_complexity)]
+fn scaled(
+    spec: &SurrogateSpec,
+    table: &Table,
+    t: usize,
+    keep: &[usize],
+) -> Result<(Vec<Vec<f64>>, Vec<f64>, (f64, f64)), AnchorError> {
+    let mut columns: Vec<Vec<f64>> = keep
+        .iter()
+        .map(|&j| table.rows.iter().map(|r| r[j]).collect())
+        .collect();
+    let mut y: Vec<f64> = table.rows.iter().map(|r| r[t]).collect();
+    let mut target_scale = (0.0, 1.0);
+    if spec.standardize {
+        for (col, &j) in columns.iter_mut().zip(keep) {
+            let (mean, sd) = moments(col.iter().copied());
+            if sd.is_nan() || sd <= 0.0 {
+                return Err(AnchorError::invalid(
+                    format!("surrogate.data column {}", table.columns[j]),
+                    "a constant column",
+                    "a covariate that varies (leave it out with `drop`)",
+                ));
+            }
+            col.iter_mut().for_each(|v| *v = (*v - mean) / sd);
+        }
+        let (mean, sd) = moments(y.iter().copied());
+        if sd.is_nan() || sd <= 0.0 {
+            return Err(AnchorError::invalid(
+                "surrogate.target",
+                format!("`{}` (constant)", spec.target),
+                "a target that varies",
+            ));
+        }
+        y.iter_mut().for_each(|v| *v = (*v - mean) / sd);
+        target_scale = (mean, sd);
+    }
+    Ok((columns, y, target_scale))
 }
 
 /// Row indices of the training, validation and test parts.

@@ -102,22 +102,7 @@ fn loglik_metrics(table: &[Vec<f64>], out: &mut Map<String, Value>) -> Result<()
 pub fn compute(input: &Input, args: &Options) -> Result<Map<String, Value>> {
     let mut out = Map::new();
     match input {
-        Input::Draws { draws } => {
-            let d = uqbench_metrics::mcmc::diagnose(draws)?;
-            out.insert("kind".into(), json!("draws"));
-            out.insert("chains".into(), json!(draws.len()));
-            out.insert("draws_per_chain".into(), json!(draws[0].len()));
-            for (name, v) in [
-                ("rhat", d.rhat),
-                ("rhat_bulk", d.rhat_bulk),
-                ("rhat_tail", d.rhat_tail),
-                ("ess_bulk", d.ess_bulk),
-                ("ess_tail", d.ess_tail),
-                ("mcse_mean", d.mcse_mean),
-            ] {
-                out.insert(name.into(), finite_or_null(v));
-            }
-        }
+        Input::Draws { draws } => draws_metrics(draws, &mut out)?,
         Input::Regression {
             mean,
             std,
@@ -125,31 +110,7 @@ pub fn compute(input: &Input, args: &Options) -> Result<Map<String, Value>> {
             samples,
             loglik,
         } => {
-            out.insert("kind".into(), json!("regression"));
-            out.insert("n".into(), json!(y.len()));
-            out.insert("rmse".into(), json!(reg::rmse(mean, y)?));
-            out.insert("mae".into(), json!(reg::mae(mean, y)?));
-            out.insert("nll".into(), json!(reg::gaussian_nll(mean, std, y)?));
-            out.insert("crps".into(), json!(reg::crps_gaussian(mean, std, y)?));
-            if let Some(s) = samples {
-                out.insert("crps_samples".into(), json!(reg::crps_samples(s, y)?));
-            }
-            for &level in &args.levels {
-                let q = reg::interval_quality(mean, std, y, level)?;
-                out.insert(format!("coverage_{level}"), json!(q.coverage));
-                out.insert(format!("width_{level}"), json!(q.width));
-                out.insert(format!("interval_score_{level}"), json!(q.interval_score));
-            }
-            let curve = reg::calibration_curve(mean, std, y, 100)?;
-            out.insert("calibration_mae".into(), json!(curve.mean_absolute_error()));
-            out.insert(
-                "calibration_rmse".into(),
-                json!(curve.root_mean_squared_error()),
-            );
-            out.insert(
-                "miscalibration_area".into(),
-                json!(curve.miscalibration_area()),
-            );
+            regression_metrics(mean, std, y, samples.as_deref(), args, &mut out)?;
             if let Some(t) = loglik {
                 loglik_metrics(t, &mut out)?;
             }
@@ -160,108 +121,9 @@ pub fn compute(input: &Input, args: &Options) -> Result<Map<String, Value>> {
             member_probs,
             loglik,
         } => {
-            let classes = cls::check_probs(probs, labels)?;
-            out.insert("kind".into(), json!("classification"));
-            out.insert("n".into(), json!(labels.len()));
-            out.insert("classes".into(), json!(classes));
-            out.insert("accuracy".into(), json!(cls::accuracy(probs, labels)?));
-            out.insert("brier".into(), json!(cls::brier(probs, labels)?));
-            let d = cls::brier_decomposition(probs, labels)?;
-            out.insert("brier_uncertainty".into(), json!(d.uncertainty));
-            out.insert("brier_resolution".into(), json!(d.resolution));
-            out.insert("brier_reliability".into(), json!(d.reliability));
-            out.insert("nll".into(), json!(cls::nll(probs, labels)?));
-            let b = args.bins;
-            out.insert(
-                "ece".into(),
-                json!(cls::calibration_error(
-                    probs,
-                    labels,
-                    &CalibrationConfig::ece(b)
-                )?),
-            );
-            out.insert(
-                "rmsce".into(),
-                json!(cls::calibration_error(
-                    probs,
-                    labels,
-                    &CalibrationConfig::rmsce(b)
-                )?),
-            );
-            out.insert(
-                "sce".into(),
-                json!(cls::calibration_error(
-                    probs,
-                    labels,
-                    &CalibrationConfig::sce(b)
-                )?),
-            );
-            out.insert(
-                "ace".into(),
-                json!(cls::calibration_error(
-                    probs,
-                    labels,
-                    &CalibrationConfig::ace(b)
-                )?),
-            );
-            out.insert(
-                "tace".into(),
-                json!(cls::calibration_error(
-                    probs,
-                    labels,
-                    &CalibrationConfig::tace(b, args.tace_threshold)
-                )?),
-            );
-            out.insert("bins".into(), json!(b));
-            let diagram = cls::reliability_diagram(probs, labels, b, Binning::EqualWidth)?;
-            out.insert(
-                "reliability_diagram".into(),
-                json!(diagram
-                    .iter()
-                    .map(|bin| json!({
-                        "lower": bin.lower, "upper": bin.upper, "count": bin.count,
-                        "confidence": finite_or_null(bin.confidence),
-                        "accuracy": finite_or_null(bin.accuracy),
-                    }))
-                    .collect::<Vec<_>>()),
-            );
-            if classes == 2 {
-                let scores: Vec<f64> = probs.iter().map(|p| p[1]).collect();
-                let positive: Vec<bool> = labels.iter().map(|&l| l == 1).collect();
-                match roc_auc(&scores, &positive) {
-                    Ok(auc) => {
-                        out.insert("auc".into(), json!(auc));
-                    }
-                    Err(_) => {
-                        out.insert("auc".into(), Value::Null);
-                    }
-                }
-            }
+            classification_metrics(probs, labels, args, &mut out)?;
             if let Some(members) = member_probs {
-                if members.is_empty() {
-                    bail!("member_probs is empty: give members × points × classes probabilities");
-                }
-                let n = labels.len();
-                let (mut total, mut expected, mut mi) = (0.0, 0.0, 0.0);
-                for i in 0..n {
-                    let rows: Vec<Vec<f64>> = members
-                        .iter()
-                        .enumerate()
-                        .map(|(m, mp)| {
-                            mp.get(i).cloned().with_context(|| {
-                                format!("member_probs[{m}] has {} points, labels has {n}", mp.len())
-                            })
-                        })
-                        .collect::<Result<_>>()?;
-                    let e = cls::ensemble_entropy(&rows)?;
-                    total += e.total;
-                    expected += e.expected;
-                    mi += e.mutual_information;
-                }
-                let n = n as f64;
-                out.insert("predictive_entropy".into(), json!(total / n));
-                out.insert("expected_entropy".into(), json!(expected / n));
-                out.insert("mutual_information".into(), json!(mi / n));
+                ensemble_metrics(members, labels.len(), &mut out)?;
             }
             if let Some(t) = loglik {
                 loglik_metrics(t, &mut out)?;
@@ -269,6 +131,182 @@ pub fn compute(input: &Input, args: &Options) -> Result<Map<String, Value>> {
         }
     }
     Ok(out)
+}
+
+/// R̂, ESS and MCSE of chains of draws, as ArviZ computes them.
+fn draws_metrics(draws: &[Vec<f64>], out: &mut Map<String, Value>) -> Result<()> {
+    let d = uqbench_metrics::mcmc::diagnose(draws)?;
+    out.insert("kind".into(), json!("draws"));
+    out.insert("chains".into(), json!(draws.len()));
+    out.insert("draws_per_chain".into(), json!(draws[0].len()));
+    for (name, v) in [
+        ("rhat", d.rhat),
+        ("rhat_bulk", d.rhat_bulk),
+        ("rhat_tail", d.rhat_tail),
+        ("ess_bulk", d.ess_bulk),
+        ("ess_tail", d.ess_tail),
+        ("mcse_mean", d.mcse_mean),
+    ] {
+        out.insert(name.into(), finite_or_null(v));
+    }
+    Ok(())
+}
+
+/// Point, interval and calibration metrics of Gaussian predictions (and the sample CRPS).
+fn regression_metrics(
+    mean: &[f64],
+    std: &[f64],
+    y: &[f64],
+    samples: Option<&[Vec<f64>]>,
+    args: &Options,
+    out: &mut Map<String, Value>,
+) -> Result<()> {
+    out.insert("kind".into(), json!("regression"));
+    out.insert("n".into(), json!(y.len()));
+    out.insert("rmse".into(), json!(reg::rmse(mean, y)?));
+    out.insert("mae".into(), json!(reg::mae(mean, y)?));
+    out.insert("nll".into(), json!(reg::gaussian_nll(mean, std, y)?));
+    out.insert("crps".into(), json!(reg::crps_gaussian(mean, std, y)?));
+    if let Some(s) = samples {
+        out.insert("crps_samples".into(), json!(reg::crps_samples(s, y)?));
+    }
+    for &level in &args.levels {
+        let q = reg::interval_quality(mean, std, y, level)?;
+        out.insert(format!("coverage_{level}"), json!(q.coverage));
+        out.insert(format!("width_{level}"), json!(q.width));
+        out.insert(format!("interval_score_{level}"), json!(q.interval_score));
+    }
+    let curve = reg::calibration_curve(mean, std, y, 100)?;
+    out.insert("calibration_mae".into(), json!(curve.mean_absolute_error()));
+    out.insert(
+        "calibration_rmse".into(),
+        json!(curve.root_mean_squared_error()),
+    );
+    out.insert(
+        "miscalibration_area".into(),
+        json!(curve.miscalibration_area()),
+    );
+    Ok(())
+}
+
+/// Proper scores, calibration errors, the reliability diagram and (two classes) the AUC.
+fn classification_metrics(
+    probs: &[Vec<f64>],
+    labels: &[usize],
+    args: &Options,
+    out: &mut Map<String, Value>,
+) -> Result<()> {
+    let classes = cls::check_probs(probs, labels)?;
+    out.insert("kind".into(), json!("classification"));
+    out.insert("n".into(), json!(labels.len()));
+    out.insert("classes".into(), json!(classes));
+    out.insert("accuracy".into(), json!(cls::accuracy(probs, labels)?));
+    out.insert("brier".into(), json!(cls::brier(probs, labels)?));
+    let d = cls::brier_decomposition(probs, labels)?;
+    out.insert("brier_uncertainty".into(), json!(d.uncertainty));
+    out.insert("brier_resolution".into(), json!(d.resolution));
+    out.insert("brier_reliability".into(), json!(d.reliability));
+    out.insert("nll".into(), json!(cls::nll(probs, labels)?));
+    let b = args.bins;
+    out.insert(
+        "ece".into(),
+        json!(cls::calibration_error(
+            probs,
+            labels,
+            &CalibrationConfig::ece(b)
+        )?),
+    );
+    out.insert(
+        "rmsce".into(),
+        json!(cls::calibration_error(
+            probs,
+            labels,
+            &CalibrationConfig::rmsce(b)
+        )?),
+    );
+    out.insert(
+        "sce".into(),
+        json!(cls::calibration_error(
+            probs,
+            labels,
+            &CalibrationConfig::sce(b)
+        )?),
+    );
+    out.insert(
+        "ace".into(),
+        json!(cls::calibration_error(
+            probs,
+            labels,
+            &CalibrationConfig::ace(b)
+        )?),
+    );
+    out.insert(
+        "tace".into(),
+        json!(cls::calibration_error(
+            probs,
+            labels,
+            &CalibrationConfig::tace(b, args.tace_threshold)
+        )?),
+    );
+    out.insert("bins".into(), json!(b));
+    let diagram = cls::reliability_diagram(probs, labels, b, Binning::EqualWidth)?;
+    out.insert(
+        "reliability_diagram".into(),
+        json!(diagram
+            .iter()
+            .map(|bin| json!({
+                "lower": bin.lower, "upper": bin.upper, "count": bin.count,
+                "confidence": finite_or_null(bin.confidence),
+                "accuracy": finite_or_null(bin.accuracy),
+            }))
+            .collect::<Vec<_>>()),
+    );
+    if classes == 2 {
+        let scores: Vec<f64> = probs.iter().map(|p| p[1]).collect();
+        let positive: Vec<bool> = labels.iter().map(|&l| l == 1).collect();
+        match roc_auc(&scores, &positive) {
+            Ok(auc) => {
+                out.insert("auc".into(), json!(auc));
+            }
+            Err(_) => {
+                out.insert("auc".into(), Value::Null);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The ensemble's entropy decomposition (total, expected, mutual information), mean over the
+/// `n` points, from members × points × classes probabilities.
+fn ensemble_metrics(
+    members: &[Vec<Vec<f64>>],
+    n: usize,
+    out: &mut Map<String, Value>,
+) -> Result<()> {
+    if members.is_empty() {
+        bail!("member_probs is empty: give members × points × classes probabilities");
+    }
+    let (mut total, mut expected, mut mi) = (0.0, 0.0, 0.0);
+    for i in 0..n {
+        let rows: Vec<Vec<f64>> = members
+            .iter()
+            .enumerate()
+            .map(|(m, mp)| {
+                mp.get(i).cloned().with_context(|| {
+                    format!("member_probs[{m}] has {} points, labels has {n}", mp.len())
+                })
+            })
+            .collect::<Result<_>>()?;
+        let e = cls::ensemble_entropy(&rows)?;
+        total += e.total;
+        expected += e.expected;
+        mi += e.mutual_information;
+    }
+    let n = n as f64;
+    out.insert("predictive_entropy".into(), json!(total / n));
+    out.insert("expected_entropy".into(), json!(expected / n));
+    out.insert("mutual_information".into(), json!(mi / n));
+    Ok(())
 }
 
 fn finite_or_null(v: f64) -> Value {

@@ -151,11 +151,6 @@ pub fn rep_path(dir: &Path, setting: &Setting, method: &str, rep: u64) -> PathBu
         .join(format!("{}.json", rep_stem(rep)))
 }
 
-/// Reads one repetition's result.
-pub fn read_rep(path: &Path) -> Result<crate::summary::RepResult> {
-    read_json(path)
-}
-
 /// Reads one repetition's stored result of any kind; a missing file is an error that says
 /// how to complete the run.
 pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {

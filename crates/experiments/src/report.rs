@@ -11,7 +11,7 @@ use uqbench_eval::summary::names;
 use uqbench_eval::Track;
 
 use crate::figures::Written;
-use uqbench_eval::summary::{Scalar, Summary, UNDERFIT_FACTOR};
+use uqbench_eval::summary::{Scalar, SettingSummary, Summary, UNDERFIT_FACTOR};
 
 fn cell(s: Option<&Scalar>) -> String {
     match s {
@@ -124,77 +124,83 @@ pub fn write(
          repetitions are counted and left out of every metric.\n"
     );
     for s in &summary.settings {
-        let title = if s.setting.is_empty() {
-            "(no sweep)".to_string()
-        } else {
-            s.setting.clone()
-        };
-        let _ = writeln!(md, "### {title}\n");
-        let regions: Vec<&str> = [names::ALL, names::IN, names::GAP, names::OUT]
-            .into_iter()
-            .filter(|r| s.methods.values().any(|m| m.aggregate.contains_key(*r)))
-            .collect();
-        let _ = write!(md, "| method | reps | diverged |");
+        regression_table(&mut md, header.methods, s);
+    }
+    Ok(write_atomic(&dir.join("report.md"), md.as_bytes())?)
+}
+
+/// One setting's aggregates of a regression run: coverage per region, deviation and
+/// uncertainty with their ratios to the anchor's, fit ratio, CICF Brier, learned rate, and
+/// each method's flags.
+fn regression_table(md: &mut String, methods: &[String], s: &SettingSummary) {
+    let title = if s.setting.is_empty() {
+        "(no sweep)".to_string()
+    } else {
+        s.setting.clone()
+    };
+    let _ = writeln!(md, "### {title}\n");
+    let regions: Vec<&str> = [names::ALL, names::IN, names::GAP, names::OUT]
+        .into_iter()
+        .filter(|r| s.methods.values().any(|m| m.aggregate.contains_key(*r)))
+        .collect();
+    let _ = write!(md, "| method | reps | diverged |");
+    for r in &regions {
+        let _ = write!(md, " coverage ({r}) |");
+    }
+    let _ = writeln!(
+        md,
+        " deviation | deviation / BLR | uncertainty | uncertainty / BLR | fit ratio | \
+         CICF Brier 0.95 | learned rate |"
+    );
+    let _ = writeln!(md, "|{}", "---|".repeat(10 + regions.len()));
+    let mut flags = Vec::new();
+    for (name, m) in methods
+        .iter()
+        .filter_map(|n| s.methods.get(n).map(|m| (n, m)))
+    {
+        let all = m.aggregate.get(names::ALL);
+        let get = |k: &str| all.and_then(|a| a.get(k));
+        let ratio = [names::IN, names::ALL].iter().find_map(|r| {
+            m.aggregate
+                .get(*r)
+                .and_then(|a| a.get(names::DEVIATION_RATIO))
+        });
+        let rate = get("learned_p")
+            .map(|v| format!("p = {}", cell(Some(v))))
+            .or_else(|| get("learned_alpha").map(|v| format!("α = {}", cell(Some(v)))));
+        let mark = if m.flags.is_empty() { "" } else { " ⚠" };
+        let _ = write!(
+            md,
+            "| {name}{mark} | {} | {} |",
+            m.repetitions,
+            m.diverged.len()
+        );
         for r in &regions {
-            let _ = write!(md, " coverage ({r}) |");
+            let _ = write!(
+                md,
+                " {} |",
+                cell(m.aggregate.get(*r).and_then(|a| a.get(names::COVERAGE)))
+            );
         }
         let _ = writeln!(
             md,
-            " deviation | deviation / BLR | uncertainty | uncertainty / BLR | fit ratio | \
-             CICF Brier 0.95 | learned rate |"
+            " {} | {} | {} | {} | {} | {} | {} |",
+            cell(get(names::DEVIATION)),
+            cell(ratio),
+            cell(get(names::UNCERTAINTY)),
+            cell(get(names::UNCERTAINTY_RATIO)),
+            cell(get(names::FIT_RATIO)),
+            cell(get(&names::at(names::CICF_BRIER, 0.95))),
+            rate.unwrap_or_else(|| "–".to_string())
         );
-        let _ = writeln!(md, "|{}", "---|".repeat(10 + regions.len()));
-        let mut flags = Vec::new();
-        for (name, m) in header
-            .methods
-            .iter()
-            .filter_map(|n| s.methods.get(n).map(|m| (n, m)))
-        {
-            let all = m.aggregate.get(names::ALL);
-            let get = |k: &str| all.and_then(|a| a.get(k));
-            let ratio = [names::IN, names::ALL].iter().find_map(|r| {
-                m.aggregate
-                    .get(*r)
-                    .and_then(|a| a.get(names::DEVIATION_RATIO))
-            });
-            let rate = get("learned_p")
-                .map(|v| format!("p = {}", cell(Some(v))))
-                .or_else(|| get("learned_alpha").map(|v| format!("α = {}", cell(Some(v)))));
-            let mark = if m.flags.is_empty() { "" } else { " ⚠" };
-            let _ = write!(
-                md,
-                "| {name}{mark} | {} | {} |",
-                m.repetitions,
-                m.diverged.len()
-            );
-            for r in &regions {
-                let _ = write!(
-                    md,
-                    " {} |",
-                    cell(m.aggregate.get(*r).and_then(|a| a.get(names::COVERAGE)))
-                );
-            }
-            let _ = writeln!(
-                md,
-                " {} | {} | {} | {} | {} | {} | {} |",
-                cell(get(names::DEVIATION)),
-                cell(ratio),
-                cell(get(names::UNCERTAINTY)),
-                cell(get(names::UNCERTAINTY_RATIO)),
-                cell(get(names::FIT_RATIO)),
-                cell(get(&names::at(names::CICF_BRIER, 0.95))),
-                rate.unwrap_or_else(|| "–".to_string())
-            );
-            for f in &m.flags {
-                flags.push(format!("- ⚠ **{name}**: {f}"));
-            }
-        }
-        let _ = writeln!(md);
-        if !flags.is_empty() {
-            let _ = writeln!(md, "{}\n", flags.join("\n"));
+        for f in &m.flags {
+            flags.push(format!("- ⚠ **{name}**: {f}"));
         }
     }
-    Ok(write_atomic(&dir.join("report.md"), md.as_bytes())?)
+    let _ = writeln!(md);
+    if !flags.is_empty() {
+        let _ = writeln!(md, "{}\n", flags.join("\n"));
+    }
 }
 
 /// The aggregates of a classification run ([002] §4.2, [003]).

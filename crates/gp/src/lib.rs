@@ -25,59 +25,18 @@
 //! numerically singular a growing jitter (10⁻¹⁰ to 10⁻⁴ of its mean diagonal) is added
 //! before giving up on that θ.
 
-use argmin::core::{CostFunction, Executor, Gradient, State};
+use argmin::core::{Executor, State};
 use argmin::solver::linesearch::MoreThuenteLineSearch;
 use argmin::solver::quasinewton::LBFGS;
-use nalgebra::{Cholesky, DMatrix, DVector, Dyn};
+use nalgebra::DVector;
 use serde::{Deserialize, Serialize};
 use uqbench_core::noise::{KnownSigma, Tau};
 use uqbench_core::{Compute, Family, Method, MethodError, Prediction, Rng, Task};
 
-/// The covariance function.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Kernel {
-    /// ρ(r) = e^{−r} (Matérn ½), [002]'s choice.
-    #[default]
-    Exponential,
-    /// ρ(r) = (1 + √3 r) e^{−√3 r}.
-    Matern32,
-    /// ρ(r) = (1 + √5 r + 5r²/3) e^{−√5 r}.
-    Matern52,
-    /// ρ(r) = e^{−r²/2}.
-    SquaredExponential,
-    /// s²·G(x)ᵀG(x′) with the problem's features G.
-    Features,
-}
+mod marginal;
 
-impl Kernel {
-    /// ρ(r) and −ρ′(r) for r ≥ 0 (stationary kernels).
-    fn rho(self, r: f64) -> (f64, f64) {
-        let (s3, s5) = (3f64.sqrt(), 5f64.sqrt());
-        match self {
-            Kernel::Exponential => {
-                let e = (-r).exp();
-                (e, e)
-            }
-            Kernel::Matern32 => {
-                let e = (-s3 * r).exp();
-                ((1.0 + s3 * r) * e, 3.0 * r * e)
-            }
-            Kernel::Matern52 => {
-                let e = (-s5 * r).exp();
-                (
-                    (1.0 + s5 * r + 5.0 * r * r / 3.0) * e,
-                    5.0 / 3.0 * r * (1.0 + s5 * r) * e,
-                )
-            }
-            Kernel::SquaredExponential => {
-                let e = (-0.5 * r * r).exp();
-                (e, r * e)
-            }
-            Kernel::Features => unreachable!("the features kernel is not stationary"),
-        }
-    }
-}
+pub use marginal::Kernel;
+use marginal::{cross, evaluate, Eval, Inputs, Objective, Plan, L, N, NAMES, S};
 
 /// The GP's settings (`[methods.GP]`). A hyper-parameter given a number is fixed; one left
 /// out is fitted.
@@ -122,15 +81,6 @@ pub struct Gp {
     config: GpConfig,
 }
 
-/// Index of each hyper-parameter in θ.
-const S: usize = 0;
-const L: usize = 1;
-const N: usize = 2;
-const C: usize = 3;
-const NAMES: [&str; 4] = ["signal_sd", "length_scale", "noise_sd", "constant_sd"];
-/// Sd of the log-normal hyper-priors, in log space.
-const PRIOR_SD: f64 = 3.0;
-
 impl Gp {
     /// Validates the settings.
     pub fn new(name: &str, config: GpConfig) -> Result<Gp, MethodError> {
@@ -172,223 +122,6 @@ impl Gp {
             config,
         })
     }
-}
-
-/// Everything about the inputs a fit needs: the training inputs and, for the features
-/// kernel, their features.
-struct Inputs<'a> {
-    d: usize,
-    x: &'a [f64],
-    features: Option<Vec<f64>>,
-    p: usize,
-}
-
-impl Inputs<'_> {
-    fn n(&self) -> usize {
-        self.x.len() / self.d
-    }
-}
-
-/// ∂K/∂log s and ∂K/∂log ℓ (without the constant and noise terms, handled in closed form).
-type KernelGrads = (DMatrix<f64>, DMatrix<f64>);
-
-/// Cross-covariance k(a_i, b_j) without noise, and (for the length-scale gradient) the
-/// matrix s²·r·(−ρ′(r)).
-fn cross(
-    kernel: Kernel,
-    theta: &[f64; 4],
-    a: (&[f64], Option<&[f64]>),
-    b: (&[f64], Option<&[f64]>),
-    d: usize,
-    p: usize,
-    with_grad: bool,
-) -> (DMatrix<f64>, Option<KernelGrads>) {
-    let (s2, l, c2) = (
-        (2.0 * theta[S]).exp(),
-        theta[L].exp(),
-        (2.0 * theta[C]).exp(),
-    );
-    let (na, nb) = match kernel {
-        Kernel::Features => (
-            a.1.expect("features").len() / p,
-            b.1.expect("features").len() / p,
-        ),
-        _ => (a.0.len() / d, b.0.len() / d),
-    };
-    let mut k = DMatrix::zeros(na, nb);
-    let mut grads = with_grad.then(|| (DMatrix::zeros(na, nb), DMatrix::zeros(na, nb)));
-    for i in 0..na {
-        for j in 0..nb {
-            if kernel == Kernel::Features {
-                let (ga, gb) = (
-                    &a.1.unwrap()[i * p..(i + 1) * p],
-                    &b.1.unwrap()[j * p..(j + 1) * p],
-                );
-                let dot: f64 = ga.iter().zip(gb).map(|(u, v)| u * v).sum();
-                k[(i, j)] = s2 * dot;
-                if let Some((gs, _)) = grads.as_mut() {
-                    gs[(i, j)] = 2.0 * s2 * dot;
-                }
-            } else {
-                let xa = &a.0[i * d..(i + 1) * d];
-                let xb = &b.0[j * d..(j + 1) * d];
-                let r = xa
-                    .iter()
-                    .zip(xb)
-                    .map(|(u, v)| (u - v) * (u - v))
-                    .sum::<f64>()
-                    .sqrt()
-                    / l;
-                let (rho, minus_drho) = kernel.rho(r);
-                k[(i, j)] = c2 + s2 * rho;
-                if let Some((gs, gl)) = grads.as_mut() {
-                    gs[(i, j)] = 2.0 * s2 * rho;
-                    gl[(i, j)] = s2 * r * minus_drho;
-                }
-            }
-        }
-    }
-    (k, grads)
-}
-
-/// The result of one evaluation of the (negative log) marginal likelihood.
-struct Eval {
-    /// −log p(y | θ) (without the hyper-prior).
-    nlml: f64,
-    /// Its gradient in θ.
-    grad: [f64; 4],
-    chol: Cholesky<f64, Dyn>,
-    alpha: DVector<f64>,
-}
-
-fn evaluate(
-    kernel: Kernel,
-    theta: &[f64; 4],
-    inputs: &Inputs<'_>,
-    y: &DVector<f64>,
-    with_grad: bool,
-) -> Option<Eval> {
-    let n = inputs.n();
-    let f = inputs.features.as_deref();
-    let (mut k, grads) = cross(
-        kernel,
-        theta,
-        (inputs.x, f),
-        (inputs.x, f),
-        inputs.d,
-        inputs.p,
-        with_grad,
-    );
-    let noise2 = (2.0 * theta[N]).exp();
-    for i in 0..n {
-        k[(i, i)] += noise2;
-    }
-    let chol = match Cholesky::new(k.clone()) {
-        Some(c) => c,
-        None => {
-            let scale = k.diagonal().mean().abs().max(f64::MIN_POSITIVE);
-            (0..7).find_map(|e| {
-                let mut kj = k.clone();
-                let jitter = scale * 10f64.powi(-10 + e);
-                for i in 0..n {
-                    kj[(i, i)] += jitter;
-                }
-                Cholesky::new(kj)
-            })?
-        }
-    };
-    let alpha = chol.solve(y);
-    let log_det_half: f64 = chol.l_dirty().diagonal().iter().map(|v| v.ln()).sum();
-    let nlml =
-        0.5 * y.dot(&alpha) + log_det_half + 0.5 * n as f64 * (2.0 * std::f64::consts::PI).ln();
-    let mut grad = [0.0; 4];
-    if let Some((gs, gl)) = grads {
-        // ½ tr((ααᵀ − K⁻¹) ∂K) = ½ (αᵀ ∂K α − tr(K⁻¹ ∂K)); K⁻¹ by Cholesky solves.
-        let k_inv = chol.solve(&DMatrix::identity(n, n));
-        let term = |dk: &DMatrix<f64>| -> f64 {
-            let quad = alpha.dot(&(dk * &alpha));
-            let trace: f64 = k_inv.component_mul(dk).sum();
-            -0.5 * (quad - trace)
-        };
-        grad[S] = term(&gs);
-        if kernel != Kernel::Features {
-            grad[L] = term(&gl);
-            let c2 = (2.0 * theta[C]).exp();
-            // ∂K/∂log c = 2c²·11ᵀ: αᵀ∂Kα = 2c²(Σα)², tr(K⁻¹∂K) = 2c²·Σ_ij K⁻¹_ij.
-            grad[C] = -0.5 * (2.0 * c2 * alpha.sum().powi(2) - 2.0 * c2 * k_inv.sum());
-        }
-        // ∂K/∂log σ_n = 2σ_n² I.
-        grad[N] = -0.5 * (2.0 * noise2 * alpha.norm_squared() - 2.0 * noise2 * k_inv.trace());
-    }
-    Some(Eval {
-        nlml,
-        grad,
-        chol,
-        alpha,
-    })
-}
-
-/// The objective argmin minimises: −log p(y | θ) − log p(θ) over the free components of θ.
-struct Objective<'a> {
-    kernel: Kernel,
-    inputs: &'a Inputs<'a>,
-    y: &'a DVector<f64>,
-    plan: &'a Plan,
-    free: &'a [usize],
-}
-
-impl Objective<'_> {
-    fn theta(&self, x: &[f64]) -> [f64; 4] {
-        let mut theta = self.plan.theta;
-        for (v, &j) in x.iter().zip(self.free) {
-            theta[j] = *v;
-        }
-        theta
-    }
-
-    fn value_and_gradient(
-        &self,
-        x: &[f64],
-        with_grad: bool,
-    ) -> Result<(f64, Vec<f64>), argmin::core::Error> {
-        let theta = self.theta(x);
-        let e = evaluate(self.kernel, &theta, self.inputs, self.y, with_grad).ok_or_else(|| {
-            argmin::core::Error::msg("the covariance matrix is singular at these hyper-parameters")
-        })?;
-        let mut f = e.nlml;
-        let mut g = vec![0.0; self.free.len()];
-        for (i, &j) in self.free.iter().enumerate() {
-            let z = (x[i] - self.plan.centre[j]) / PRIOR_SD;
-            f += 0.5 * z * z;
-            g[i] = e.grad[j] + z / PRIOR_SD;
-        }
-        Ok((f, g))
-    }
-}
-
-impl CostFunction for Objective<'_> {
-    type Param = Vec<f64>;
-    type Output = f64;
-
-    fn cost(&self, x: &Vec<f64>) -> Result<f64, argmin::core::Error> {
-        Ok(self.value_and_gradient(x, false)?.0)
-    }
-}
-
-impl Gradient for Objective<'_> {
-    type Param = Vec<f64>;
-    type Gradient = Vec<f64>;
-
-    fn gradient(&self, x: &Vec<f64>) -> Result<Vec<f64>, argmin::core::Error> {
-        Ok(self.value_and_gradient(x, true)?.1)
-    }
-}
-
-/// Which hyper-parameters are free, their fixed values, and the centres of their priors.
-struct Plan {
-    free: [bool; 4],
-    theta: [f64; 4],
-    centre: [f64; 4],
 }
 
 impl Gp {
@@ -448,17 +181,16 @@ impl Gp {
         })
     }
 
-    fn fit_one(
+    /// The type-II MAP hyper-parameters and their objective (NaN when every one is fixed),
+    /// from `restarts` L-BFGS runs; `None` when no run reached a finite objective.
+    fn optimise(
         &self,
         task: &Task<'_>,
         inputs: &Inputs<'_>,
-        x_test: &[f64],
-        test_features: Option<&[f64]>,
+        y: &DVector<f64>,
+        plan: &Plan,
         k: usize,
-    ) -> Result<Prediction, MethodError> {
-        let y_host = &task.y_train[k];
-        let y = DVector::from_column_slice(y_host);
-        let plan = self.plan(task, y_host)?;
+    ) -> Option<([f64; 4], f64)> {
         let kernel = self.config.kernel;
         let free: Vec<usize> = (0..4).filter(|&j| plan.free[j]).collect();
         let mut best: Option<([f64; 4], f64)> = None;
@@ -477,8 +209,8 @@ impl Gp {
                 let problem = Objective {
                     kernel,
                     inputs,
-                    y: &y,
-                    plan: &plan,
+                    y,
+                    plan,
                     free: &free,
                 };
                 let solver = LBFGS::new(MoreThuenteLineSearch::new(), 7)
@@ -507,6 +239,22 @@ impl Gp {
                 }
             }
         }
+        best
+    }
+
+    fn fit_one(
+        &self,
+        task: &Task<'_>,
+        inputs: &Inputs<'_>,
+        x_test: &[f64],
+        test_features: Option<&[f64]>,
+        k: usize,
+    ) -> Result<Prediction, MethodError> {
+        let y_host = &task.y_train[k];
+        let y = DVector::from_column_slice(y_host);
+        let plan = self.plan(task, y_host)?;
+        let kernel = self.config.kernel;
+        let best = self.optimise(task, inputs, &y, &plan, k);
         let Some((theta, _)) = best else {
             return Ok(Prediction {
                 diverged: true,
@@ -524,44 +272,7 @@ impl Gp {
             ));
         };
         let f = inputs.features.as_deref();
-        let predict = |xs: &[f64], fs: Option<&[f64]>| -> (Vec<f64>, Vec<f64>) {
-            let (ks, _) = cross(
-                kernel,
-                &theta,
-                (inputs.x, f),
-                (xs, fs),
-                inputs.d,
-                inputs.p,
-                false,
-            );
-            let mean = ks.transpose() * &e.alpha;
-            let v = e
-                .chol
-                .l_dirty()
-                .solve_lower_triangular(&ks)
-                .expect("L is invertible");
-            let m = ks.ncols();
-            let mut var = Vec::with_capacity(m);
-            for j in 0..m {
-                let (kss, _) = cross(
-                    kernel,
-                    &theta,
-                    (
-                        &xs[j * inputs.d..(j + 1) * inputs.d],
-                        fs.map(|f| &f[j * inputs.p..(j + 1) * inputs.p]),
-                    ),
-                    (
-                        &xs[j * inputs.d..(j + 1) * inputs.d],
-                        fs.map(|f| &f[j * inputs.p..(j + 1) * inputs.p]),
-                    ),
-                    inputs.d,
-                    inputs.p,
-                    false,
-                );
-                var.push((kss[(0, 0)] - v.column(j).norm_squared()).max(0.0).sqrt());
-            }
-            (mean.iter().copied().collect(), var)
-        };
+        let predict = |xs: &[f64], fs: Option<&[f64]>| predict(kernel, &theta, inputs, &e, xs, fs);
         let (mean, std) = predict(x_test, test_features);
         let (train_mean, _) = predict(inputs.x, f);
         let h = hyper(&theta);
@@ -586,6 +297,55 @@ impl Gp {
             diverged: false,
         })
     }
+}
+
+/// The predictive mean and sd of f at inputs `xs` (features `fs` for the features kernel)
+/// given the fit `e` at hyper-parameters `theta`.
+fn predict(
+    kernel: Kernel,
+    theta: &[f64; 4],
+    inputs: &Inputs<'_>,
+    e: &Eval,
+    xs: &[f64],
+    fs: Option<&[f64]>,
+) -> (Vec<f64>, Vec<f64>) {
+    let f = inputs.features.as_deref();
+    let (ks, _) = cross(
+        kernel,
+        theta,
+        (inputs.x, f),
+        (xs, fs),
+        inputs.d,
+        inputs.p,
+        false,
+    );
+    let mean = ks.transpose() * &e.alpha;
+    let v = e
+        .chol
+        .l_dirty()
+        .solve_lower_triangular(&ks)
+        .expect("L is invertible");
+    let m = ks.ncols();
+    let mut var = Vec::with_capacity(m);
+    for j in 0..m {
+        let (kss, _) = cross(
+            kernel,
+            theta,
+            (
+                &xs[j * inputs.d..(j + 1) * inputs.d],
+                fs.map(|f| &f[j * inputs.p..(j + 1) * inputs.p]),
+            ),
+            (
+                &xs[j * inputs.d..(j + 1) * inputs.d],
+                fs.map(|f| &f[j * inputs.p..(j + 1) * inputs.p]),
+            ),
+            inputs.d,
+            inputs.p,
+            false,
+        );
+        var.push((kss[(0, 0)] - v.column(j).norm_squared()).max(0.0).sqrt());
+    }
+    (mean.iter().copied().collect(), var)
 }
 
 fn hyper(theta: &[f64; 4]) -> [f64; 4] {
@@ -662,52 +422,5 @@ impl Method for Gp {
                     .expect("every repetition ran")
             })
             .collect()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_marginal_likelihood_gradient_matches_finite_differences() {
-        // 2-D inputs, every stationary kernel, θ away from any optimum. Central differences
-        // with step h have error O(h²·f‴) ≈ 1e-8 here; the check allows 1e-5 relative.
-        let mut rng = Rng::new(3);
-        let x: Vec<f64> = (0..60).map(|_| rng.uniform_in(-2.0, 2.0)).collect();
-        let y = DVector::from_iterator(
-            30,
-            x.chunks(2)
-                .map(|p| (2.0 * p[0]).sin() + p[1] + 0.3 * rng.normal()),
-        );
-        let inputs = Inputs {
-            d: 2,
-            x: &x,
-            features: None,
-            p: 0,
-        };
-        let theta = [0.3, -0.2, -1.1, 0.4];
-        for kernel in [
-            Kernel::Exponential,
-            Kernel::Matern32,
-            Kernel::Matern52,
-            Kernel::SquaredExponential,
-        ] {
-            let e = evaluate(kernel, &theta, &inputs, &y, true).unwrap();
-            for j in 0..4 {
-                let h = 1e-5;
-                let (mut up, mut down) = (theta, theta);
-                up[j] += h;
-                down[j] -= h;
-                let fd = (evaluate(kernel, &up, &inputs, &y, false).unwrap().nlml
-                    - evaluate(kernel, &down, &inputs, &y, false).unwrap().nlml)
-                    / (2.0 * h);
-                assert!(
-                    (e.grad[j] - fd).abs() <= 1e-5 * (1.0 + fd.abs()),
-                    "{kernel:?} θ[{j}]: analytic {} vs {fd}",
-                    e.grad[j]
-                );
-            }
-        }
     }
 }

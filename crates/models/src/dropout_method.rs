@@ -3,12 +3,13 @@
 //! one batched job, with T stochastic passes at prediction.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 use crate::config::MethodConfig;
-use crate::dropout::Dropout;
 use crate::engine::{self, Job, Resources, TrainSettings};
+use crate::stochastic::{Bernoulli, Concrete, StochasticLayer, Variational};
 use uqbench_core::noise::Tau;
 use uqbench_core::MethodError;
 use uqbench_core::{Compute, Family, IntervalSetting, Likelihood, Method, Prediction, Task};
@@ -167,25 +168,25 @@ impl DropoutMethod {
     }
 
     /// The dropout layer for N training points and noise precision τ (see [`Tau`]).
-    pub fn dropout(&self, n: usize, tau: f64) -> Dropout {
+    pub fn dropout(&self, n: usize, tau: f64) -> Arc<dyn StochasticLayer> {
         let c = &self.config;
         let tn = tau * n as f64;
         match self.kind {
-            DropoutKind::Bernoulli => Dropout::Bernoulli { p: c.p },
+            DropoutKind::Bernoulli => Arc::new(Bernoulli { p: c.p }),
             // Gal's reference: weight_regularizer = l²/(τN), dropout_regularizer = 2/(τN)
             // against plain MSE (twice the Gaussian NLL per point); our data term is ½·MSE, so
             // both are halved.
-            DropoutKind::Concrete => Dropout::Concrete {
+            DropoutKind::Concrete => Arc::new(Concrete {
                 init_p: c.init_p,
                 temperature: c.temperature,
                 weight_reg: c.length_scale * c.length_scale / (2.0 * tn),
                 dropout_reg: c.dropout_reg_factor / (2.0 * tn),
-            },
+            }),
             // The per-point ELBO divided by τ: ½·MSE + KL/(τN).
-            DropoutKind::Variational => Dropout::Variational {
+            DropoutKind::Variational => Arc::new(Variational {
                 init_alpha: c.init_alpha,
                 kl_weight: c.kl_factor / tn,
-            },
+            }),
         }
     }
 
@@ -255,7 +256,7 @@ impl Method for DropoutMethod {
         let settings = self.train_settings(task)?;
         let out = engine::train(&job, &settings, resources, progress)?;
         let (t, m, n) = (out.passes, task.n_test(), task.n_train());
-        let rate_name = settings.dropout.as_ref().and_then(Dropout::rate_name);
+        let rate_name = settings.dropout.as_ref().and_then(|d| d.rate_name());
         let family = c.intervals.family();
         Ok((0..reps)
             .map(|k| {
@@ -316,7 +317,6 @@ mod tests {
     use burn::tensor::{Tensor, TensorData};
 
     use super::*;
-    use crate::dropout::regularizer_value;
     use uqbench_core::noise::KnownSigma;
     use uqbench_core::SeedBase;
 
@@ -350,7 +350,7 @@ mod tests {
             Tensor::<3>::from_data(TensorData::new(vec![0.5f32, -1.0, 2.0], [1, 3, 1]), &device);
         let theta = (0.2f64 / 0.8).ln() as f32;
         let theta = Tensor::<3>::from_data(TensorData::new(vec![theta], [1, 1, 1]), &device);
-        let reg = regularizer_value(&dropout, &w, Some(&theta)).unwrap();
+        let reg = dropout.regularizer(&w, &[theta]).unwrap();
         let value = f64::from(reg.into_data().try_to_vec::<f32>().unwrap()[0]);
         let reference = 2e-4 * 5.25 / 0.8 + 0.04 * 3.0 * (0.2 * 0.2f64.ln() + 0.8 * 0.8f64.ln());
         assert!(
@@ -391,29 +391,19 @@ mod tests {
         // σ = 0.75: τ = 1/0.5625, KL weight 1/(τN) = 0.5625/50.
         let tau = vd.tau(&make(Some(0.75))).unwrap();
         assert!((tau - 1.0 / 0.5625).abs() < 1e-12);
-        match vd.dropout(50, tau) {
-            Dropout::Variational { kl_weight, .. } => {
-                assert!((kl_weight - 0.5625 / 50.0).abs() < 1e-15)
-            }
-            other => panic!("{other:?}"),
-        }
+        let layer = vd.dropout(50, tau);
+        let v = layer.as_any().downcast_ref::<Variational>().expect("VD");
+        assert!((v.kl_weight - 0.5625 / 50.0).abs() < 1e-15);
         let e = vd.tau(&make(None)).unwrap_err().to_string();
         assert!(
             e.contains("VD.tau") && e.contains("not a known constant"),
             "{e}"
         );
         let cd = DropoutMethod::new("CD", DropoutKind::Concrete, config).unwrap();
-        match cd.dropout(50, 2.0) {
-            Dropout::Concrete {
-                weight_reg,
-                dropout_reg,
-                ..
-            } => {
-                assert!((weight_reg - 1e-8 / 200.0).abs() < 1e-20);
-                assert!((dropout_reg - 2.0 / 200.0).abs() < 1e-15);
-            }
-            other => panic!("{other:?}"),
-        }
+        let layer = cd.dropout(50, 2.0);
+        let c = layer.as_any().downcast_ref::<Concrete>().expect("CD");
+        assert!((c.weight_reg - 1e-8 / 200.0).abs() < 1e-20);
+        assert!((c.dropout_reg - 2.0 / 200.0).abs() < 1e-15);
         // τ has no role with the heteroscedastic head, and must be positive.
         for (tau, hetero, needle) in [
             (Tau::Value(2.0), true, "heteroscedastic"),

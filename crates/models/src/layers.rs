@@ -1,5 +1,5 @@
 //! Layers as burn modules, batched over replicas: the building blocks of a user's network on
-//! the autodiff route (`ens_mcd::McdNet` is built from them), each with its forward pass and
+//! the autodiff route (`autodiff::McdNet` is built from them), each with its forward pass and
 //! its hand-written backward pass in one place. The built-in network (`engine/network.rs`)
 //! uses the same backward equations ([`linear_backward`]) with its parameters held in the
 //! trainer's flat slot list, so that Adam's fused in-place kernels can own them.
@@ -7,11 +7,13 @@
 //! Every layer's parameters carry a leading replica dimension R: replica r's weights are
 //! `weight[r]`, and no operation mixes replicas (batched matmul, per-replica sums).
 
+use std::sync::Arc;
+
 use burn::module::{Module, Param};
 use burn::tensor::{Device, Tensor, TensorData};
 
-use crate::dropout::{self, Dropout};
 use crate::mlp::{xavier_init, MlpShape};
+use crate::stochastic::StochasticLayer;
 
 /// The shape of a [`BatchedLinear`] layer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -130,48 +132,23 @@ impl LeakyRelu {
     }
 }
 
-/// MC (Bernoulli) dropout with the mask as an explicit input, so the layer is stochastic
-/// whenever a mask is given, at training and at prediction alike; the mask (0 or 1/(1 − p)
-/// per unit, from `Dropout::draw`) carries the rate.
-#[derive(Module, Debug, Default)]
-pub struct McDropout;
-
-impl McDropout {
-    /// # Shapes
-    /// - `x`: `[R, n, K]`, `mask`: `[R, n, K]` → `[R, n, K]`
-    pub fn forward(&self, x: Tensor<3>, mask: Option<Tensor<3>>) -> Tensor<3> {
-        match mask {
-            Some(mask) => x * mask,
-            None => x,
-        }
-    }
-
-    /// δ at the input: δ ⊙ mask.
-    pub fn backward(&self, delta: Tensor<3>, mask: Option<&Tensor<3>>) -> Tensor<3> {
-        match mask {
-            Some(mask) => delta * mask.clone(),
-            None => delta,
-        }
-    }
-}
-
-/// The stochastic last layer as a burn module: a [`BatchedLinear`] with Bernoulli, concrete
-/// or variational dropout in front (`crate::Dropout` says which and holds its constants), and
-/// the learnable rate as a parameter: concrete dropout's θ = logit p, variational dropout's
-/// log α, `[R, 1, 1]` each (none for Bernoulli). The noise is an explicit input
-/// (`Dropout::draw`), so the layer is stochastic at prediction by construction. Its forward
-/// pass, hand-written backward pass and regulariser are those of the built-in network
-/// (`crate::dropout`, with the equations there); burn autodiff through [`Self::forward`] and
-/// [`Self::regularizer`] gives the same gradients (tested).
+/// The stochastic last layer as a burn module: a [`BatchedLinear`] with a
+/// [`StochasticLayer`] in front (Bernoulli, concrete or variational dropout, or a layer of
+/// your own), and the layer's learnable parameters as burn parameters (concrete dropout's
+/// θ = logit p, variational dropout's log α, `[R, 1, 1]` each; none for Bernoulli). The noise
+/// is an explicit input ([`StochasticLayer::draw`]), so the layer is stochastic at prediction
+/// by construction. Its forward pass, hand-written backward pass and regulariser are the
+/// layer's own (the engine's); burn autodiff through [`Self::forward`] and
+/// [`Self::regularizer`] gives the same gradients (tested below for every built-in layer).
 #[derive(Module, Debug)]
 pub struct StochasticLinear {
     /// The linear layer the noisy units feed.
     pub linear: BatchedLinear,
-    /// θ = logit p (concrete) or log α (variational), `[R, 1, 1]`.
-    pub rate: Option<Param<Tensor<3>>>,
-    /// Which dropout, with its constants (a setting, not a parameter).
+    /// The layer's learnable parameters, one per [`crate::stochastic::ParamSlot`].
+    pub params: Vec<Param<Tensor<3>>>,
+    /// Which layer, with its constants (a setting, not a parameter).
     #[module(skip)]
-    pub kind: Dropout,
+    pub kind: Arc<dyn StochasticLayer>,
 }
 
 /// Gradients of a [`StochasticLinear`] layer (data term plus regulariser).
@@ -179,64 +156,71 @@ pub struct StochasticLinear {
 pub struct StochasticGrads {
     /// ∂/∂W, ∂/∂b and ∂/∂h.
     pub linear: LinearGrads,
-    /// ∂/∂θ `[R, 1, 1]`, for concrete and variational dropout.
-    pub rate: Option<Tensor<3>>,
+    /// One per parameter slot.
+    pub params: Vec<Tensor<3>>,
 }
 
 impl StochasticLinear {
-    /// The layer for R replicas: `linear`, and the rate at the dropout's initial value.
-    pub fn new(kind: Dropout, linear: BatchedLinear, device: &Device) -> StochasticLinear {
-        let r = linear.weight.val().dims()[0];
-        let rate = kind
-            .initial_param()
-            .map(|v| Param::from_tensor(Tensor::<3>::full([r, 1, 1], v, device)));
-        StochasticLinear { linear, rate, kind }
+    /// The layer for R replicas: `linear`, and the parameters at the layer's initial values.
+    pub fn new(
+        kind: Arc<dyn StochasticLayer>,
+        linear: BatchedLinear,
+        device: &Device,
+    ) -> StochasticLinear {
+        let [r, k, o] = linear.weight.val().dims();
+        let params = kind
+            .params(k, o)
+            .iter()
+            .map(|s| {
+                Param::from_tensor(Tensor::<3>::full([r, s.dims[0], s.dims[1]], s.init, device))
+            })
+            .collect();
+        StochasticLinear {
+            linear,
+            params,
+            kind,
+        }
+    }
+
+    fn values(&self) -> Vec<Tensor<3>> {
+        self.params.iter().map(|p| p.val()).collect()
     }
 
     /// out = noisy(h)·W + b; without noise, the expectation h·W + b.
     ///
     /// # Shapes
-    /// - `h`: `[R, n, k]`, `noise`: from `Dropout::draw` → `[R, n, o]`
+    /// - `h`: `[R, n, k]`, `noise`: from [`StochasticLayer::draw`] → `[R, n, o]`
     pub fn forward(&self, h: Tensor<3>, noise: Option<Tensor<3>>) -> Tensor<3> {
         match noise {
             Some(noise) => {
-                let rate = self.rate.as_ref().map(|p| p.val());
-                dropout::forward_last(
-                    &self.kind,
-                    h,
-                    &self.linear.weight.val(),
-                    &self.linear.bias.val(),
-                    rate.as_ref(),
-                    noise,
-                )
-                .0
+                let (w, b) = (self.linear.weight.val(), self.linear.bias.val());
+                self.kind.forward(h, &w, &b, &self.values(), noise).0
             }
             None => self.linear.forward(h),
         }
     }
 
-    /// The regulariser per replica `[R, 1, 1]` (concrete dropout's, or variational
-    /// dropout's KL); `None` for Bernoulli dropout.
+    /// The regulariser per replica `[R, 1, 1]` beyond the global L2, if the layer has one.
     pub fn regularizer(&self) -> Option<Tensor<3>> {
-        let rate = self.rate.as_ref().map(|p| p.val());
-        dropout::regularizer_value(&self.kind, &self.linear.weight.val(), rate.as_ref())
+        self.kind
+            .regularizer(&self.linear.weight.val(), &self.values())
     }
 
     /// The hand-written backward pass from δ at the output, for the pass with `noise`,
     /// including the regulariser's gradients.
     pub fn backward(&self, h: &Tensor<3>, noise: Tensor<3>, delta: Tensor<3>) -> StochasticGrads {
         let (w, b) = (self.linear.weight.val(), self.linear.bias.val());
-        let rate = self.rate.as_ref().map(|p| p.val());
-        let (_, cache) = dropout::forward_last(&self.kind, h.clone(), &w, &b, rate.as_ref(), noise);
-        let mut g = dropout::backward_last(&self.kind, &cache, &w, delta);
-        dropout::regularize(&self.kind, &w, rate.as_ref(), &mut g);
+        let params = self.values();
+        let (_, cache) = self.kind.forward(h.clone(), &w, &b, &params, noise);
+        let mut g = self.kind.backward(&cache, &w, &params, delta);
+        self.kind.regularize(&w, &params, &mut g);
         StochasticGrads {
             linear: LinearGrads {
                 weight: g.gw,
                 bias: g.gb,
                 input: Some(g.dh),
             },
-            rate: g.gparam,
+            params: g.gparams,
         }
     }
 }
@@ -246,6 +230,8 @@ mod tests {
     use burn::tensor::Device;
 
     use super::*;
+    use crate::device_rng::DeviceRng;
+    use crate::stochastic::{Bernoulli, Concrete, Variational};
 
     fn host(t: Tensor<3>) -> Vec<f32> {
         t.into_data().try_into_vec_as::<f32>().unwrap()
@@ -309,28 +295,24 @@ mod tests {
         // concrete and variational dropout.
         let plain = Device::flex();
         let device = plain.clone().autodiff();
-        let kinds = [
-            Dropout::Bernoulli { p: 0.3 },
-            Dropout::Concrete {
+        let kinds: [Arc<dyn StochasticLayer>; 3] = [
+            Arc::new(Bernoulli { p: 0.3 }),
+            Arc::new(Concrete {
                 init_p: 0.2,
                 temperature: 0.1,
                 weight_reg: 0.05,
                 dropout_reg: 0.4,
-            },
-            Dropout::Variational {
+            }),
+            Arc::new(Variational {
                 init_alpha: 0.3,
                 kl_weight: 0.2,
-            },
+            }),
         ];
         let (r, n, k, o) = (2, 5, 3, 2);
         for kind in kinds {
-            let mut rngs = [uqbench_anchor::Rng::new(1), uqbench_anchor::Rng::new(2)];
-            let noise = host(kind.draw(&mut rngs, n, k, o, &plain));
-            let width = if matches!(kind, Dropout::Variational { .. }) {
-                o
-            } else {
-                k
-            };
+            let width = kind.noise_width(k, o);
+            let streams = DeviceRng::new(&[1, 2], &[0, 1], 1, &plain);
+            let noise = host(kind.draw(&streams, 0, n, width));
             let h_values: Vec<f32> = (0..r * n * k)
                 .map(|i| ((i * 5 % 9) as f32 - 4.0) / 3.0)
                 .collect();
@@ -357,10 +339,9 @@ mod tests {
                 host(layer.linear.bias.val().grad(&grads).unwrap()),
                 host(h.grad(&grads).unwrap()),
             ];
-            let auto_rate = layer
-                .rate
-                .as_ref()
-                .map(|p| host(p.val().grad(&grads).unwrap()));
+            let auto_params: Vec<Vec<f32>> = (layer.params.iter())
+                .map(|p| host(p.val().grad(&grads).unwrap()))
+                .collect();
 
             let hand_layer = make(&plain);
             let hp = Tensor::<3>::from_data(TensorData::new(h_values, [r, n, k]), &plain);
@@ -384,9 +365,9 @@ mod tests {
             for ((name, a), b) in ["weight", "bias", "input"].iter().zip(&hand).zip(&auto) {
                 close(name, a, b);
             }
-            assert_eq!(auto_rate.is_some(), g.rate.is_some(), "{kind:?}");
-            if let (Some(a), Some(b)) = (g.rate, auto_rate) {
-                close("rate", &host(a), &b);
+            assert_eq!(auto_params.len(), g.params.len(), "{kind:?}");
+            for (a, b) in g.params.into_iter().zip(&auto_params) {
+                close("layer parameter", &host(a), b);
             }
         }
     }

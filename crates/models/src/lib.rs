@@ -2,9 +2,10 @@
 //! benchmarks. No file IO: methods take data as host arrays and return per-point predictions
 //! as host arrays.
 
+pub mod autodiff;
 pub mod backend;
 pub mod config;
-pub mod dropout;
+pub mod device_rng;
 pub mod dropout_method;
 pub mod engine;
 pub mod ens_mcd;
@@ -15,10 +16,10 @@ pub mod layers;
 pub mod mfvi;
 pub mod mlp;
 pub mod optim;
+pub mod stochastic;
 
 pub use backend::{open_device, wgpu_status, BackendKind, WgpuAdapter};
 pub use config::{MethodConfig, NetConfig, OptimConfig};
-pub use dropout::Dropout;
 pub use dropout_method::{DropoutConfig, DropoutKind, DropoutMethod, DropoutSettings};
 pub use engine::{train, Batching, Job, Resources, TrainOutput, TrainSettings};
 pub use ens_mcd::{EnsMcd, EnsMcdConfig, EnsMcdSettings};
@@ -26,6 +27,7 @@ pub use ensemble::{BootstrapScheme, Ensemble, EnsembleConfig, EnsembleKind, Ense
 pub use hmc::{Hmc, HmcConfig, HmcSettings};
 pub use mfvi::{Mfvi, MfviConfig, MfviSettings};
 pub use mlp::{xavier_init, HostWeights, MlpShape};
+pub use stochastic::{Bernoulli, Concrete, StochasticLayer, Variational};
 pub use uqbench_core::{
     combine_members, Compute, Family, IntervalSetting, Likelihood, Member, Method, MethodError,
     Prediction, Replicas, SeedBase, Task,

@@ -238,17 +238,14 @@ pub fn summarize_classification(
         .collect();
     let used: Vec<&ClassRep> = reps.iter().filter(|r| !r.diverged).collect();
     let k = used.len();
-    let points = BTreeMap::new();
-    let mut aggregate: BTreeMap<String, BTreeMap<String, Scalar>> = BTreeMap::new();
-    let mut per_repetition: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     if k == 0 {
         return Ok(MethodSummary {
             repetitions: 0,
             diverged,
-            points,
-            aggregate,
+            points: BTreeMap::new(),
+            aggregate: BTreeMap::new(),
             flags: vec!["every repetition diverged".into()],
-            per_repetition,
+            per_repetition: BTreeMap::new(),
         });
     }
     let regs = regions(test);
@@ -260,104 +257,182 @@ pub fn summarize_classification(
             .map(|r| (0..m).map(|i| f(r, i)).collect())
             .collect()
     };
-    let mut per_point: Vec<(String, Vec<Vec<f64>>)> = vec![
-        (
-            names::ABS_ERROR.into(),
-            per_rep(&|r, i| (r.prob[i] - test.truth[i]).abs()),
-        ),
-        (
-            names::PREDICTIVE_ENTROPY.into(),
-            per_rep(&|r, i| binary_entropy(r.prob[i])),
-        ),
-        (
-            names::EXPECTED_ENTROPY.into(),
-            per_rep(&|r, i| r.expected_entropy[i]),
-        ),
-        (
-            names::MUTUAL_INFORMATION.into(),
-            per_rep(&|r, i| binary_entropy(r.prob[i]) - r.expected_entropy[i]),
-        ),
-    ];
-    let mut pointwise: Vec<(String, PointMetric)> = vec![(
-        names::PROB.into(),
-        mean_se_per_point(&per_rep(&|r, i| r.prob[i]), m),
-    )];
+    let mut tables = Tables {
+        per_point: vec![
+            (
+                names::ABS_ERROR.into(),
+                per_rep(&|r, i| (r.prob[i] - test.truth[i]).abs()),
+            ),
+            (
+                names::PREDICTIVE_ENTROPY.into(),
+                per_rep(&|r, i| binary_entropy(r.prob[i])),
+            ),
+            (
+                names::EXPECTED_ENTROPY.into(),
+                per_rep(&|r, i| r.expected_entropy[i]),
+            ),
+            (
+                names::MUTUAL_INFORMATION.into(),
+                per_rep(&|r, i| binary_entropy(r.prob[i]) - r.expected_entropy[i]),
+            ),
+        ],
+        pointwise: vec![(
+            names::PROB.into(),
+            mean_se_per_point(&per_rep(&|r, i| r.prob[i]), m),
+        )],
+        aggregate: BTreeMap::new(),
+        per_repetition: BTreeMap::new(),
+    };
     for &l in levels {
-        let name = level_name(l);
-        let bounds: Vec<&ProbBounds> = used
-            .iter()
-            .map(|r| {
-                r.intervals.get(&name).ok_or_else(|| {
-                    crate::error::EvalError::Message(format!(
-                        "repetition {}: no interval at level {l} is stored (levels: {}); rerun \
-                         it with these levels",
-                        r.repetition,
-                        r.intervals.keys().cloned().collect::<Vec<_>>().join(", ")
-                    ))
-                })
-            })
-            .collect::<Result<_>>()?;
-        // The interval covers the exact probability (closed: a zero-width interval at the
-        // truth covers it).
-        let covered: Vec<Vec<f64>> = bounds
-            .iter()
-            .map(|b| {
-                (0..m)
-                    .map(|i| {
-                        f64::from(u8::from(
-                            b.lower[i] <= test.truth[i] && test.truth[i] <= b.upper[i],
-                        ))
-                    })
-                    .collect()
-            })
-            .collect();
-        let hits: Vec<u64> = (0..m)
-            .map(|i| covered.iter().filter(|c| c[i] > 0.5).count() as u64)
-            .collect();
-        pointwise.push((
-            format!("{}_{name}", names::COVERAGE_AT),
-            proportions(&hits, k),
-        ));
-        per_repetition.insert(
-            format!("{}_{name}", names::COVERAGE_AT),
-            covered
-                .iter()
-                .map(|c| c.iter().sum::<f64>() / m as f64)
-                .collect(),
-        );
-        for (region, idx) in &regs {
-            aggregate.entry((*region).to_string()).or_default().insert(
-                format!("{}_{name}", names::COVERAGE_AT),
-                region_aggregate(&covered, idx),
-            );
-        }
-        let widths: Vec<Vec<f64>> = bounds
-            .iter()
-            .map(|b| (0..m).map(|i| b.upper[i] - b.lower[i]).collect())
-            .collect();
-        per_point.push((format!("{}_{name}", names::WIDTH), widths));
+        interval_metrics(test, &used, l, &regs, &mut tables)?;
     }
     for (region, idx) in &regs {
-        let agg = aggregate.entry((*region).to_string()).or_default();
-        for (name, v) in &per_point {
+        let agg = tables.aggregate.entry((*region).to_string()).or_default();
+        for (name, v) in &tables.per_point {
             agg.insert(name.clone(), region_aggregate(v, idx));
         }
     }
-    for (name, v) in per_point {
-        pointwise.push((name, mean_se_per_point(&v, m)));
+    for (name, v) in std::mem::take(&mut tables.per_point) {
+        tables.pointwise.push((name, mean_se_per_point(&v, m)));
     }
     // Label-based metrics per repetition, then mean ± se over repetitions.
+    let labelled = label_metrics_of(&used, &regs, labels, m, &mut tables.per_repetition)?;
+    let Tables {
+        mut aggregate,
+        per_repetition,
+        pointwise,
+        ..
+    } = tables;
+    labelled.insert_into(&mut aggregate)?;
+    insert_scalars(aggregate.entry(names::ALL.to_string()).or_default(), &used);
+    let mut flags: Vec<String> = mixing_flag(used.iter().map(|r| &r.scalars), reps.len());
+    if !diverged.is_empty() {
+        flags.push(format!(
+            "{} of {} repetitions diverged and are left out",
+            diverged.len(),
+            reps.len()
+        ));
+    }
+    Ok(MethodSummary {
+        repetitions: k,
+        diverged,
+        points: pointwise.into_iter().collect(),
+        aggregate,
+        flags,
+        per_repetition,
+    })
+}
+
+/// What the summary accumulates: per-point values per repetition (`[r][i]`), per-point
+/// metrics, region aggregates and per-repetition values.
+struct Tables {
+    per_point: Vec<(String, Vec<Vec<f64>>)>,
+    pointwise: Vec<(String, PointMetric)>,
+    aggregate: BTreeMap<String, BTreeMap<String, Scalar>>,
+    per_repetition: BTreeMap<String, Vec<f64>>,
+}
+
+/// The central interval at level `l`: its coverage of the exact probability (per point, per
+/// repetition and per region) and its width.
+fn interval_metrics(
+    test: &TestInfo,
+    used: &[&ClassRep],
+    l: f64,
+    regs: &[(&'static str, Vec<usize>)],
+    tables: &mut Tables,
+) -> Result<()> {
+    let (m, k) = (test.truth.len(), used.len());
+    let name = level_name(l);
+    let bounds: Vec<&ProbBounds> = used
+        .iter()
+        .map(|r| {
+            r.intervals.get(&name).ok_or_else(|| {
+                crate::error::EvalError::Message(format!(
+                    "repetition {}: no interval at level {l} is stored (levels: {}); rerun \
+                     it with these levels",
+                    r.repetition,
+                    r.intervals.keys().cloned().collect::<Vec<_>>().join(", ")
+                ))
+            })
+        })
+        .collect::<Result<_>>()?;
+    // The interval covers the exact probability (closed: a zero-width interval at the
+    // truth covers it).
+    let covered: Vec<Vec<f64>> = bounds
+        .iter()
+        .map(|b| {
+            (0..m)
+                .map(|i| {
+                    f64::from(u8::from(
+                        b.lower[i] <= test.truth[i] && test.truth[i] <= b.upper[i],
+                    ))
+                })
+                .collect()
+        })
+        .collect();
+    let hits: Vec<u64> = (0..m)
+        .map(|i| covered.iter().filter(|c| c[i] > 0.5).count() as u64)
+        .collect();
+    tables.pointwise.push((
+        format!("{}_{name}", names::COVERAGE_AT),
+        proportions(&hits, k),
+    ));
+    tables.per_repetition.insert(
+        format!("{}_{name}", names::COVERAGE_AT),
+        covered
+            .iter()
+            .map(|c| c.iter().sum::<f64>() / m as f64)
+            .collect(),
+    );
+    for (region, idx) in regs {
+        tables
+            .aggregate
+            .entry((*region).to_string())
+            .or_default()
+            .insert(
+                format!("{}_{name}", names::COVERAGE_AT),
+                region_aggregate(&covered, idx),
+            );
+    }
+    let widths: Vec<Vec<f64>> = bounds
+        .iter()
+        .map(|b| (0..m).map(|i| b.upper[i] - b.lower[i]).collect())
+        .collect();
+    tables
+        .per_point
+        .push((format!("{}_{name}", names::WIDTH), widths));
+    Ok(())
+}
+
+/// The label-based metrics of every repetition against its fresh test labels, per region,
+/// its referral curve, and the pooled probabilities and labels (for the reliability diagram).
+struct Labelled {
+    per_region: BTreeMap<&'static str, BTreeMap<String, Vec<f64>>>,
+    referral: BTreeMap<String, Vec<f64>>,
+    pooled_probs: Vec<Vec<f64>>,
+    pooled_labels: Vec<usize>,
+}
+
+/// [`Labelled`] for the repetitions `used`; the headline label metrics of each repetition go
+/// to `per_repetition`.
+fn label_metrics_of(
+    used: &[&ClassRep],
+    regs: &[(&'static str, Vec<usize>)],
+    labels: &dyn Fn(u64) -> Vec<bool>,
+    m: usize,
+    per_repetition: &mut BTreeMap<String, Vec<f64>>,
+) -> Result<Labelled> {
     let fractions = referral_fractions();
     let mut per_region: BTreeMap<&str, BTreeMap<String, Vec<f64>>> = BTreeMap::new();
     let mut referral: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     let mut pooled_probs = Vec::new();
     let mut pooled_labels = Vec::new();
-    for r in &used {
+    for r in used {
         let y = labels(r.repetition);
         if y.len() != m {
             bail!("test labels: {} for {m} test inputs", y.len());
         }
-        for (region, idx) in &regs {
+        for (region, idx) in regs {
             for (name, v) in label_metrics(&r.prob, &y, idx)? {
                 per_region
                     .entry(region)
@@ -416,35 +491,59 @@ pub fn summarize_classification(
             }
         }
     }
-    for (region, metrics) in per_region {
-        let agg = aggregate.entry(region.to_string()).or_default();
-        for (name, v) in metrics {
-            agg.insert(name, over_reps(&v));
+    Ok(Labelled {
+        per_region,
+        referral,
+        pooled_probs,
+        pooled_labels,
+    })
+}
+
+impl Labelled {
+    /// Mean ± se over repetitions of every label metric and referral point, and the
+    /// reliability diagram over every repetition's test points together.
+    fn insert_into(self, aggregate: &mut BTreeMap<String, BTreeMap<String, Scalar>>) -> Result<()> {
+        for (region, metrics) in self.per_region {
+            let agg = aggregate.entry(region.to_string()).or_default();
+            for (name, v) in metrics {
+                agg.insert(name, over_reps(&v));
+            }
         }
+        let all = aggregate.entry(names::ALL.to_string()).or_default();
+        for (name, v) in self.referral {
+            all.insert(name, over_reps(&v));
+        }
+        // The reliability diagram over every repetition's test points together ([002] Fig. 29–33,
+        // Guo et al. 2017): per non-empty bin of the top-label confidence, its mean confidence,
+        // the accuracy in it and its share of the points.
+        let bins = reliability_diagram(
+            &self.pooled_probs,
+            &self.pooled_labels,
+            ECE_BINS,
+            Binning::EqualWidth,
+        )?;
+        let total = self.pooled_labels.len() as f64;
+        for (b, bin) in bins.iter().enumerate().filter(|(_, b)| b.count > 0) {
+            all.insert(
+                format!("reliability_confidence_{b}"),
+                Scalar::bare(bin.confidence),
+            );
+            all.insert(
+                format!("reliability_accuracy_{b}"),
+                Scalar::bare(bin.accuracy),
+            );
+            all.insert(
+                format!("reliability_share_{b}"),
+                Scalar::bare(bin.count as f64 / total),
+            );
+        }
+        Ok(())
     }
-    let all = aggregate.entry(names::ALL.to_string()).or_default();
-    for (name, v) in referral {
-        all.insert(name, over_reps(&v));
-    }
-    // The reliability diagram over every repetition's test points together ([002] Fig. 29–33,
-    // Guo et al. 2017): per non-empty bin of the top-label confidence, its mean confidence,
-    // the accuracy in it and its share of the points.
-    let bins = reliability_diagram(&pooled_probs, &pooled_labels, ECE_BINS, Binning::EqualWidth)?;
-    let total = pooled_labels.len() as f64;
-    for (b, bin) in bins.iter().enumerate().filter(|(_, b)| b.count > 0) {
-        all.insert(
-            format!("reliability_confidence_{b}"),
-            Scalar::bare(bin.confidence),
-        );
-        all.insert(
-            format!("reliability_accuracy_{b}"),
-            Scalar::bare(bin.accuracy),
-        );
-        all.insert(
-            format!("reliability_share_{b}"),
-            Scalar::bare(bin.count as f64 / total),
-        );
-    }
+}
+
+/// Each scalar a method reports per repetition (final objective, learned rates, HMC's
+/// diagnostics), as mean ± se over the repetitions.
+fn insert_scalars(all: &mut BTreeMap<String, Scalar>, used: &[&ClassRep]) {
     let mut scalar_names: Vec<String> = used
         .iter()
         .flat_map(|r| r.scalars.keys().cloned())
@@ -458,229 +557,8 @@ pub fn summarize_classification(
             .collect();
         all.insert(name, over_reps(&v));
     }
-    let mut flags: Vec<String> = mixing_flag(used.iter().map(|r| &r.scalars), reps.len());
-    if !diverged.is_empty() {
-        flags.push(format!(
-            "{} of {} repetitions diverged and are left out",
-            diverged.len(),
-            reps.len()
-        ));
-    }
-    Ok(MethodSummary {
-        repetitions: k,
-        diverged,
-        points: pointwise.into_iter().collect(),
-        aggregate,
-        flags,
-        per_repetition,
-    })
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use uqbench_anchor::Region;
-
-    /// A 1-D-like test set of `m` points with probabilities spread over (0, 1).
-    fn test_info(m: usize) -> TestInfo {
-        let truth: Vec<f64> = (0..m)
-            .map(|i| 1.0 / (1.0 + (-((i as f64 / m as f64) * 12.0 - 6.0)).exp()))
-            .collect();
-        TestInfo {
-            x: (0..m).map(|i| vec![i as f64, 0.0]).collect(),
-            coord: None,
-            region: (0..m)
-                .map(|i| if i < m / 2 { Region::In } else { Region::Out })
-                .collect(),
-            label: vec![None; m],
-            sigma: truth.iter().map(|p| (p * (1.0 - p)).sqrt()).collect(),
-            truth,
-        }
-    }
-
-    fn labels_for(test: &TestInfo) -> impl Fn(u64) -> Vec<bool> + '_ {
-        move |rep| {
-            test_labels(
-                &SeedPath {
-                    base: 1,
-                    experiment: "t",
-                    setting: "",
-                    repetition: rep,
-                    member: 0,
-                    purpose: TEST_LABELS,
-                },
-                &test.truth,
-            )
-        }
-    }
-
-    /// The summary over 20 repetitions of a "method" whose only draw is the exact P.
-    fn exact_summary(m: usize) -> (TestInfo, MethodSummary) {
-        let test = test_info(m);
-        let reps: Vec<ClassRep> = (0..20)
-            .map(|r| {
-                ClassRep::from_draws(
-                    r,
-                    std::slice::from_ref(&test.truth),
-                    &[0.9],
-                    BTreeMap::new(),
-                    false,
-                )
-                .unwrap()
-            })
-            .collect();
-        let s = summarize_classification(&test, &reps, &[0.9], &labels_for(&test)).unwrap();
-        (test, s)
-    }
-
-    #[test]
-    fn the_exact_probability_is_calibrated_and_covered() {
-        // A "method" whose only draw is the exact P(y = 1 | x): its interval has width 0 at
-        // the truth and covers it everywhere; its ECE on fresh labels is sampling noise only.
-        let m = 2000;
-        let (test, s) = exact_summary(m);
-        let all = &s.aggregate["all"];
-        assert_eq!(all["coverage_0.9"].value, 1.0);
-        assert_eq!(all["width_0.9"].value, 0.0);
-        assert_eq!(all["abs_error"].value, 0.0);
-        assert_eq!(all["mutual_information"].value, 0.0);
-        // ECE's sampling bound, per repetition: with the confidence c_i = max(p_i, 1 − p_i)
-        // exact, bin b's gap |Σ_{i∈b} (1{correct_i} − c_i)|/M has sd s_b/M with
-        // s_b² = Σ_{i∈b} p_i(1 − p_i). Allow 4 sd in every bin: a false alarm has probability
-        // below 10·6e-5 per repetition.
-        let mut sums = [0.0; ECE_BINS];
-        for &p in &test.truth {
-            let c: f64 = p.max(1.0 - p);
-            let b = ((c * ECE_BINS as f64) as usize).min(ECE_BINS - 1);
-            sums[b] += p * (1.0 - p);
-        }
-        let bound: f64 = sums.iter().map(|v| 4.0 * v.sqrt()).sum::<f64>() / m as f64;
-        for (r, ece) in s.per_repetition["ece"].iter().enumerate() {
-            assert!(
-                *ece <= bound,
-                "repetition {r}: ECE {ece} above its bound {bound}"
-            );
-        }
-        // Its reliability diagram lies on the diagonal within the binomial error of each bin.
-        for b in 0..ECE_BINS {
-            let (Some(c), Some(a), Some(share)) = (
-                all.get(&format!("reliability_confidence_{b}")),
-                all.get(&format!("reliability_accuracy_{b}")),
-                all.get(&format!("reliability_share_{b}")),
-            ) else {
-                continue;
-            };
-            let n = share.value * (20 * m) as f64;
-            let sd = (c.value * (1.0 - c.value) / n).sqrt();
-            assert!((a.value - c.value).abs() < 5.0 * sd + 1e-12, "bin {b}");
-        }
-    }
-
-    #[test]
-    fn referral_of_the_exact_probability_beats_random_referral() {
-        // Ranked by the entropy of the exact probability, the retained points are the most
-        // predictable ones: the expected accuracy on them exceeds the overall accuracy (the
-        // random baseline's expectation) at every fraction below 1. Over 20 repetitions the
-        // mean difference has a standard error of at most sqrt(0.25/(0.5·M·20)) = 0.005; the
-        // expected gain at 50% retained is about 0.15 here, so 0.05 is far inside it.
-        let m = 2000;
-        let (_, s) = exact_summary(m);
-        let all = &s.aggregate["all"];
-        for q in referral_fractions() {
-            let name = level_name(q);
-            let ours = all[&format!("referral_accuracy_{name}")];
-            let random = all[&format!("random_accuracy_{name}")];
-            if q < 1.0 {
-                let margin = if q <= 0.5 { 0.05 } else { 0.0 };
-                assert!(
-                    ours.value > random.value + margin,
-                    "q = {q}: {} vs random {}",
-                    ours.value,
-                    random.value
-                );
-            } else {
-                assert_eq!(ours.value, random.value);
-            }
-            // The AUC on the retained points is defined and the random AUC is the overall one
-            // in expectation.
-            assert!(all[&format!("random_auc_{name}")].value > 0.5);
-        }
-    }
-
-    #[test]
-    fn region_error_bars_are_over_repetitions_by_hand() {
-        // Four points with P = 0.2, 0.5, 0.7, 0.9, the first two `in`; three repetitions of two
-        // draws each.
-        let test = TestInfo {
-            x: (0..4).map(|i| vec![f64::from(i), 0.0]).collect(),
-            coord: None,
-            region: vec![Region::In, Region::In, Region::Out, Region::Out],
-            label: vec![None; 4],
-            truth: vec![0.2, 0.5, 0.7, 0.9],
-            sigma: vec![0.0; 4],
-        };
-        let draws = [
-            [[0.1, 0.5, 0.6, 0.9], [0.3, 0.5, 0.8, 0.9]],
-            [[0.4, 0.4, 0.7, 0.7], [0.4, 0.6, 0.7, 0.9]],
-            [[0.1, 0.1, 0.5, 0.9], [0.1, 0.3, 0.5, 0.9]],
-        ];
-        let reps: Vec<ClassRep> = draws
-            .iter()
-            .enumerate()
-            .map(|(r, d)| {
-                let rows: Vec<Vec<f64>> = d.iter().map(|row| row.to_vec()).collect();
-                ClassRep::from_draws(r as u64, &rows, &[0.5], BTreeMap::new(), false).unwrap()
-            })
-            .collect();
-        let s = summarize_classification(&test, &reps, &[0.5], &labels_for(&test)).unwrap();
-        let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
-        // Mean probabilities: rep 0 (0.2, 0.5, 0.7, 0.9), rep 1 (0.4, 0.5, 0.7, 0.8), rep 2
-        // (0.1, 0.2, 0.5, 0.9); |error| rep 0 (0, 0, 0, 0), rep 1 (0.2, 0, 0, 0.1), rep 2 (0.1,
-        // 0.3, 0.2, 0). `in` per repetition 0, 0.1, 0.2 → 0.1 ± 0.1/√3; `all` 0, 0.075, 0.15
-        // → 0.075 ± 0.075/√3.
-        let e = s.aggregate["in"]["abs_error"];
-        assert!(close(e.value, 0.1) && close(e.stderr, 0.1 / 3f64.sqrt()));
-        let e = s.aggregate["all"]["abs_error"];
-        assert!(close(e.value, 0.075) && close(e.stderr, 0.075 / 3f64.sqrt()));
-        // Central 50% intervals of two draws a ≤ b (type 7): [a + (b − a)/4, a + 3(b − a)/4].
-        // Covered (closed): rep 0 (1, 1, 1, 1), rep 1 (0, 1, 1, 0), rep 2 (0, 0, 0, 1); `in`
-        // per repetition 1, ½, 0 → ½ ± ½/√3.
-        let c = s.aggregate["in"]["coverage_0.5"];
-        assert!(close(c.value, 0.5) && close(c.stderr, 0.5 / 3f64.sqrt()));
-        // Widths in `in`: (0.1 + 0)/2, (0 + 0.1)/2, (0 + 0.1)/2 per repetition → 0.05 ± 0.
-        let w = s.aggregate["in"]["width_0.5"];
-        assert!(close(w.value, 0.05) && close(w.stderr, 0.0));
-        // The spread across the `in` points of their mean widths (1/30 and 2/30) is descriptive.
-        assert!(close(w.points_sd.unwrap(), (1.0 / 30.0) / 2f64.sqrt()));
-    }
-
-    #[test]
-    fn draws_outside_the_unit_interval_are_errors() {
-        let e = ClassRep::from_draws(3, &[vec![0.2, 1.2]], &[0.9], BTreeMap::new(), false)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("repetition 3") && e.contains("1.2") && e.contains("[0, 1]"),
-            "{e}"
-        );
-        // A diverged repetition keeps its NaN for the record.
-        let r = ClassRep::from_draws(0, &[vec![f64::NAN]], &[0.9], BTreeMap::new(), true).unwrap();
-        assert!(r.diverged && r.prob[0].is_nan());
-        // Intervals are type-7 quantiles of the draws: 0.05/0.95 of {0.1, 0.2, 0.3} are 0.11
-        // and 0.29.
-        let r = ClassRep::from_draws(
-            0,
-            &[vec![0.1], vec![0.3], vec![0.2]],
-            &[0.9],
-            BTreeMap::new(),
-            false,
-        )
-        .unwrap();
-        let b = &r.intervals["0.9"];
-        assert!((b.lower[0] - 0.11).abs() < 1e-12 && (b.upper[0] - 0.29).abs() < 1e-12);
-        assert!((r.prob[0] - 0.2).abs() < 1e-12);
-        // Expected entropy: the mean of the draws' binary entropies.
-        let h = (binary_entropy(0.1) + binary_entropy(0.2) + binary_entropy(0.3)) / 3.0;
-        assert!((r.expected_entropy[0] - h).abs() < 1e-15);
-    }
-}
+#[path = "classify_tests.rs"]
+mod tests;

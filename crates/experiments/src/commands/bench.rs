@@ -1,5 +1,6 @@
 //! `uqbench bench train`: throughput of batched training.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Result;
@@ -7,10 +8,7 @@ use clap::{Args, Subcommand};
 use serde_json::json;
 use uqbench_anchor::{Rng, SeedPath};
 use uqbench_models::engine::{self, Job, Resources, TrainSettings};
-use uqbench_models::{
-    open_device, BackendKind, EnsMcd, EnsMcdConfig, EnsMcdSettings, Method, MlpShape, SeedBase,
-    Task,
-};
+use uqbench_models::{open_device, BackendKind, Bernoulli, MlpShape};
 
 /// `uqbench bench …`.
 #[derive(Debug, Args)]
@@ -53,9 +51,9 @@ pub struct TrainBench {
     /// UQBENCH_ALLOW_SOFTWARE_GPU=1.
     #[arg(long, env = "UQBENCH_ALLOW_SOFTWARE_GPU", value_parser = clap::builder::FalseyValueParser::new())]
     allow_software_gpu: bool,
-    /// The training route: `engine` (the hand-written network) or `autodiff` (the README's
-    /// burn-module example, EnsMCD: the same network with MC dropout p = 0.1 on its last
-    /// hidden layer, trained through burn autodiff on the same trainer, one prediction pass).
+    /// The training route: `engine` (the hand-written network) or `autodiff` (the same
+    /// network with MC dropout p = 0.1 on its last hidden layer as a `#[derive(Module)]`
+    /// module, trained through burn autodiff on the same trainer, one prediction pass).
     #[arg(long, value_enum, default_value = "engine")]
     route: Route,
 }
@@ -65,7 +63,7 @@ pub struct TrainBench {
 enum Route {
     /// The hand-written network (every built-in method).
     Engine,
-    /// burn autodiff on a `#[derive(Module)]` network (EnsMCD).
+    /// burn autodiff on a `#[derive(Module)]` network (`uqbench_models::autodiff::McdNet`).
     Autodiff,
 }
 
@@ -140,9 +138,42 @@ fn train(args: &TrainBench) -> Result<()> {
                 out.diverged.iter().filter(|d| **d).count(),
             )
         }
-        Route::Autodiff => autodiff(args, &x, &targets[0], &x_test, &res)?,
+        Route::Autodiff => autodiff(args, &job, &settings, &res)?,
     };
-    let seconds = start.elapsed().as_secs_f64();
+    let measured = Measured {
+        seconds: start.elapsed().as_secs_f64(),
+        chunk,
+        final_objective,
+        diverged,
+        transfers,
+        ops,
+        threads: res.threads,
+    };
+    report(args, &shape, &measured)
+}
+
+/// What one benchmark run measured.
+struct Measured {
+    seconds: f64,
+    chunk: Option<usize>,
+    final_objective: f64,
+    diverged: usize,
+    transfers: Option<engine::Transfers>,
+    ops: Option<engine::OpCounts>,
+    threads: usize,
+}
+
+/// Prints the figures: one line, or one JSON object with `--json`.
+fn report(args: &TrainBench, shape: &MlpShape, m: &Measured) -> Result<()> {
+    let Measured {
+        seconds,
+        chunk,
+        final_objective,
+        diverged,
+        transfers,
+        ops,
+        threads,
+    } = *m;
     let replica_epochs = (args.replicas * args.epochs) as f64;
     let flops = 6.0 * args.n as f64 * shape.macs_per_point() as f64 * replica_epochs;
     if args.json {
@@ -159,7 +190,7 @@ fn train(args: &TrainBench) -> Result<()> {
                 "final_objective": final_objective,
                 "chunk": chunk,
                 "route": format!("{:?}", args.route).to_lowercase(),
-                "threads": res.threads,
+                "threads": threads,
                 "diverged": diverged,
                 // Host↔device traffic of the whole run (the engine route counts it): chunks,
                 // optimiser steps per chunk summed, uploads and reads.
@@ -183,7 +214,7 @@ fn train(args: &TrainBench) -> Result<()> {
             args.epochs,
             args.n,
             args.backend,
-            res.threads,
+            threads,
             chunk.map_or("auto".to_string(), |c| c.to_string()),
             seconds,
             replica_epochs / seconds,
@@ -195,7 +226,7 @@ fn train(args: &TrainBench) -> Result<()> {
                 String::new()
             },
             if args.route == Route::Autodiff {
-                " (autodiff route: EnsMCD)"
+                " (autodiff route: McdNet, MC dropout p = 0.1)"
             } else {
                 ""
             }
@@ -204,48 +235,21 @@ fn train(args: &TrainBench) -> Result<()> {
     Ok(())
 }
 
-/// The autodiff route: EnsMCD with one member per replica on the same data, through the
-/// `Method` interface a spec uses. Returns (replicas per chunk if asked for, mean final
-/// objective, diverged replicas).
+/// The autodiff route: the same job with MC dropout (p = 0.1) on the last hidden layer and one
+/// prediction pass, through burn autodiff on `McdNet` (`uqbench_models::autodiff`). Returns
+/// (replicas per chunk if asked for, mean final objective, diverged replicas).
 fn autodiff(
     args: &TrainBench,
-    x: &[f32],
-    y: &[f32],
-    x_test: &[f32],
+    job: &Job<'_>,
+    settings: &TrainSettings,
     res: &Resources,
 ) -> Result<(Option<usize>, f64, usize)> {
-    let widen = |v: &[f32]| v.iter().map(|&a| f64::from(a)).collect::<Vec<f64>>();
-    let (x, y, x_test) = (widen(x), vec![widen(y)], widen(x_test));
-    let task = Task {
-        d: 1,
-        x_train: &x,
-        y_train: &y,
-        repetitions: &[0],
-        x_test: &x_test,
-        epochs: args.epochs,
-        known_sigma: None,
-        seeds: SeedBase {
-            base: 0,
-            experiment: "bench".into(),
-            setting: String::new(),
-        },
-        features: None,
-        noise: Default::default(),
-        likelihood: uqbench_models::Likelihood::Gaussian,
+    let settings = TrainSettings {
+        dropout: Some(Arc::new(Bernoulli { p: 0.1 })),
+        ..settings.clone()
     };
-    let config = EnsMcdConfig {
-        own: EnsMcdSettings {
-            members: args.replicas,
-            passes: 1,
-            ..EnsMcdSettings::default()
-        },
-        ..EnsMcdConfig::default()
-    };
-    let method = EnsMcd::new("EnsMCD", config)?;
-    let out = method.run(&task, &res.compute(), false, &|_| {})?;
-    let scalars = &out[0].scalars;
-    let objective = scalars.get("final_objective").copied().unwrap_or(f64::NAN);
-    let diverged = scalars.get("diverged_members").copied().unwrap_or(0.0) as usize;
-    // EnsMCD does not report its chunk size; it is the one asked for, or the memory plan's.
-    Ok((res.chunk, objective, diverged))
+    let out = uqbench_models::autodiff::train(job, &settings, res, &|_| {})?;
+    let objective = out.final_objective.iter().sum::<f64>() / args.replicas as f64;
+    let diverged = out.diverged.iter().filter(|d| **d).count();
+    Ok((Some(out.chunk), objective, diverged))
 }

@@ -2,12 +2,12 @@
 //! alone (its spec, its `reps/`, and the parts of a `uqbench slurm` run under `slurm/parts/`).
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use clap::Args;
 
-use super::slurm::SlurmDir;
+use super::slurm::{SlurmDir, SlurmMeta};
 use crate::runner::{shards, Plan};
 use uqbench_eval::spec::ExperimentSpec;
 use uqbench_eval::store::{rep_path, RunMeta, SPEC_FILE};
@@ -66,30 +66,60 @@ pub fn run(args: &StatusArgs) -> Result<()> {
         plan.repetitions()
     );
 
-    // Keyed by (setting, method's index in the plan), so rows come in the plan's order.
-    let method_index = |m: &str| plan.methods.iter().position(|x| x == m).unwrap_or(0);
-    let mut missing: BTreeMap<(usize, usize), Vec<u64>> = BTreeMap::new();
-    let mut done_total = 0u64;
-    let mut all_total = 0u64;
-    let mut rows: BTreeMap<(usize, usize), (u64, u64)> = BTreeMap::new();
-    for unit in &plan.units {
-        let setting = &plan.settings[unit.setting];
-        let key = (unit.setting, method_index(&unit.method));
-        let row = rows.entry(key).or_default();
-        for r in unit.reps.clone() {
-            row.1 += 1;
-            all_total += 1;
-            if holders
-                .iter()
-                .any(|h| rep_path(h, setting, &unit.method, r).is_file())
-            {
-                row.0 += 1;
-                done_total += 1;
-            } else {
-                missing.entry(key).or_default().push(r);
+    let counts = Counts::of(&plan, &holders);
+    print_table(&plan, &counts)?;
+    advise(dir, &plan, &sd, slurm.as_ref(), &counts)
+}
+
+/// Repetition files done and missing per (setting, method's index in the plan), in the plan's
+/// order.
+struct Counts {
+    /// (done, total) per row.
+    rows: BTreeMap<(usize, usize), (u64, u64)>,
+    /// The missing repetitions per row.
+    missing: BTreeMap<(usize, usize), Vec<u64>>,
+    done_total: u64,
+    all_total: u64,
+}
+
+impl Counts {
+    /// Counts the plan's repetition files found in any of `holders`.
+    fn of(plan: &Plan, holders: &[PathBuf]) -> Counts {
+        // Keyed by (setting, method's index in the plan), so rows come in the plan's order.
+        let method_index = |m: &str| plan.methods.iter().position(|x| x == m).unwrap_or(0);
+        let mut missing: BTreeMap<(usize, usize), Vec<u64>> = BTreeMap::new();
+        let mut done_total = 0u64;
+        let mut all_total = 0u64;
+        let mut rows: BTreeMap<(usize, usize), (u64, u64)> = BTreeMap::new();
+        for unit in &plan.units {
+            let setting = &plan.settings[unit.setting];
+            let key = (unit.setting, method_index(&unit.method));
+            let row = rows.entry(key).or_default();
+            for r in unit.reps.clone() {
+                row.1 += 1;
+                all_total += 1;
+                if holders
+                    .iter()
+                    .any(|h| rep_path(h, setting, &unit.method, r).is_file())
+                {
+                    row.0 += 1;
+                    done_total += 1;
+                } else {
+                    missing.entry(key).or_default().push(r);
+                }
             }
         }
+        Counts {
+            rows,
+            missing,
+            done_total,
+            all_total,
+        }
     }
+}
+
+/// One line per setting × method: done/total and the missing repetitions.
+fn print_table(plan: &Plan, c: &Counts) -> Result<()> {
     let label = |s: usize| {
         let l = plan.settings[s].label();
         if l.is_empty() {
@@ -109,22 +139,36 @@ pub fn run(args: &StatusArgs) -> Result<()> {
         "method",
         "done"
     );
-    for (&(s, m), &(done, total)) in &rows {
+    for (&(s, m), &(done, total)) in &c.rows {
         outln!(
             "{:<width$}  {:<14} {:>9}  {}",
             label(s),
             plan.methods[m],
             format!("{done}/{total}"),
-            missing.get(&(s, m)).map(|v| ranges(v)).unwrap_or_default()
+            c.missing
+                .get(&(s, m))
+                .map(|v| ranges(v))
+                .unwrap_or_default()
         );
     }
-    outln!("{done_total} of {all_total} repetition files done");
+    outln!("{} of {} repetition files done", c.done_total, c.all_total);
+    Ok(())
+}
 
+/// What to do next: the Slurm tasks to resubmit, `--resume`, the merge, or nothing.
+fn advise(
+    dir: &Path,
+    plan: &Plan,
+    sd: &SlurmDir,
+    slurm: Option<&SlurmMeta>,
+    c: &Counts,
+) -> Result<()> {
     let merged = dir.join("summary.json").is_file() && RunMeta::read(dir).shard.is_none();
-    match (&slurm, done_total == all_total) {
+    match (slurm, c.done_total == c.all_total) {
         (Some(meta), false) => {
-            let split = shards::balanced(&plan, meta.tasks)?;
-            let mut rerun: Vec<usize> = missing
+            let split = shards::balanced(plan, meta.tasks)?;
+            let mut rerun: Vec<usize> = c
+                .missing
                 .iter()
                 .flat_map(|(&(s, m), reps)| {
                     let (split, method) = (&split, plan.methods[m].as_str());

@@ -161,149 +161,188 @@ fn against_variables(input: &FigureInput<'_>) -> Vec<(String, AgainstVariable)> 
             } else {
                 format!(" at {others}")
             };
-            let x_of = |i: usize| input.settings[i].setting.get(var).unwrap_or(f64::NAN);
-            // Per report point.
+            let group = Group {
+                var,
+                members: &members,
+                suffix,
+                at,
+            };
             if !labels.is_empty() {
-                let metrics = [names::DEVIATION, names::UNCERTAINTY, names::COVERAGE];
-                let series = input
-                    .methods
-                    .iter()
-                    .map(|m| {
-                        let per_label = labels
-                            .iter()
-                            .map(|label| {
-                                metrics
-                                    .iter()
-                                    .map(|metric| {
-                                        members
-                                            .iter()
-                                            .filter_map(|&i| {
-                                                let s = &input.summary.settings[i];
-                                                let p =
-                                                    s.test.label.iter().position(|l| {
-                                                        l.as_deref() == Some(label)
-                                                    })?;
-                                                let (v, e) = point_values(s, m, metric)?;
-                                                Some((x_of(i), v[p], finite_or_zero(e[p])))
-                                            })
-                                            .collect()
-                                    })
-                                    .collect()
-                            })
-                            .collect();
-                        (m.clone(), per_label)
-                    })
-                    .collect();
-                figs.push((
-                    format!("complexity{suffix}"),
-                    AgainstVariable {
-                        title: format!(
-                            "{}: deviation, uncertainty and coverage against {var}{at}",
-                            input.experiment
-                        ),
-                        variable: var.clone(),
-                        rows: labels.clone(),
-                        columns: metrics
-                            .iter()
-                            .map(|m| (m.to_string(), (*m == names::COVERAGE).then_some(0.95)))
-                            .collect(),
-                        series,
-                    },
-                ));
+                figs.push(complexity(input, &group, &labels));
             }
-            // Per region.
-            let regions: Vec<String> = [names::ALL, names::IN, "gap", "out"]
-                .iter()
-                .filter(|r| {
-                    input
-                        .summary
-                        .settings
-                        .iter()
-                        .any(|s| s.methods.values().any(|m| m.aggregate.contains_key(**r)))
-                })
-                .map(|r| r.to_string())
-                .collect();
-            let mut columns: Vec<(String, Option<f64>)> =
-                if input.track == uqbench_eval::Track::Classification {
-                    Vec::new()
-                } else {
-                    vec![
-                        (names::DEVIATION.into(), None),
-                        (names::UNCERTAINTY.into(), None),
-                        (names::COVERAGE.into(), Some(0.95)),
-                    ]
-                };
-            if input.track == uqbench_eval::Track::Classification {
-                // [002] Fig. 7–9: coverage of P(y = 1 | x) by the interval, its width, ECE;
-                // and the mean |P̂ − P|.
-                if let Some(l) = level {
-                    let name = uqbench_eval::summary::level_name(l);
-                    columns.push((format!("{}_{name}", names::COVERAGE_AT), Some(l)));
-                    columns.push((format!("{}_{name}", names::WIDTH), None));
-                }
-                columns.push((names::ECE.into(), None));
-                columns.push((names::ABS_ERROR.into(), None));
-            } else if let Some(l) = level {
-                let name = uqbench_eval::summary::level_name(l);
-                columns.push((format!("{}_{name}", names::CICP), Some(l)));
-                columns.push((format!("{}_{name}", names::WIDTH), None));
-            }
-            let series = input
-                .methods
-                .iter()
-                .map(|m| {
-                    let per_region = regions
-                        .iter()
-                        .map(|region| {
-                            columns
-                                .iter()
-                                .map(|(metric, _)| {
-                                    members
-                                        .iter()
-                                        .filter_map(|&i| {
-                                            let a = input.summary.settings[i]
-                                                .methods
-                                                .get(m)?
-                                                .aggregate
-                                                .get(region)?
-                                                .get(metric)?;
-                                            // The coverage-type aggregates are means over test
-                                            // inputs: error bars of a proportion over the
-                                            // repetitions of one input do not apply, so
-                                            // none are drawn for them.
-                                            let err = if metric.starts_with("cicp")
-                                                || metric.starts_with(names::COVERAGE)
-                                            {
-                                                0.0
-                                            } else {
-                                                finite_or_zero(a.stderr)
-                                            };
-                                            Some((x_of(i), a.value, err))
-                                        })
-                                        .collect()
-                                })
-                                .collect()
-                        })
-                        .collect();
-                    (m.clone(), per_region)
-                })
-                .collect();
-            figs.push((
-                format!("aggregates{suffix}"),
-                AgainstVariable {
-                    title: format!(
-                        "{}: means over test inputs per region against {var}{at}",
-                        input.experiment
-                    ),
-                    variable: var.clone(),
-                    rows: regions,
-                    columns,
-                    series,
-                },
-            ));
+            figs.push(aggregates(input, &group, level));
         }
     }
     figs
+}
+
+/// Settings that differ only in the swept variable `var`: the figure's x axis.
+struct Group<'a> {
+    var: &'a String,
+    /// Indices of the settings.
+    members: &'a [usize],
+    /// The file name's suffix and the title's "at …" for the other variables' values.
+    suffix: String,
+    at: String,
+}
+
+impl Group<'_> {
+    fn x_of(&self, input: &FigureInput<'_>, i: usize) -> f64 {
+        input.settings[i].setting.get(self.var).unwrap_or(f64::NAN)
+    }
+}
+
+/// Deviation, uncertainty and coverage at every report point against the variable.
+fn complexity(
+    input: &FigureInput<'_>,
+    g: &Group<'_>,
+    labels: &[String],
+) -> (String, AgainstVariable) {
+    let metrics = [names::DEVIATION, names::UNCERTAINTY, names::COVERAGE];
+    let series = input
+        .methods
+        .iter()
+        .map(|m| {
+            let per_label = labels
+                .iter()
+                .map(|label| {
+                    metrics
+                        .iter()
+                        .map(|metric| {
+                            g.members
+                                .iter()
+                                .filter_map(|&i| {
+                                    let s = &input.summary.settings[i];
+                                    let p = s
+                                        .test
+                                        .label
+                                        .iter()
+                                        .position(|l| l.as_deref() == Some(label))?;
+                                    let (v, e) = point_values(s, m, metric)?;
+                                    Some((g.x_of(input, i), v[p], finite_or_zero(e[p])))
+                                })
+                                .collect()
+                        })
+                        .collect()
+                })
+                .collect();
+            (m.clone(), per_label)
+        })
+        .collect();
+    (
+        format!("complexity{}", g.suffix),
+        AgainstVariable {
+            title: format!(
+                "{}: deviation, uncertainty and coverage against {}{}",
+                input.experiment, g.var, g.at
+            ),
+            variable: g.var.clone(),
+            rows: labels.to_vec(),
+            columns: metrics
+                .iter()
+                .map(|m| (m.to_string(), (*m == names::COVERAGE).then_some(0.95)))
+                .collect(),
+            series,
+        },
+    )
+}
+
+/// The region aggregates (regression: deviation, uncertainty, coverage, CICP, width;
+/// classification: coverage of P, width, ECE, |P̂ − P|) against the variable.
+fn aggregates(
+    input: &FigureInput<'_>,
+    g: &Group<'_>,
+    level: Option<f64>,
+) -> (String, AgainstVariable) {
+    let regions: Vec<String> = [names::ALL, names::IN, "gap", "out"]
+        .iter()
+        .filter(|r| {
+            input
+                .summary
+                .settings
+                .iter()
+                .any(|s| s.methods.values().any(|m| m.aggregate.contains_key(**r)))
+        })
+        .map(|r| r.to_string())
+        .collect();
+    let mut columns: Vec<(String, Option<f64>)> =
+        if input.track == uqbench_eval::Track::Classification {
+            Vec::new()
+        } else {
+            vec![
+                (names::DEVIATION.into(), None),
+                (names::UNCERTAINTY.into(), None),
+                (names::COVERAGE.into(), Some(0.95)),
+            ]
+        };
+    if input.track == uqbench_eval::Track::Classification {
+        // [002] Fig. 7–9: coverage of P(y = 1 | x) by the interval, its width, ECE;
+        // and the mean |P̂ − P|.
+        if let Some(l) = level {
+            let name = uqbench_eval::summary::level_name(l);
+            columns.push((format!("{}_{name}", names::COVERAGE_AT), Some(l)));
+            columns.push((format!("{}_{name}", names::WIDTH), None));
+        }
+        columns.push((names::ECE.into(), None));
+        columns.push((names::ABS_ERROR.into(), None));
+    } else if let Some(l) = level {
+        let name = uqbench_eval::summary::level_name(l);
+        columns.push((format!("{}_{name}", names::CICP), Some(l)));
+        columns.push((format!("{}_{name}", names::WIDTH), None));
+    }
+    let series = input
+        .methods
+        .iter()
+        .map(|m| {
+            let per_region = regions
+                .iter()
+                .map(|region| {
+                    columns
+                        .iter()
+                        .map(|(metric, _)| {
+                            g.members
+                                .iter()
+                                .filter_map(|&i| {
+                                    let a = input.summary.settings[i]
+                                        .methods
+                                        .get(m)?
+                                        .aggregate
+                                        .get(region)?
+                                        .get(metric)?;
+                                    // The coverage-type aggregates are means over test
+                                    // inputs: error bars of a proportion over the
+                                    // repetitions of one input do not apply, so
+                                    // none are drawn for them.
+                                    let err = if metric.starts_with("cicp")
+                                        || metric.starts_with(names::COVERAGE)
+                                    {
+                                        0.0
+                                    } else {
+                                        finite_or_zero(a.stderr)
+                                    };
+                                    Some((g.x_of(input, i), a.value, err))
+                                })
+                                .collect()
+                        })
+                        .collect()
+                })
+                .collect();
+            (m.clone(), per_region)
+        })
+        .collect();
+    (
+        format!("aggregates{}", g.suffix),
+        AgainstVariable {
+            title: format!(
+                "{}: means over test inputs per region against {}{}",
+                input.experiment, g.var, g.at
+            ),
+            variable: g.var.clone(),
+            rows: regions,
+            columns,
+            series,
+        },
+    )
 }
 
 /// Draws the figures against every swept variable into `out`.

@@ -115,11 +115,40 @@ pub(super) fn draw(
     let mut push = |title: String, svg: PathBuf| written.push((title, svg));
     let label = setting_dir(setting_label);
     let head = heading(experiment, setting_label);
-    let test = &s.test;
     let methods: Vec<&String> = methods
         .iter()
         .filter(|m| s.methods.contains_key(*m))
         .collect();
+    if let Some(fig) = probability_maps(s, &methods, level, &head) {
+        push(
+            fig.title.clone(),
+            render(&fig, out, &format!("probability_maps_{label}"))?,
+        );
+    }
+    if let Some(fig) = reliability(s, &methods, &head) {
+        push(
+            fig.title.clone(),
+            render(&fig, out, &format!("reliability_{label}"))?,
+        );
+    }
+    if let Some(fig) = referral(s, &methods, &head) {
+        push(
+            fig.title.clone(),
+            render(&fig, out, &format!("referral_{label}"))?,
+        );
+    }
+    Ok(written)
+}
+
+/// The maps over a 2-D grid of test inputs: the exact P(y = 1 | x), and per method its mean
+/// estimate, interval width and coverage of P (`None` unless the test inputs are a grid).
+fn probability_maps(
+    s: &SettingSummary,
+    methods: &[&String],
+    level: Option<f64>,
+    head: &str,
+) -> Option<HeatMaps> {
+    let test = &s.test;
     // Maps over the grid.
     let mut a: Vec<f64> = test.x.iter().map(|x| x[0]).collect();
     let mut b: Vec<f64> = test.x.iter().map(|x| x[1]).collect();
@@ -128,7 +157,10 @@ pub(super) fn draw(
     b.sort_by(f64::total_cmp);
     b.dedup();
     let m = test.x.len();
-    if test.x.first().map(Vec::len) == Some(2) && a.len() * b.len() == m && a.len() > 1 {
+    if !(test.x.first().map(Vec::len) == Some(2) && a.len() * b.len() == m && a.len() > 1) {
+        return None;
+    }
+    {
         let index = |x: &[f64]| {
             a.partition_point(|v| *v < x[0]) * b.len() + b.partition_point(|v| *v < x[1])
         };
@@ -149,7 +181,7 @@ pub(super) fn draw(
             "exact".to_string(),
             vec![on_grid(&test.truth), vec![f64::NAN; m], vec![f64::NAN; m]],
         )];
-        for method in &methods {
+        for method in methods {
             rows.push((
                 (*method).clone(),
                 vec![
@@ -181,11 +213,13 @@ pub(super) fn draw(
             ],
             rows,
         };
-        push(
-            fig.title.clone(),
-            render(&fig, out, &format!("probability_maps_{label}"))?,
-        );
+        Some(fig)
     }
+}
+
+/// Per method, accuracy against mean confidence in each non-empty bin of the top-label
+/// confidence, over every repetition's test points.
+fn reliability(s: &SettingSummary, methods: &[&String], head: &str) -> Option<Panels> {
     // Reliability diagrams: per method, accuracy against mean confidence in each non-empty
     // bin of the top-label confidence, over every repetition's test points.
     let panels: Vec<Panel> = methods
@@ -214,19 +248,15 @@ pub(super) fn draw(
             }
         })
         .collect();
-    if !panels.is_empty() {
-        let fig = Panels {
-            title: format!(
-                "{head}: reliability diagrams (top-label confidence, fresh test labels)"
-            ),
-            legend: methods.iter().map(|m| (*m).clone()).collect(),
-            panels,
-        };
-        push(
-            fig.title.clone(),
-            render(&fig, out, &format!("reliability_{label}"))?,
-        );
-    }
+    (!panels.is_empty()).then(|| Panels {
+        title: format!("{head}: reliability diagrams (top-label confidence, fresh test labels)"),
+        legend: methods.iter().map(|m| (*m).clone()).collect(),
+        panels,
+    })
+}
+
+/// [003]'s referral curves: accuracy and AUC on the retained most certain fraction.
+fn referral(s: &SettingSummary, methods: &[&String], head: &str) -> Option<Panels> {
     // Referral curves ([003]): accuracy and AUC on the retained most certain fraction, each
     // method solid and its random-referral baseline (expected value) dashed.
     let fractions = referral_fractions();
@@ -265,18 +295,11 @@ pub(super) fn draw(
             lines,
         });
     }
-    if !methods.is_empty() {
-        let fig = Panels {
-            title: format!("{head}: referral curves, ranked by predictive entropy"),
-            legend: methods.iter().map(|m| (*m).clone()).collect(),
-            panels,
-        };
-        push(
-            fig.title.clone(),
-            render(&fig, out, &format!("referral_{label}"))?,
-        );
-    }
-    Ok(written)
+    (!methods.is_empty()).then(|| Panels {
+        title: format!("{head}: referral curves, ranked by predictive entropy"),
+        legend: methods.iter().map(|m| (*m).clone()).collect(),
+        panels,
+    })
 }
 
 /// The classification track's figures of a setting (none for a regression problem).

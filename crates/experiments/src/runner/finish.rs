@@ -5,8 +5,8 @@ use std::path::Path;
 
 use anyhow::Result;
 use uqbench_eval::predict::label_source;
-use uqbench_eval::store::{read_rep, rep_path, RunMeta};
-use uqbench_eval::summary::{Summary, TestInfo};
+use uqbench_eval::store::{read_json, rep_path, RunMeta};
+use uqbench_eval::summary::{RepResult, Summary, TestInfo};
 use uqbench_eval::Track;
 
 use super::{Plan, Resolved};
@@ -68,7 +68,7 @@ fn figure_settings(dir: &Path, plan: &Plan, resolved: &[Resolved]) -> Result<Vec
                     .collect();
                 order.sort_by(|&a, &b| coord[a].total_cmp(&coord[b]));
                 for m in &plan.methods {
-                    let rep = read_rep(&rep_path(dir, setting, m, band_rep))?;
+                    let rep: RepResult = read_json(&rep_path(dir, setting, m, band_rep))?;
                     if rep.diverged {
                         // Nothing to draw: the repetition is left out of every metric too.
                         continue;

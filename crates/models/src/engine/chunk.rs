@@ -9,22 +9,21 @@ use std::ops::Range;
 
 use burn::tensor::{Device, Int, Tensor};
 
-use super::device_rng::DeviceRng;
 use super::job::Job;
 use super::memory::{bytes_per_replica, largest_tensor_per_replica};
 use super::network::{download, upload, Network, State};
 use super::pool::{ChunkOut, ChunkTrainer};
 use super::settings::{Batching, TrainSettings};
-use crate::dropout::Dropout;
+use crate::device_rng::DeviceRng;
 use crate::kernels::AdamStep;
 use crate::mlp::xavier_init;
 use uqbench_core::MethodError;
 
 /// The purposes of a replica's device streams (see [`DeviceRng::new`]).
-const PURPOSE_NOISE: u64 = 1;
-const PURPOSE_BATCH: u64 = 2;
-const PURPOSE_PREDICT: u64 = 3;
-const PURPOSE_FIT: u64 = 4;
+pub(crate) const PURPOSE_NOISE: u64 = 1;
+pub(crate) const PURPOSE_BATCH: u64 = 2;
+pub(crate) const PURPOSE_PREDICT: u64 = 3;
+pub(crate) const PURPOSE_FIT: u64 = 4;
 
 /// The built-in network's trainer for one job.
 pub(crate) struct Trainer<'a> {
@@ -54,7 +53,7 @@ impl ChunkIo {
     }
 }
 
-impl Trainer<'_> {
+impl<'a> Trainer<'a> {
     /// The stochastic layer's input width K (the last hidden width).
     fn k(&self) -> usize {
         *self.job.shape.hidden.last().unwrap_or(&self.job.shape.d_in)
@@ -64,7 +63,12 @@ impl Trainer<'_> {
     /// dropout.
     fn noise(&self, rng: Option<&DeviceRng>, counter: u64, n: usize) -> Option<Tensor<3>> {
         let (d, rng) = (self.settings.dropout.as_ref()?, rng?);
-        Some(d.draw_device(rng, counter, n, self.k(), self.job.shape.d_out))
+        Some(d.draw(
+            rng,
+            counter,
+            n,
+            d.noise_width(self.k(), self.job.shape.d_out),
+        ))
     }
 
     /// One optimiser step on a batch: forward, head, backward (plus the adversarial pass on
@@ -98,20 +102,57 @@ impl Trainer<'_> {
 
     /// Trains replicas `range` of the job, then predicts the test inputs.
     fn run_chunk(&self, range: Range<usize>) -> ChunkOut {
+        let io = ChunkIo::default();
+        let (mut s, data) = self.prepare(range, &io);
+        let steps = self.train_steps(&mut s, &data, &io);
+
+        // Final objective on all N points with the dropout layer at its expectation, on the
+        // device in f32 like the training loss itself: an overflow or NaN there is what
+        // divergence means.
+        let (out, _) = self.net.forward(&s, data.x_full.clone(), None);
+        let fitted = (self.settings.dropout.is_none()).then(|| out.clone());
+        let objective = self
+            .net
+            .objective(&s, out, &data.y_full, self.settings.weight_decay);
+        let objective: Vec<f64> = io.down(objective).into_iter().map(f64::from).collect();
+        // The reported rate: from the first element of the layer's first parameter slot.
+        let rates: Vec<f64> = match (&self.settings.dropout, s.params.first()) {
+            (Some(layer), Some(p)) if layer.rate_name().is_some() => io
+                .down(p.clone().slice([0..data.rc, 0..1, 0..1]))
+                .into_iter()
+                .map(|v| layer.rate(f64::from(v)))
+                .collect(),
+            _ => Vec::new(),
+        };
+        let pred = self.predict(&s, &data, &io);
+        let train_pred = self.training_fit(&s, &data, fitted, &io);
+        ChunkOut {
+            pred,
+            train_pred,
+            objective,
+            rates,
+            steps,
+            uploads: io.uploads.get(),
+            reads: io.reads.get(),
+        }
+    }
+
+    /// Uploads a chunk's data and keys its noise stream: the state at its initial values and
+    /// what the steps and the predictions read.
+    fn prepare(&self, range: Range<usize>, io: &ChunkIo) -> (State, ChunkData<'a>) {
         let job = self.job;
         let shape = job.shape;
         let rc = range.len();
-        let (d, n, m) = (shape.d_in, job.n_train(), job.n_test());
+        let (d, n) = (shape.d_in, job.n_train());
         let dev = &self.device;
         let host = xavier_init(shape, &job.init_seeds[range.clone()]);
-        let param = self
-            .settings
-            .dropout
-            .as_ref()
-            .and_then(Dropout::initial_param);
-        let io = ChunkIo::default();
-        let mut s = State::new(&host, &shape.layers(), param, true, dev);
-        // The initial weights and biases (the scalar and the moments are made on the device).
+        let slots = match &self.settings.dropout {
+            Some(layer) => layer.params(self.k(), shape.d_out),
+            None => Vec::new(),
+        };
+        let s = State::new(&host, &shape.layers(), &slots, true, dev);
+        // The initial weights and biases (the stochastic layer's parameters and the moments are
+        // made on the device).
         io.uploads.set(2 * shape.layers().len() as u64);
         let eps = self
             .settings
@@ -126,17 +167,35 @@ impl Trainer<'_> {
         }
         let x_full = io.up(job.x_train.to_vec(), [1, n, d], dev);
         let y_full = io.up(y_host, [rc, n, 1], dev);
-        // The replicas' streams, keyed on the device (one upload each): the training noise,
-        // the mini-batch draws, and (below) the prediction passes' noise.
+        // The replicas' streams, keyed on the device (one upload each): the training noise
+        // here, the mini-batch draws and the prediction passes' noise where they are used.
         let seeds = &job.stream_seeds[range.clone()];
-        let ids = &job.replica_ids[range.clone()];
+        let ids = &job.replica_ids[range];
         let noise_rng = self.settings.dropout.as_ref().map(|_| {
             io.uploads.set(io.uploads.get() + 2);
             DeviceRng::new(seeds, ids, PURPOSE_NOISE, dev)
         });
+        let data = ChunkData {
+            rc,
+            x_full,
+            y_full,
+            eps,
+            noise_rng,
+            seeds,
+            ids,
+        };
+        (s, data)
+    }
+
+    /// The epochs: every batching scheme's steps. Returns the number of steps.
+    fn train_steps(&self, s: &mut State, data: &ChunkData<'_>, io: &ChunkIo) -> u64 {
+        let (rc, n, d) = (data.rc, self.job.n_train(), self.job.shape.d_in);
+        let dev = &self.device;
+        let (x_full, y_full, eps) = (&data.x_full, &data.y_full, data.eps.as_ref());
+        // The mini-batch stream (two uploads: its keys).
         let batch_rng = (!matches!(self.settings.batching, Batching::Full)).then(|| {
             io.uploads.set(io.uploads.get() + 2);
-            DeviceRng::new(seeds, ids, PURPOSE_BATCH, dev)
+            DeviceRng::new(data.seeds, data.ids, PURPOSE_BATCH, dev)
         });
         let x_rows = x_full.clone().reshape([n, d]);
         let y_flat = y_full.clone().reshape([rc * n]);
@@ -154,7 +213,7 @@ impl Trainer<'_> {
             );
             (xb.reshape([rc, b, d]), yb.reshape([rc, b, 1]))
         };
-        let rng = noise_rng.as_ref();
+        let rng = data.noise_rng.as_ref();
 
         // The classic bootstrap's resample, per replica: indices into the N points `[rc, N]`
         // (draw 0 of the batch stream; later draws are the epochs' orders).
@@ -174,12 +233,12 @@ impl Trainer<'_> {
             match &self.settings.batching {
                 Batching::Full => {
                     t += 1;
-                    self.step(&mut s, x_full.clone(), &y_full, eps.as_ref(), t, rng);
+                    self.step(s, x_full.clone(), y_full, eps, t, rng);
                 }
                 Batching::Resample { size: None } => {
                     let (xb, yb) = resampled.as_ref().expect("drawn above");
                     t += 1;
-                    self.step(&mut s, xb.clone(), yb, eps.as_ref(), t, rng);
+                    self.step(s, xb.clone(), yb, eps, t, rng);
                 }
                 Batching::Resample { size: Some(size) } => {
                     // The resample in a fresh order every epoch (draw epoch + 1: draw 0 made
@@ -193,7 +252,7 @@ impl Trainer<'_> {
                         let end = (start + size).min(n);
                         let (xb, yb) = gather(idx.clone().slice([0..rc, start..end]));
                         t += 1;
-                        self.step(&mut s, xb, &yb, eps.as_ref(), t, rng);
+                        self.step(s, xb, &yb, eps, t, rng);
                     }
                 }
                 Batching::WithReplacement { size, per_epoch } => {
@@ -201,7 +260,7 @@ impl Trainer<'_> {
                         t += 1;
                         let idx = batch_rng.as_ref().expect("batching").below(t, n, *size);
                         let (xb, yb) = gather(idx);
-                        self.step(&mut s, xb, &yb, eps.as_ref(), t, rng);
+                        self.step(s, xb, &yb, eps, t, rng);
                     }
                 }
                 Batching::Shuffled { size } => {
@@ -210,47 +269,34 @@ impl Trainer<'_> {
                         let end = (start + size).min(n);
                         let (xb, yb) = gather(perm.clone().slice([0..rc, start..end]));
                         t += 1;
-                        self.step(&mut s, xb, &yb, eps.as_ref(), t, rng);
+                        self.step(s, xb, &yb, eps, t, rng);
                     }
                 }
             }
         }
 
-        // Final objective on all N points with the dropout layer at its expectation, on the
-        // device in f32 like the training loss itself: an overflow or NaN there is what
-        // divergence means.
-        let (out, _) = self.net.forward(&s, x_full.clone(), None);
-        let fitted = (self.settings.dropout.is_none()).then(|| out.clone());
-        let objective = self
-            .net
-            .objective(&s, out, &y_full, self.settings.weight_decay);
-        let objective: Vec<f64> = io.down(objective).into_iter().map(f64::from).collect();
-        let rates: Vec<f64> = match (&self.settings.dropout, &s.param) {
-            (Some(dropout), Some(p)) => io
-                .down(p.clone())
-                .into_iter()
-                .map(|v| dropout.rate_of(f64::from(v)))
-                .collect(),
-            (Some(dropout), None) => vec![dropout.rate_of(0.0); rc],
-            _ => Vec::new(),
-        };
+        t
+    }
 
-        // Predictions: the hidden layers once, then T passes of the (stochastic) last layer,
-        // from a prediction stream of each replica's own.
-        let x_test = io.up(job.x_test.to_vec(), [1, m, d], dev);
+    /// T passes at the test inputs: the hidden layers once, then the (stochastic) last
+    /// layer, from a prediction stream of each replica's own. `[rc, T, M, d_out]`.
+    fn predict(&self, s: &State, data: &ChunkData<'_>, io: &ChunkIo) -> Vec<f32> {
+        let (rc, m, d) = (data.rc, self.job.n_test(), self.job.shape.d_in);
+        let dev = &self.device;
+        let x_test = io.up(self.job.x_test.to_vec(), [1, m, d], dev);
         let passes = self.settings.mc_passes;
-        let dout = shape.d_out;
+        let dout = self.job.shape.d_out;
         let mut pred = vec![0.0f32; rc * passes * m * dout];
-        let (h, _) = self.net.hidden(&s, x_test);
+        let (h, _) = self.net.hidden(s, x_test);
         let predict_rng = self.settings.dropout.as_ref().map(|_| {
             io.uploads.set(io.uploads.get() + 2);
-            DeviceRng::new(seeds, ids, PURPOSE_PREDICT, dev)
+            DeviceRng::new(data.seeds, data.ids, PURPOSE_PREDICT, dev)
         });
         for pass in 0..passes {
             let noise = predict_rng
                 .as_ref()
                 .and_then(|g| self.noise(Some(g), pass as u64, m));
-            let (out, _) = self.net.last(&s, h.clone(), noise);
+            let (out, _) = self.net.last(s, h.clone(), noise);
             let values = io.down(out);
             for k in 0..rc {
                 let dst = ((k * passes + pass) * m) * dout;
@@ -258,41 +304,58 @@ impl Trainer<'_> {
                     .copy_from_slice(&values[k * m * dout..(k + 1) * m * dout]);
             }
         }
+        pred
+    }
 
-        // The mean prediction at the training inputs (the training fit): without a stochastic
-        // layer the deterministic forward pass above; with one, the mean of T passes drawn from
-        // a stream of their own, so the test predictions above do not
-        // depend on it.
-        let train_pred: Vec<f32> = match fitted {
+    /// The mean prediction at the training inputs (the training fit) `[rc, N]`: without a
+    /// stochastic layer the deterministic forward pass `fitted`; with one, the mean of T
+    /// passes drawn from a stream of their own, so the test predictions do not depend on it.
+    fn training_fit(
+        &self,
+        s: &State,
+        data: &ChunkData<'_>,
+        fitted: Option<Tensor<3>>,
+        io: &ChunkIo,
+    ) -> Vec<f32> {
+        let (rc, n) = (data.rc, self.job.n_train());
+        let (dout, passes) = (self.job.shape.d_out, self.settings.mc_passes);
+        match fitted {
             Some(out) => {
                 let v = io.down(out);
                 (0..rc * n).map(|i| v[i * dout]).collect()
             }
             None => {
-                let (h, _) = self.net.hidden(&s, x_full);
+                let (h, _) = self.net.hidden(s, data.x_full.clone());
                 io.uploads.set(io.uploads.get() + 2);
-                let fit_rng = DeviceRng::new(seeds, ids, PURPOSE_FIT, dev);
+                let fit_rng = DeviceRng::new(data.seeds, data.ids, PURPOSE_FIT, &self.device);
                 let mut sum = vec![0.0f64; rc * n];
                 for pass in 0..passes {
                     let noise = self.noise(Some(&fit_rng), pass as u64, n);
-                    let (out, _) = self.net.last(&s, h.clone(), noise);
+                    let (out, _) = self.net.last(s, h.clone(), noise);
                     for (acc, v) in sum.iter_mut().zip(io.down(out).iter().step_by(dout)) {
                         *acc += f64::from(*v);
                     }
                 }
                 sum.iter().map(|v| (v / passes as f64) as f32).collect()
             }
-        };
-        ChunkOut {
-            pred,
-            train_pred,
-            objective,
-            rates,
-            steps: t,
-            uploads: io.uploads.get(),
-            reads: io.reads.get(),
         }
     }
+}
+
+/// A chunk's data on the device and its replicas' stream keys.
+struct ChunkData<'a> {
+    /// Replicas in the chunk.
+    rc: usize,
+    /// The shared training inputs `[1, N, d]`.
+    x_full: Tensor<3>,
+    /// The replicas' targets `[rc, N, 1]`.
+    y_full: Tensor<3>,
+    /// EnsAdvA's ε per input dimension `[1, 1, d]`.
+    eps: Option<Tensor<3>>,
+    /// The training noise stream, with a stochastic layer.
+    noise_rng: Option<DeviceRng>,
+    seeds: &'a [u64],
+    ids: &'a [u64],
 }
 
 impl ChunkTrainer for Trainer<'_> {
@@ -309,7 +372,7 @@ impl ChunkTrainer for Trainer<'_> {
     }
 
     fn has_rates(&self) -> bool {
-        self.settings.dropout.is_some()
+        (self.settings.dropout.as_ref()).is_some_and(|d| d.rate_name().is_some())
     }
 
     fn bytes_per_replica(&self) -> usize {

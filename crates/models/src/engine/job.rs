@@ -22,7 +22,7 @@ pub struct Job<'a> {
     pub stream_seeds: &'a [u64],
     /// For every replica, its identifier within the (setting, method) job, distinct between
     /// replicas: repetition·members + member ([`uqbench_core::Task::replicas`]). It keys the
-    /// replica's device streams so that no two replicas share one (`engine::device_rng`).
+    /// replica's device streams so that no two replicas share one (`crate::device_rng`).
     pub replica_ids: &'a [u64],
     /// Test inputs, row-major `[M, d]`.
     pub x_test: &'a [f32],
@@ -86,14 +86,14 @@ impl Job<'_> {
         if let Some(&id) = self
             .replica_ids
             .iter()
-            .find(|&&id| id >= super::device_rng::MAX_REPLICA_ID)
+            .find(|&&id| id >= crate::device_rng::MAX_REPLICA_ID)
         {
             return Err(MethodError::invalid(
                 "replica identifier (repetition·members + member)",
                 id,
                 format!(
                     "below {}: fewer repetitions × members per setting",
-                    super::device_rng::MAX_REPLICA_ID
+                    crate::device_rng::MAX_REPLICA_ID
                 ),
             ));
         }

@@ -15,7 +15,6 @@
 //!   threads, progress, divergence per replica; burn-autodiff modules run on it too;
 //! - `network`: the built-in network's forward, hand-written backward, objective and Adam step;
 //! - [`head`]: the loss on the output and its gradient;
-//! - `device_rng`: the counter-based generator on the device (noise, mini-batch indices);
 //! - `chunk`: the built-in network's training of one chunk;
 //! - [`ops`]: counting the tensor operations a run issues, in burn's fusion server (GPU);
 //! - `probe` (tests): the objective's gradient against finite differences.
@@ -24,8 +23,7 @@
 //! ½·mean_n (f(x_n) − y_n)² + (λ/2)·Σ‖W‖², with λ on weights only (biases are not
 //! regularised), optimised by Adam, plus the stochastic layer's regulariser.
 
-mod chunk;
-pub(crate) mod device_rng;
+pub(crate) mod chunk;
 pub mod head;
 pub mod job;
 pub mod memory;
@@ -47,7 +45,8 @@ pub use ops::OpCounts;
 pub use pool::{run_chunks, ChunkOut, ChunkTrainer, TrainOutput, Transfers};
 pub use settings::{Batching, TrainSettings};
 
-use uqbench_core::MethodError;
+use crate::mlp::MlpShape;
+use uqbench_core::{MethodError, Task};
 
 /// Trains every replica of `job` on the built-in network and predicts the test inputs.
 /// `progress` is called with the number of replicas finished so far, after every chunk.
@@ -71,4 +70,36 @@ pub fn train(
         },
     };
     run_chunks(&trainer, res, progress)
+}
+
+/// The replica layout of a method on the built-in network: `members` replicas per repetition
+/// of `task` (repetition-major, each with the seeds `Task::replicas` derives from `name`), the
+/// network `shape` on the task's inputs (standardised when `standardize`), trained with
+/// `settings`. Read a member back with [`TrainOutput::member`].
+#[allow(clippy::too_many_arguments)]
+pub fn train_task(
+    task: &Task<'_>,
+    name: &str,
+    members: usize,
+    shape: &MlpShape,
+    standardize: bool,
+    settings: &TrainSettings,
+    res: &Resources,
+    progress: &(dyn Fn(usize) + Sync),
+) -> Result<TrainOutput, MethodError> {
+    task.validate()?;
+    let replicas = task.replicas(name, members);
+    let (x_train, x_test) = task.inputs_f32(standardize);
+    let targets = task.y_train_f32();
+    let job = Job {
+        shape,
+        x_train: &x_train,
+        targets: &targets,
+        replica_targets: &replicas.targets,
+        init_seeds: &replicas.init,
+        stream_seeds: &replicas.stream,
+        replica_ids: &replicas.ids,
+        x_test: &x_test,
+    };
+    train(&job, settings, res, progress)
 }

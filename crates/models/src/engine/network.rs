@@ -12,15 +12,17 @@
 //! batched over replicas (`[R, in, out]` weights; a shared input `[1, n, d]` broadcasts).
 //! The L2 term's gradient λ·W is not added here: Adam's step adds it to the weights' gradient
 //! (decoupled from the biases, which are not regularised), see [`State::adam_step`]. The
-//! stochastic layer's forward, backward and regulariser live in [`crate::dropout`].
+//! stochastic layer's forward, backward and regulariser live in [`crate::stochastic`].
+
+use std::sync::Arc;
 
 use burn::tensor::{Device, Tensor, TensorData};
 
 use super::head::Head;
-use crate::dropout::{self, Dropout, LastCache};
 use crate::kernels::{self, AdamStep, KernelPath};
 use crate::layers::linear_backward;
 use crate::mlp::HostWeights;
+use crate::stochastic::{LayerCache, ParamSlot, StochasticLayer};
 
 /// One chunk's parameters and Adam moments on the device.
 pub(crate) struct State {
@@ -28,11 +30,11 @@ pub(crate) struct State {
     pub w: Vec<Tensor<3>>,
     /// Biases `[R, 1, out]` per layer.
     pub b: Vec<Tensor<3>>,
-    /// The stochastic layer's learnable scalar per replica `[R, 1, 1]` (concrete dropout's
-    /// logit p, variational dropout's log α).
-    pub param: Option<Tensor<3>>,
+    /// The stochastic layer's learnable parameters per replica `[R, a, b]`, one per
+    /// [`ParamSlot`] (concrete dropout's logit p, variational dropout's log α).
+    pub params: Vec<Tensor<3>>,
     /// Adam's first and second moments per parameter slot, in slot order: the weights, the
-    /// biases, then the scalar. Empty when the state is not trained.
+    /// biases, then the stochastic layer's. Empty when the state is not trained.
     pub moments: Vec<[Tensor<3>; 2]>,
 }
 
@@ -40,7 +42,7 @@ pub(crate) struct State {
 pub(crate) struct Grads {
     pub w: Vec<Tensor<3>>,
     pub b: Vec<Tensor<3>>,
-    pub param: Option<Tensor<3>>,
+    pub params: Vec<Tensor<3>>,
 }
 
 impl Grads {
@@ -52,7 +54,7 @@ impl Grads {
         for (a, b) in self.b.iter_mut().zip(other.b) {
             *a = a.clone() + b;
         }
-        if let (Some(a), Some(b)) = (self.param.as_mut(), other.param) {
+        for (a, b) in self.params.iter_mut().zip(other.params) {
             *a = a.clone() + b;
         }
     }
@@ -75,12 +77,12 @@ pub(crate) fn try_download(t: Tensor<3>, what: &str) -> Result<Vec<f32>, crate::
 }
 
 impl State {
-    /// Host weights on the device, with zero Adam moments when `trained`, and the scalar
-    /// initialised to `param` for every replica.
+    /// Host weights on the device, with zero Adam moments when `trained`, and the stochastic
+    /// layer's parameters at their initial values for every replica.
     pub fn new(
         host: &HostWeights,
         layers: &[(usize, usize)],
-        param: Option<f64>,
+        slots: &[ParamSlot],
         trained: bool,
         dev: &Device,
     ) -> State {
@@ -97,11 +99,14 @@ impl State {
             .zip(layers)
             .map(|((_, b), &(_, o))| upload(b.clone(), [r, 1, o], dev))
             .collect();
-        let param = param.map(|v| Tensor::<3>::full([r, 1, 1], v, dev));
+        let params: Vec<Tensor<3>> = slots
+            .iter()
+            .map(|s| Tensor::<3>::full([r, s.dims[0], s.dims[1]], s.init, dev))
+            .collect();
         let moments = if trained {
             w.iter()
                 .chain(&b)
-                .chain(&param)
+                .chain(&params)
                 .map(|t| [Tensor::zeros(t.dims(), dev), Tensor::zeros(t.dims(), dev)])
                 .collect()
         } else {
@@ -110,13 +115,13 @@ impl State {
         State {
             w,
             b,
-            param,
+            params,
             moments,
         }
     }
 
     /// One Adam step on every parameter slot: the weights with weight decay (λ·W added to
-    /// the gradient, MATLAB's L2), the biases and the scalar without.
+    /// the gradient, MATLAB's L2), the biases and the stochastic layer's parameters without.
     pub fn adam_step(&mut self, grads: Grads, path: KernelPath, weights: &AdamStep) {
         let plain = AdamStep {
             weight_decay: 0.0,
@@ -125,15 +130,15 @@ impl State {
         let State {
             w,
             b,
-            param,
+            params,
             moments,
         } = self;
         let slots = w
             .iter_mut()
             .map(|p| (p, weights))
             .chain(b.iter_mut().map(|p| (p, &plain)))
-            .chain(param.iter_mut().map(|p| (p, &plain)));
-        let grads = grads.w.into_iter().chain(grads.b).chain(grads.param);
+            .chain(params.iter_mut().map(|p| (p, &plain)));
+        let grads = grads.w.into_iter().chain(grads.b).chain(grads.params);
         for (((p, step), [m, v]), g) in slots.zip(moments.iter_mut()).zip(grads) {
             let (np, nm, nv) = kernels::adam(path, p.extract(), m.extract(), v.extract(), g, step);
             (*p, *m, *v) = (np, nm, nv);
@@ -148,7 +153,7 @@ pub(crate) struct Network {
     /// Leaky-ReLU slope a.
     pub slope: f64,
     /// The stochastic layer in front of the last linear layer.
-    pub dropout: Option<Dropout>,
+    pub dropout: Option<Arc<dyn StochasticLayer>>,
     pub head: Head,
 }
 
@@ -156,7 +161,7 @@ pub(crate) struct Network {
 pub(crate) struct Cache {
     /// The input of every layer (for the last layer with dropout: its input before noise).
     inputs: Vec<Tensor<3>>,
-    last: Option<LastCache>,
+    last: Option<LayerCache>,
 }
 
 impl Network {
@@ -179,12 +184,11 @@ impl Network {
         s: &State,
         h: Tensor<3>,
         noise: Option<Tensor<3>>,
-    ) -> (Tensor<3>, Option<LastCache>) {
+    ) -> (Tensor<3>, Option<LayerCache>) {
         let l = s.w.len() - 1;
         match (&self.dropout, noise) {
             (Some(dropout), Some(noise)) => {
-                let (out, cache) =
-                    dropout::forward_last(dropout, h, &s.w[l], &s.b[l], s.param.as_ref(), noise);
+                let (out, cache) = dropout.forward(h, &s.w[l], &s.b[l], &s.params, noise);
                 (out, Some(cache))
             }
             _ => {
@@ -201,7 +205,8 @@ impl Network {
     /// layer is replaced by its expectation (the identity for all three kinds).
     ///
     /// # Shapes
-    /// - `x`: `[1 or R, n, d]`, `noise`: from [`Dropout::draw`] → output `[R, n, d_out]`
+    /// - `x`: `[1 or R, n, d]`, `noise`: from [`StochasticLayer::draw`] → output
+    ///   `[R, n, d_out]`
     pub fn forward(&self, s: &State, x: Tensor<3>, noise: Option<Tensor<3>>) -> (Tensor<3>, Cache) {
         let (h, mut inputs) = self.hidden(s, x);
         inputs.push(h.clone());
@@ -222,16 +227,16 @@ impl Network {
         let layers = s.w.len();
         let mut gw = vec![None; layers];
         let mut gb = vec![None; layers];
-        let mut gparam = None;
+        let mut gparams = Vec::new();
         let mut input_grad = None;
         for l in (0..layers).rev() {
             let back = match (&cache.last, &self.dropout, l == layers - 1) {
                 (Some(last), Some(dropout), true) => {
-                    let mut g = dropout::backward_last(dropout, last, &s.w[l], delta.clone());
-                    dropout::regularize(dropout, &s.w[l], s.param.as_ref(), &mut g);
+                    let mut g = dropout.backward(last, &s.w[l], &s.params, delta.clone());
+                    dropout.regularize(&s.w[l], &s.params, &mut g);
                     gw[l] = Some(g.gw);
                     gb[l] = Some(g.gb);
-                    gparam = g.gparam;
+                    gparams = g.gparams;
                     g.dh
                 }
                 _ => {
@@ -259,7 +264,7 @@ impl Network {
         let grads = Grads {
             w: gw.into_iter().map(|g| g.expect("every layer")).collect(),
             b: gb.into_iter().map(|g| g.expect("every layer")).collect(),
-            param: gparam,
+            params: gparams,
         };
         (grads, input_grad)
     }
@@ -283,9 +288,7 @@ impl Network {
                     .mul_scalar(0.5 * weight_decay);
         }
         if let Some(dropout) = &self.dropout {
-            if let Some(reg) =
-                dropout::regularizer_value(dropout, &s.w[s.w.len() - 1], s.param.as_ref())
-            {
+            if let Some(reg) = dropout.regularizer(&s.w[s.w.len() - 1], &s.params) {
                 objective = objective + reg;
             }
         }

@@ -2,7 +2,7 @@
 //! memory plan, chunks run on worker threads (one after another on a GPU), progress after
 //! every chunk, divergence judged per replica. A model provides [`ChunkTrainer`]: how many
 //! bytes a replica needs and how to train a range of replicas. Both the hand-written network
-//! ([`super::train`]) and burn-autodiff modules (`crate::ens_mcd`) run here, so they share the
+//! ([`super::train`]) and burn-autodiff modules (`crate::autodiff`) run here, so they share the
 //! chunking, threads, seeds (a replica's seeds are indexed by its position in the job, never
 //! by its chunk) and progress reporting.
 
@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use super::memory::{chunk_size, Resources};
-use uqbench_core::MethodError;
+use uqbench_core::{Member, MethodError};
 
 /// The result of training every replica of a job.
 #[derive(Debug, Clone, PartialEq)]
@@ -37,6 +37,26 @@ pub struct TrainOutput {
     /// Host↔device traffic, summed over chunks.
     pub transfers: Transfers,
 }
+impl TrainOutput {
+    /// Replica `replica` as an ensemble member, for one output per point (`d_out` = 1): its
+    /// T passes at the `m` test inputs, its fit at the `n` training inputs, its objective and
+    /// whether it diverged.
+    pub fn member(&self, replica: usize, m: usize, n: usize) -> Member<'_> {
+        let t = self.passes;
+        Member {
+            passes: (0..t)
+                .map(|pass| {
+                    let start = (replica * t + pass) * m;
+                    &self.test_out[start..start + m]
+                })
+                .collect(),
+            train: &self.train_pred[replica * n..(replica + 1) * n],
+            objective: self.final_objective[replica],
+            diverged: self.diverged[replica],
+        }
+    }
+}
+
 /// Host↔device traffic of a job, summed over its chunks: what a GPU waits on. Training that
 /// keeps the device busy uploads and reads a number of tensors per chunk that does not grow
 /// with the epochs.

@@ -1,27 +1,29 @@
 //! The training objective and its hand-written gradient for host weights and fixed noise,
 //! checked against finite differences (test only).
 
+use std::sync::Arc;
+
 use burn::tensor::Tensor;
 
 use super::head::Head;
 use super::memory::Resources;
 use super::network::{download, upload, Network, State};
-use crate::dropout::Dropout;
 use crate::mlp::{HostWeights, MlpShape};
+use crate::stochastic::StochasticLayer;
 
 /// What [`objective_and_gradient`] evaluates: the training objective of a step with fixed
 /// noise.
 #[derive(Debug, Clone, Default)]
 struct Probe<'a> {
     /// The dropout layer, if any.
-    dropout: Option<&'a Dropout>,
+    dropout: Option<&'a Arc<dyn StochasticLayer>>,
     /// The head.
     head: Head,
     /// λ.
     weight_decay: f64,
-    /// The dropout layer's learnable scalar per replica (θ or log α).
+    /// The stochastic layer's learnable scalar per replica (θ or log α), its only slot.
     param: Option<&'a [f32]>,
-    /// The noise of the pass, as [`Dropout::draw`] lays it out.
+    /// The noise of the pass, as [`StochasticLayer::draw`] lays it out.
     noise: Option<&'a [f32]>,
 }
 
@@ -42,23 +44,18 @@ fn objective_and_gradient(
     let n = x.len() / d;
     let dev = &res.device;
     let k = *shape.hidden.last().unwrap_or(&d);
-    let param = probe.param.map(|p| upload(p.to_vec(), [r, 1, 1], dev));
-    let mut s = State::new(weights, &shape.layers(), None, false, dev);
-    s.param = param;
+    let mut s = State::new(weights, &shape.layers(), &[], false, dev);
+    s.params = (probe.param.iter())
+        .map(|p| upload(p.to_vec(), [r, 1, 1], dev))
+        .collect();
     let net = Network {
         path: res.kernel_path(),
         slope: shape.negative_slope,
         dropout: probe.dropout.cloned(),
         head: probe.head,
     };
-    let noise = probe.noise.map(|v| {
-        let width = if matches!(probe.dropout, Some(Dropout::Variational { .. })) {
-            shape.d_out
-        } else {
-            k
-        };
-        upload(v.to_vec(), [r, n, width], dev)
-    });
+    let noise = (probe.noise.zip(probe.dropout))
+        .map(|(v, layer)| upload(v.to_vec(), [r, n, layer.noise_width(k, shape.d_out)], dev));
     let yt: Tensor<3> = upload(y.to_vec(), [r, n, 1], dev);
     let (out, cache) = net.forward(&s, upload(x.to_vec(), [1, n, d], dev), noise);
     let delta = net.head.delta(out.clone(), &yt);
@@ -81,13 +78,16 @@ fn objective_and_gradient(
             replicas: r,
             layers: grads,
         },
-        g.param.map(download),
+        g.params.into_iter().next().map(download),
     )
 }
 
 #[cfg(test)]
 mod tests {
     use uqbench_anchor::Rng;
+
+    use crate::device_rng::DeviceRng;
+    use crate::stochastic::{Bernoulli, Concrete, Variational};
 
     use super::*;
     use crate::backend::{open_device, BackendKind};
@@ -108,19 +108,20 @@ mod tests {
         let mut rng = Rng::new(3);
         let x: Vec<f32> = (0..10).map(|_| rng.uniform_in(-2.0, 2.0) as f32).collect();
         let y: Vec<f32> = (0..10).map(|_| rng.normal() as f32).collect(); // 2 replicas × 5 points
-        let concrete = Dropout::Concrete {
+        let concrete: Arc<dyn StochasticLayer> = Arc::new(Concrete {
             init_p: 0.2,
             temperature: 0.1,
             weight_reg: 0.05,
             dropout_reg: 0.4,
-        };
-        let variational = Dropout::Variational {
+        });
+        let variational: Arc<dyn StochasticLayer> = Arc::new(Variational {
             init_alpha: 0.3,
             kl_weight: 0.2,
-        };
-        let bernoulli = Dropout::Bernoulli { p: 0.3 };
+        });
+        let bernoulli: Arc<dyn StochasticLayer> = Arc::new(Bernoulli { p: 0.3 });
         let labels: Vec<f32> = y.iter().map(|&v| if v > 0.0 { 1.0 } else { 0.0 }).collect();
-        let cases: Vec<(&str, Option<&Dropout>, Head)> = vec![
+        type Layer = Arc<dyn StochasticLayer>;
+        let cases: Vec<(&str, Option<&Layer>, Head)> = vec![
             ("plain", None, Head::HalfMse),
             ("bernoulli", Some(&bernoulli), Head::HalfMse),
             ("concrete", Some(&concrete), Head::HalfMse),
@@ -153,24 +154,24 @@ mod tests {
                     *v = rng.uniform_in(-0.5, 0.5) as f32;
                 }
             }
-            let mut streams = [Rng::new(11), Rng::new(12)];
             let device = open_device(BackendKind::Flex, true).unwrap();
+            let streams = DeviceRng::new(&[11, 12], &[0, 1], 1, &device);
             let noise: Option<Vec<f32>> = dropout.map(|d| {
-                d.draw(&mut streams, 5, 3, shape.d_out, &device)
+                d.draw(&streams, 0, 5, d.noise_width(3, shape.d_out))
                     .into_data()
                     .try_into_vec_as::<f32>()
                     .unwrap()
             });
-            let param: Option<Vec<f32>> = match dropout {
-                Some(Dropout::Concrete { .. }) => Some(vec![-1.2, -0.7]),
-                Some(Dropout::Variational { .. }) => Some(vec![-1.0, -0.3]),
-                _ => None,
+            let param: Option<Vec<f32>> = match dropout.and_then(|d| d.rate_name()) {
+                Some("learned_p") => Some(vec![-1.2, -0.7]),
+                Some(_) => Some(vec![-1.0, -0.3]),
+                None => None,
             };
             for backend in [BackendKind::Flex, BackendKind::Ndarray] {
                 let res = Resources::new(backend, open_device(backend, true).unwrap());
                 let noise = noise.as_deref();
                 fn make<'a>(
-                    dropout: Option<&'a Dropout>,
+                    dropout: Option<&'a Arc<dyn StochasticLayer>>,
                     head: Head,
                     param: Option<&'a [f32]>,
                     noise: Option<&'a [f32]>,

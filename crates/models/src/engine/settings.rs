@@ -1,8 +1,10 @@
 //! Optimisation settings shared by all replicas of a job, and the batching schemes.
 
 use super::head::Head;
-use crate::dropout::Dropout;
+use std::sync::Arc;
+
 use crate::mlp::MlpShape;
+use crate::stochastic::StochasticLayer;
 use uqbench_core::Likelihood;
 use uqbench_core::MethodError;
 
@@ -35,7 +37,7 @@ pub enum Batching {
 }
 
 /// Optimisation settings shared by all replicas of a job.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct TrainSettings {
     /// Passes over the training data.
     pub epochs: usize,
@@ -55,7 +57,7 @@ pub struct TrainSettings {
     /// x' = x + ε·sign(∇ₓ loss); the step's loss is loss(x) + loss(x').
     pub adversarial: Option<Vec<f64>>,
     /// A stochastic layer in front of the last linear layer (the dropout methods).
-    pub dropout: Option<Dropout>,
+    pub dropout: Option<Arc<dyn StochasticLayer>>,
     /// A two-output head (mean, log variance) trained with the Gaussian NLL; the network's
     /// `d_out` must be 2.
     pub heteroscedastic: bool,

@@ -1,9 +1,13 @@
 //! The batched training core: exactness of batching and chunking, agreement across
 //! backends, divergence reporting, and that training learns.
 
+use std::sync::Arc;
+
 use uqbench_anchor::Rng;
 use uqbench_models::engine::{self, Batching, Job, Resources, TrainOutput, TrainSettings};
-use uqbench_models::{open_device, BackendKind, Dropout, MlpShape};
+use uqbench_models::{
+    open_device, BackendKind, Bernoulli, Concrete, MlpShape, StochasticLayer, Variational,
+};
 
 use crate::util::skip_wgpu;
 
@@ -45,6 +49,25 @@ fn run(
     chunk: Option<usize>,
     threads: usize,
 ) -> TrainOutput {
+    run_on(engine::train, backend, replicas, settings, chunk, threads)
+}
+
+type Route = fn(
+    &Job<'_>,
+    &TrainSettings,
+    &Resources,
+    &(dyn Fn(usize) + Sync),
+) -> Result<TrainOutput, uqbench_models::MethodError>;
+
+/// [`run`] on a given training route.
+fn run_on(
+    route: Route,
+    backend: BackendKind,
+    replicas: &[usize],
+    settings: &TrainSettings,
+    chunk: Option<usize>,
+    threads: usize,
+) -> TrainOutput {
     let d = data();
     let s = shape();
     let replica_targets: Vec<usize> = replicas.iter().map(|r| r / 3).collect();
@@ -65,7 +88,7 @@ fn run(
     let mut res = Resources::new(backend, open_device(backend, true).unwrap());
     res.chunk = chunk;
     res.threads = threads;
-    engine::train(&job, settings, &res, &|_| {}).unwrap()
+    route(&job, settings, &res, &|_| {}).unwrap()
 }
 
 fn max_rel_diff(a: &[f32], b: &[f32]) -> f32 {
@@ -316,19 +339,7 @@ fn no_host_transfers_grow_with_the_epochs() {
     // come from the device's counter-based streams, so the uploads and reads of a job are the
     // same for 3 and for 12 epochs (and the steps are 4× as many).
     let mut all = variants();
-    for dropout in [
-        Dropout::Bernoulli { p: 0.2 },
-        Dropout::Concrete {
-            init_p: 0.1,
-            temperature: 0.1,
-            weight_reg: 1e-6,
-            dropout_reg: 0.05,
-        },
-        Dropout::Variational {
-            init_alpha: 0.1,
-            kl_weight: 0.02,
-        },
-    ] {
+    for dropout in layers() {
         all.push(TrainSettings {
             dropout: Some(dropout),
             mc_passes: 4,
@@ -351,5 +362,79 @@ fn no_host_transfers_grow_with_the_epochs() {
             (long.uploads, long.reads),
             "{settings:?}"
         );
+    }
+}
+
+/// The built-in stochastic layers, with settings that move their rates.
+fn layers() -> [Arc<dyn StochasticLayer>; 3] {
+    [
+        Arc::new(Bernoulli { p: 0.2 }),
+        Arc::new(Concrete {
+            init_p: 0.1,
+            temperature: 0.1,
+            weight_reg: 1e-6,
+            dropout_reg: 0.05,
+        }),
+        Arc::new(Variational {
+            init_alpha: 0.1,
+            kl_weight: 0.02,
+        }),
+    ]
+}
+
+#[test]
+fn the_autodiff_route_computes_what_the_engine_computes() {
+    // The same job, seeds and device noise streams through the hand-written engine and
+    // through burn autodiff on `McdNet`, for every built-in stochastic layer: the routes
+    // differ only in the order of floating-point sums in the gradients (f32, relative
+    // rounding about 1e-7 per step), which 15 Adam steps at lr 1e-2 do not amplify beyond
+    // 1e-3 of the outputs' scale. A wrong gradient, a wrong noise draw or a missing
+    // regulariser term moves them by far more (a step moves a weight by about lr = 1e-2).
+    for layer in layers() {
+        let settings = TrainSettings {
+            dropout: Some(layer.clone()),
+            mc_passes: 3,
+            ..TrainSettings::paper(15, 40)
+        };
+        let engine = run(BackendKind::Flex, &ALL, &settings, None, 1);
+        let auto = run_on(
+            uqbench_models::autodiff::train,
+            BackendKind::Flex,
+            &ALL,
+            &settings,
+            None,
+            1,
+        );
+        let close = |what: &str, a: &[f32], b: &[f32], tol: f32| {
+            assert_eq!(a.len(), b.len(), "{layer:?} {what}");
+            let scale = b.iter().map(|v| v.abs()).fold(0.0f32, f32::max).max(1.0);
+            for (x, y) in a.iter().zip(b) {
+                assert!((x - y).abs() <= tol * scale, "{layer:?} {what}: {x} vs {y}");
+            }
+        };
+        close("test passes", &engine.test_out, &auto.test_out, 1e-3);
+        close("training fit", &engine.train_pred, &auto.train_pred, 1e-3);
+        let f = |v: &[f64]| v.iter().map(|&x| x as f32).collect::<Vec<f32>>();
+        close(
+            "final objective",
+            &f(&engine.final_objective),
+            &f(&auto.final_objective),
+            1e-3,
+        );
+        assert_eq!(engine.rates.is_some(), auto.rates.is_some(), "{layer:?}");
+        // The autodiff route on the trainer: chunks of one replica on two threads are one
+        // chunk, bit for bit.
+        let chunked = run_on(
+            uqbench_models::autodiff::train,
+            BackendKind::Flex,
+            &ALL,
+            &settings,
+            Some(1),
+            2,
+        );
+        assert_eq!(chunked.test_out, auto.test_out, "{layer:?}: chunks");
+        if let (Some(a), Some(b)) = (&engine.rates, &auto.rates) {
+            close("rates", &f(a), &f(b), 1e-3);
+        }
     }
 }

@@ -224,10 +224,9 @@ fn bad_configs_are_clear_errors() {
 }
 
 #[test]
-fn the_autodiff_route_runs_on_the_trainer_and_chunks_do_not_change_it() {
-    // EnsMCD (burn autodiff) on the engine's trainer: 2 repetitions × 3 members in chunks of
-    // one replica on two threads must equal one chunk, bit for bit, and progress must count
-    // every replica.
+fn ens_mcd_chunks_do_not_change_it() {
+    // EnsMCD on the engine: 2 repetitions × 3 members in chunks of one replica on two threads
+    // must equal one chunk, bit for bit, and progress must count every replica.
     use std::sync::atomic::{AtomicUsize, Ordering};
     use uqbench_models::{EnsMcd, EnsMcdConfig, EnsMcdSettings, NetConfig};
     let p = e1();

@@ -87,7 +87,7 @@ pub(crate) fn bits_host(seed: u64, id: u64, purpose: u64, counter: u64, index: i
 }
 
 /// One stream per replica of a chunk, on the device.
-pub(crate) struct DeviceRng {
+pub struct DeviceRng {
     /// Per replica, key A `[R, 1, 1]`.
     keys_a: Tensor<3, Int>,
     /// Per replica, key B `[R, 1, 1]`.

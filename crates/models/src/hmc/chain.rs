@@ -1,0 +1,533 @@
+//! HMC's chains on the engine's trainer: the network's potential and its gradient, one
+//! iteration (jittered leapfrog, Metropolis accept by a device-side select, the Gibbs step for
+//! σ²), dual-averaging warm-up, and what each chain records. The sampler's description is in
+//! the module above (`hmc/mod.rs`).
+
+use std::ops::Range;
+use std::sync::Mutex;
+
+use burn::tensor::{Device, Tensor};
+use uqbench_anchor::Rng;
+use uqbench_metrics::mcmc;
+
+use super::HmcConfig;
+use crate::engine::{try_download, upload, ChunkOut, ChunkTrainer, Head};
+use crate::layers::{linear_backward, LeakyRelu};
+use crate::mlp::{xavier_init, MlpShape};
+use uqbench_core::MethodError;
+
+/// InvGamma(a₀, b₀) prior on σ² (a₀ = b₀ = 1).
+const PRIOR_A0: f64 = 1.0;
+const PRIOR_B0: f64 = 1.0;
+
+/// What one chain records besides its draws of f: divergent transitions after warm-up, its
+/// acceptance rate after warm-up, its adapted step size, its energy H₀ at the start of every
+/// sampling iteration (after the momenta are drawn; for the E-BFMI), and its σ draw at every
+/// sampling iteration (the noise of its draw of y).
+#[derive(Debug, Clone, Default)]
+pub(super) struct ChainRecord {
+    pub divergent: u64,
+    pub accept_rate: f64,
+    pub step_size: f64,
+    pub energy: Vec<f64>,
+    pub sigma: Vec<f64>,
+}
+
+/// The BNN's parameters for a chunk: per layer W `[R, in, out]` and b `[R, 1, out]`.
+#[derive(Clone)]
+struct Params {
+    w: Vec<Tensor<3>>,
+    b: Vec<Tensor<3>>,
+}
+
+impl Params {
+    fn map2(&self, other: &Params, f: impl Fn(Tensor<3>, Tensor<3>) -> Tensor<3>) -> Params {
+        Params {
+            w: self
+                .w
+                .iter()
+                .zip(&other.w)
+                .map(|(a, b)| f(a.clone(), b.clone()))
+                .collect(),
+            b: self
+                .b
+                .iter()
+                .zip(&other.b)
+                .map(|(a, b)| f(a.clone(), b.clone()))
+                .collect(),
+        }
+    }
+
+    fn map(&self, mut f: impl FnMut(Tensor<3>) -> Tensor<3>) -> Params {
+        Params {
+            w: self.w.iter().map(|a| f(a.clone())).collect(),
+            b: self.b.iter().map(|a| f(a.clone())).collect(),
+        }
+    }
+
+    /// Σ of squares per replica `[R, 1, 1]`.
+    fn norm2(&self) -> Tensor<3> {
+        self.w
+            .iter()
+            .chain(&self.b)
+            .map(|t| t.clone().square().sum_dim(2).sum_dim(1))
+            .reduce(|a, b| a + b)
+            .expect("at least one layer")
+    }
+}
+
+/// The chains of one repetition block on the trainer.
+pub(super) struct HmcTrainer<'a> {
+    pub config: &'a HmcConfig,
+    pub shape: MlpShape,
+    pub x_train: Vec<f32>,
+    pub x_test: Vec<f32>,
+    /// Targets `[R, N]`, replica-major.
+    pub y: Vec<f32>,
+    pub init: &'a [u64],
+    pub stream: &'a [u64],
+    /// A fixed noise sd, or `None` to sample σ² by Gibbs steps.
+    pub noise: Option<f64>,
+    pub device: Device,
+    /// Per replica, written by the chunk that ran it.
+    pub records: Mutex<Vec<ChainRecord>>,
+    /// Labels: the Bernoulli likelihood of logits instead of the Gaussian one.
+    pub bernoulli: bool,
+}
+
+/// A chunk's chains: the data on the device, the position θ with its potential U, SSE and
+/// ∇U, and σ² per replica.
+struct Chains {
+    x: Tensor<3>,
+    y: Tensor<3>,
+    theta: Params,
+    u: Tensor<3>,
+    sse: Tensor<3>,
+    grad: Params,
+    s2: Vec<f64>,
+    inv_s2: Tensor<3>,
+}
+
+/// Nesterov dual averaging of each replica's step size during warm-up (Hoffman & Gelman
+/// 2014, Algorithm 5: γ = 0.05, t₀ = 10, κ = 0.75, μ = ln 10ε₀).
+struct DualAveraging {
+    mu: f64,
+    eps: Vec<f64>,
+    h_bar: Vec<f64>,
+    log_eps_bar: Vec<f64>,
+}
+
+impl DualAveraging {
+    const GAMMA: f64 = 0.05;
+    const T0: f64 = 10.0;
+    const KAPPA: f64 = 0.75;
+
+    fn new(step_size: f64, replicas: usize) -> DualAveraging {
+        DualAveraging {
+            mu: (10.0 * step_size).ln(),
+            eps: vec![step_size; replicas],
+            h_bar: vec![0.0; replicas],
+            log_eps_bar: vec![0.0; replicas],
+        }
+    }
+
+    /// Adapts after warm-up iteration `it` (0-based) with acceptance probabilities `alphas`;
+    /// after the last one (`it + 1 == warmup`) every ε becomes the averaged ε̄.
+    fn update(&mut self, it: usize, alphas: &[f64], target: f64, warmup: usize) {
+        let m_it = (it + 1) as f64;
+        for (r, &alpha) in alphas.iter().enumerate() {
+            let w = 1.0 / (m_it + Self::T0);
+            self.h_bar[r] = (1.0 - w) * self.h_bar[r] + w * (target - alpha);
+            let log_eps = self.mu - m_it.sqrt() / Self::GAMMA * self.h_bar[r];
+            let eta = m_it.powf(-Self::KAPPA);
+            self.log_eps_bar[r] = eta * log_eps + (1.0 - eta) * self.log_eps_bar[r];
+            self.eps[r] = log_eps.exp();
+        }
+        if it + 1 == warmup {
+            for (e, bar) in self.eps.iter_mut().zip(&self.log_eps_bar) {
+                *e = bar.exp();
+            }
+        }
+    }
+}
+
+/// What the sampling iterations record per replica of a chunk.
+struct Draws {
+    accepted: Vec<u64>,
+    divergent: Vec<u64>,
+    energy: Vec<Vec<f64>>,
+    sigma: Vec<Vec<f64>>,
+    /// `[R, draws, M]`.
+    pred: Vec<f32>,
+    /// Σ over draws of f at the training inputs.
+    train_sum: Option<Tensor<3>>,
+}
+
+impl HmcTrainer<'_> {
+    fn forward(&self, p: &Params, x: &Tensor<3>) -> (Tensor<3>, Vec<Tensor<3>>) {
+        let act = LeakyRelu {
+            slope: self.shape.negative_slope,
+        };
+        let last = p.w.len() - 1;
+        let mut inputs = Vec::with_capacity(p.w.len());
+        let mut h = x.clone();
+        for l in 0..p.w.len() {
+            inputs.push(h.clone());
+            let z = h.matmul(p.w[l].clone()) + p.b[l].clone();
+            h = if l < last { act.forward(z) } else { z };
+        }
+        (h, inputs)
+    }
+
+    /// U per replica `[R, 1, 1]`, SSE per replica, and ∇U, at `p` with 1/σ² `inv_s2`.
+    fn potential(
+        &self,
+        p: &Params,
+        x: &Tensor<3>,
+        y: &Tensor<3>,
+        inv_s2: &Tensor<3>,
+    ) -> (Tensor<3>, Tensor<3>, Params) {
+        let act = LeakyRelu {
+            slope: self.shape.negative_slope,
+        };
+        let inv_p2 = 1.0 / (self.config.prior_sd * self.config.prior_sd);
+        let (f, inputs) = self.forward(p, x);
+        let n = f.dims()[1] as f64;
+        let (sse, u, mut delta) = if self.bernoulli {
+            // Labels: U = Σ_n (softplus(f_n) − y_n·f_n) + ‖θ‖²/(2σ_p²), the negative
+            // log-likelihood of the logits, and ∂U/∂f = σ(f) − y; the head's mean form times n.
+            // (The "SSE" slot carries the NLL; no Gibbs step reads it.)
+            let nll = Head::BernoulliLogit.value(f.clone(), y).mul_scalar(n);
+            let delta = Head::BernoulliLogit.delta(f, y).mul_scalar(n);
+            let u = nll.clone() + p.norm2().mul_scalar(0.5 * inv_p2);
+            (nll, u, delta)
+        } else {
+            let resid = f - y.clone();
+            let sse = resid.clone().square().sum_dim(1);
+            let u = sse.clone().mul(inv_s2.clone()).mul_scalar(0.5)
+                + p.norm2().mul_scalar(0.5 * inv_p2);
+            // δ at the output: ∂U/∂f = (f − y)/σ².
+            (sse, u, resid.mul(inv_s2.clone()))
+        };
+        let layers = p.w.len();
+        let mut gw = vec![None; layers];
+        let mut gb = vec![None; layers];
+        for l in (0..layers).rev() {
+            let g = linear_backward(&inputs[l], delta.clone(), &p.w[l], l > 0);
+            gw[l] = Some(g.weight + p.w[l].clone().mul_scalar(inv_p2));
+            gb[l] = Some(g.bias + p.b[l].clone().mul_scalar(inv_p2));
+            if l > 0 {
+                delta = act.backward(&inputs[l], g.input.expect("asked for"));
+            }
+        }
+        let grad = Params {
+            w: gw.into_iter().map(|g| g.expect("every layer")).collect(),
+            b: gb.into_iter().map(|g| g.expect("every layer")).collect(),
+        };
+        (u, sse, grad)
+    }
+
+    /// 1/σ² per replica on the device `[R, 1, 1]`.
+    fn inv(&self, s2: &[f64]) -> Tensor<3> {
+        let values = s2.iter().map(|v| (1.0 / v) as f32).collect();
+        upload(values, [s2.len(), 1, 1], &self.device)
+    }
+
+    /// The chains of replicas `range` at their Xavier initialisation, σ² fixed or starting at
+    /// the targets' variance.
+    fn start(&self, range: Range<usize>) -> Chains {
+        let rc = range.len();
+        let (n, _) = self.points();
+        let d = self.shape.d_in;
+        let dev = &self.device;
+        let layers = self.shape.layers();
+        let host = xavier_init(&self.shape, &self.init[range.clone()]);
+        let theta = Params {
+            w: (host.layers.iter().zip(&layers))
+                .map(|((w, _), &(i, o))| upload(w.clone(), [rc, i, o], dev))
+                .collect(),
+            b: (host.layers.iter().zip(&layers))
+                .map(|((_, b), &(_, o))| upload(b.clone(), [rc, 1, o], dev))
+                .collect(),
+        };
+        let x = upload(self.x_train.clone(), [1, n, d], dev);
+        let targets = &self.y[range.start * n..range.end * n];
+        let y = upload(targets.to_vec(), [rc, n, 1], dev);
+        let s2: Vec<f64> = match self.noise {
+            Some(s) => vec![s * s; rc],
+            None => (targets.chunks(n))
+                .map(|yr| {
+                    let mean = yr.iter().map(|&v| f64::from(v)).sum::<f64>() / n as f64;
+                    (yr.iter()
+                        .map(|&v| (f64::from(v) - mean).powi(2))
+                        .sum::<f64>()
+                        / n as f64)
+                        .max(1e-6)
+                })
+                .collect(),
+        };
+        let inv_s2 = self.inv(&s2);
+        let (u, sse, grad) = self.potential(&theta, &x, &y, &inv_s2);
+        Chains {
+            x,
+            y,
+            theta,
+            u,
+            sse,
+            grad,
+            s2,
+            inv_s2,
+        }
+    }
+
+    /// One HMC transition of every chain on θ given σ²: jittered step, momenta, leapfrog,
+    /// then the Metropolis accept by a device-side select. Returns each chain's acceptance
+    /// probability; when `draws` is given (sampling), records energies, divergences and
+    /// acceptances.
+    fn transition(
+        &self,
+        st: &mut Chains,
+        eps: &[f64],
+        streams: &mut [Rng],
+        mut draws: Option<&mut Draws>,
+    ) -> Result<Vec<f64>, MethodError> {
+        let (c, dev, rc) = (self.config, &self.device, eps.len());
+        // Each iteration's step is ε·U(0.5, 1.5) from the replica's stream: a fixed ε·L can
+        // sit near a multiple of a posterior direction's period, where HMC barely moves
+        // (Neal 2011, §5.4.2.2); jittering it breaks that.
+        let jittered = (eps.iter().zip(streams.iter_mut()))
+            .map(|(&e, g)| (e * (0.5 + g.uniform())) as f32)
+            .collect();
+        let step = upload(jittered, [rc, 1, 1], dev);
+        // Momenta from each replica's stream.
+        let momentum = st.theta.map(|t| {
+            let [_, a, b] = t.dims();
+            let mut v = Vec::with_capacity(rc * a * b);
+            for g in streams.iter_mut() {
+                for _ in 0..a * b {
+                    v.push(g.normal() as f32);
+                }
+            }
+            upload(v, [rc, a, b], dev)
+        });
+        let k0 = momentum.norm2().mul_scalar(0.5);
+        let half = step.clone().mul_scalar(0.5);
+        let mut q = st.theta.clone();
+        let mut p = momentum.map2(&st.grad, |p, g| p - g.mul(half.clone()));
+        let (mut u1, mut sse1, mut g1) = (st.u.clone(), st.sse.clone(), st.grad.clone());
+        for l in 0..c.leapfrog_steps {
+            q = q.map2(&p, |q, p| q + p.mul(step.clone()));
+            (u1, sse1, g1) = self.potential(&q, &st.x, &st.y, &st.inv_s2);
+            let scale = if l + 1 < c.leapfrog_steps {
+                step.clone()
+            } else {
+                half.clone()
+            };
+            p = p.map2(&g1, |p, g| p - g.mul(scale.clone()));
+        }
+        let k1 = p.norm2().mul_scalar(0.5);
+        // H₀ and H₀ − H₁ per replica, read back together.
+        let h0 = st.u.clone() + k0;
+        let both = download(Tensor::cat(vec![h0.clone(), h0 - (u1.clone() + k1)], 2))?;
+        let mut accept = vec![0.0f32; rc];
+        let mut alphas = vec![0.0; rc];
+        for r in 0..rc {
+            let dh = f64::from(both[2 * r + 1]);
+            alphas[r] = if dh.is_finite() {
+                dh.min(0.0).exp()
+            } else {
+                0.0
+            };
+            if let Some(d) = draws.as_deref_mut() {
+                d.energy[r].push(f64::from(both[2 * r]));
+                // The energy error H₁ − H₀ = −dh.
+                if mcmc::is_divergent(-dh) {
+                    d.divergent[r] += 1;
+                }
+            }
+            if streams[r].uniform() < alphas[r] {
+                accept[r] = 1.0;
+                if let Some(d) = draws.as_deref_mut() {
+                    d.accepted[r] += 1;
+                }
+            }
+        }
+        // Select, not blend: a rejected proposal may hold ±∞ or NaN, and NaN·0 is NaN.
+        let mask = upload(accept, [rc, 1, 1], dev).greater_elem(0.5);
+        let blend = |new: Tensor<3>, old: Tensor<3>| {
+            let dims = old.dims();
+            old.mask_where(mask.clone().expand(dims), new)
+        };
+        st.theta = q.map2(&st.theta, blend);
+        st.grad = g1.map2(&st.grad, blend);
+        st.u = blend(u1, st.u.clone());
+        st.sse = blend(sse1, st.sse.clone());
+        Ok(alphas)
+    }
+
+    /// The Gibbs step for σ²: σ² ~ InvGamma(a₀ + N/2, b₀ + SSE/2) per replica, then the
+    /// potential at the new σ².
+    fn gibbs(&self, st: &mut Chains, streams: &mut [Rng]) -> Result<(), MethodError> {
+        let (n, _) = self.points();
+        let sse_host = download(st.sse.clone())?;
+        for (r, g) in streams.iter_mut().enumerate() {
+            let shape = PRIOR_A0 + n as f64 / 2.0;
+            let rate = PRIOR_B0 + f64::from(sse_host[r]) / 2.0;
+            // InvGamma(shape, rate) = rate / Gamma(shape, 1).
+            st.s2[r] = rate / gamma_draw(g, shape);
+        }
+        st.inv_s2 = self.inv(&st.s2);
+        (st.u, st.sse, st.grad) = self.potential(&st.theta, &st.x, &st.y, &st.inv_s2);
+        Ok(())
+    }
+
+    /// Records sampling draw `s`: f at the test inputs, σ, and f at the training inputs.
+    fn record(
+        &self,
+        st: &Chains,
+        x_test: &Tensor<3>,
+        s: usize,
+        d: &mut Draws,
+    ) -> Result<(), MethodError> {
+        let (_, m) = self.points();
+        let draws = self.config.draws;
+        let (f, _) = self.forward(&st.theta, x_test);
+        let values = download(f)?;
+        for (r, sigma) in d.sigma.iter_mut().enumerate() {
+            let dst = (r * draws + s) * m;
+            d.pred[dst..dst + m].copy_from_slice(&values[r * m..(r + 1) * m]);
+            sigma.push(st.s2[r].sqrt());
+        }
+        let (ft, _) = self.forward(&st.theta, &st.x);
+        d.train_sum = Some(match d.train_sum.take() {
+            Some(t) => t + ft,
+            None => ft,
+        });
+        Ok(())
+    }
+}
+
+impl ChunkTrainer for HmcTrainer<'_> {
+    fn replicas(&self) -> usize {
+        self.init.len()
+    }
+
+    fn points(&self) -> (usize, usize) {
+        let d = self.shape.d_in;
+        (self.x_train.len() / d, self.x_test.len() / d)
+    }
+
+    fn outputs(&self) -> (usize, usize) {
+        (1, self.config.draws)
+    }
+
+    fn has_rates(&self) -> bool {
+        false
+    }
+
+    fn bytes_per_replica(&self) -> usize {
+        // Position, momentum, gradient and proposal (4 parameter copies), every layer's
+        // activations, and the draws at the test inputs; twice for safety.
+        let (n, m) = self.points();
+        let widths: usize = self.shape.hidden.iter().sum::<usize>() + self.shape.d_in + 1;
+        2 * 4 * (8 * self.shape.params_per_replica() + 2 * n.max(m) * widths + m)
+    }
+
+    fn train_chunk(&self, range: Range<usize>) -> Result<ChunkOut, MethodError> {
+        let c = self.config;
+        let rc = range.len();
+        let (n, m) = self.points();
+        let mut streams: Vec<Rng> = self.stream[range.clone()]
+            .iter()
+            .map(|&s| Rng::new(s))
+            .collect();
+        let mut st = self.start(range.clone());
+        let x_test = upload(self.x_test.clone(), [1, m, self.shape.d_in], &self.device);
+        let mut adapt = DualAveraging::new(c.step_size, rc);
+        let mut draws = Draws {
+            accepted: vec![0; rc],
+            divergent: vec![0; rc],
+            energy: vec![Vec::with_capacity(c.draws); rc],
+            sigma: vec![Vec::with_capacity(c.draws); rc],
+            pred: vec![0.0f32; rc * c.draws * m],
+            train_sum: None,
+        };
+        for it in 0..c.warmup + c.draws {
+            let sampling = it >= c.warmup;
+            let record = sampling.then_some(&mut draws);
+            let alphas = self.transition(&mut st, &adapt.eps, &mut streams, record)?;
+            if !sampling {
+                adapt.update(it, &alphas, c.target_accept, c.warmup);
+            }
+            if self.noise.is_none() {
+                self.gibbs(&mut st, &mut streams)?;
+            }
+            if sampling {
+                self.record(&st, &x_test, it - c.warmup, &mut draws)?;
+            }
+        }
+        let train_sum = draws.train_sum.take().expect("at least one draw");
+        let train = download(train_sum.div_scalar(c.draws as f64))?;
+        let u_host = download(st.u)?;
+        {
+            let mut records = self.records.lock().expect("no panics while holding it");
+            let per_chain = draws.energy.into_iter().zip(draws.sigma).enumerate();
+            for (r, (energy, sigma)) in per_chain {
+                records[range.start + r] = ChainRecord {
+                    divergent: draws.divergent[r],
+                    accept_rate: draws.accepted[r] as f64 / c.draws as f64,
+                    step_size: adapt.eps[r],
+                    energy,
+                    sigma,
+                };
+            }
+        }
+        Ok(ChunkOut {
+            pred: draws.pred,
+            train_pred: train,
+            // The final potential per data point (a chain whose state became non-finite is
+            // diverged through it and its draws).
+            objective: u_host.iter().map(|&v| f64::from(v) / n as f64).collect(),
+            // σ travels in the chain records.
+            rates: Vec::new(),
+            steps: ((c.warmup + c.draws) * c.leapfrog_steps) as u64,
+            // Not counted on this route (momenta are uploaded every iteration).
+            uploads: 0,
+            reads: 0,
+        })
+    }
+}
+
+/// A Gamma(shape, 1) draw (Marsaglia & Tsang 2000; shape ≥ 1 here).
+fn gamma_draw(rng: &mut Rng, shape: f64) -> f64 {
+    let d = shape - 1.0 / 3.0;
+    let c = 1.0 / (9.0 * d).sqrt();
+    loop {
+        let z = rng.normal();
+        let v = (1.0 + c * z).powi(3);
+        if v <= 0.0 {
+            continue;
+        }
+        let u = rng.uniform_open();
+        if u.ln() < 0.5 * z * z + d - d * v + d * v.ln() {
+            return d * v;
+        }
+    }
+}
+
+fn download(t: Tensor<3>) -> Result<Vec<f32>, MethodError> {
+    try_download(t, "HMC state")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_gamma_sampler_has_its_mean() {
+        let mut rng = Rng::new(5);
+        // The Gamma sampler has mean shape (sd √(shape/n)): 20 000 draws of Gamma(3).
+        let g: f64 = (0..20_000).map(|_| gamma_draw(&mut rng, 3.0)).sum::<f64>() / 20_000.0;
+        assert!((g - 3.0).abs() < 5.0 * (3.0f64 / 20_000.0).sqrt(), "{g}");
+    }
+}

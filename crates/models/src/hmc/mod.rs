@@ -1,0 +1,390 @@
+//! A Bayesian neural network sampled by Hamiltonian Monte Carlo ([002]'s BNN-MCMC, the gold
+//! standard), on the engine's trainer: chains × repetitions are the replicas, so every chain
+//! of every data set runs in one tensor program.
+//!
+//! Target, per replica: p(θ, σ² | y) ∝ Π_n N(y_n | f_θ(x_n), σ²) · N(θ | 0, σ_p² I) · p(σ²),
+//! with p(σ²) = InvGamma(a₀, b₀) (a₀ = b₀ = 1) unless σ is fixed (`noise_sd`). One iteration:
+//! 1. HMC on θ given σ²: momenta ρ ~ N(0, I), `leapfrog_steps` leapfrog steps of size ε with
+//!    the potential U(θ) = SSE(θ)/(2σ²) + ‖θ‖²/(2σ_p²) and its gradient from the network's
+//!    hand-written backward pass ([`crate::layers::linear_backward`]), then a Metropolis
+//!    accept of the end point with probability min(1, e^{H₀ − H₁}), H = U + ½‖ρ‖², per
+//!    replica on the device (a mask).
+//! 2. Gibbs on σ² given θ: σ² ~ InvGamma(a₀ + N/2, b₀ + SSE/2) (conjugate), on the host from
+//!    each replica's SSE.
+//!
+//! For labels (a classification task) the target is p(θ | y) ∝ Π_n Bernoulli(y_n |
+//! sigmoid(f_θ(x_n))) · N(θ | 0, σ_p² I): U(θ) = Σ_n (softplus(f_n) − y_n·f_n) + ‖θ‖²/(2σ_p²)
+//! with ∂U/∂f = sigmoid(f) − y, no σ and no Gibbs step; the draws are logits.
+//!
+//! Every iteration jitters the step to ε·U(0.5, 1.5), so that no fixed trajectory length
+//! resonates with the posterior. Warm-up: the first `warmup` iterations adapt each replica's ε by Nesterov dual averaging
+//! toward an acceptance rate of `target_accept` (Hoffman & Gelman 2014, Algorithm 5:
+//! γ = 0.05, t₀ = 10, κ = 0.75, μ = ln 10ε₀) and are discarded; sampling then uses the
+//! averaged ε̄. A trajectory whose energy error H₁ − H₀ exceeds 1000 or is not finite is a
+//! divergent transition (Stan's rule); it is counted after warm-up per repetition
+//! (`divergent_transitions`). A proposal with a non-finite energy is rejected (the state is
+//! selected, never blended, so no NaN leaks into it); a chain whose state itself becomes
+//! non-finite makes its repetition diverged (left out of the metrics and counted, like any
+//! divergence).
+//!
+//! Output per repetition: the `draws` of f(x*) of every chain pooled; the prediction is
+//! their mean, the CI their empirical quantiles, and the PI of y the quantiles of the mixture
+//! of N(f_s, σ_s²) over the draws s (each draw with its own σ draw); `noise_std` records the
+//! mean σ draw. Diagnostics (spec §8, [`uqbench_metrics::mcmc`]): per test input the
+//! rank-normalised R̂ = max(bulk, tail) and the bulk and tail ESS of f(x*), reported per
+//! repetition at the worst input (`rhat_max`, `ess_bulk_min`, `ess_tail_min`), with
+//! `rhat_flagged` = 1 where R̂ > `rhat_threshold` (1.01); E-BFMI per chain (`ebfmi_min`, and
+//! `ebfmi_flagged`, the chains below 0.3); `divergent_transitions`; and `reference_grade` = 1
+//! where the repetition meets posteriordb's standard (R̂ < 1.01, bulk and tail ESS > 400 at
+//! every input, no divergent transitions). Also `accept_rate` and `step_size`.
+//!
+//! The chains' momenta and accept draws come from each replica's own host stream and are
+//! uploaded every iteration (this route is not device-resident like the built-in engine),
+//! and H and SSE are read back every iteration for the accept and Gibbs steps.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::sync::Mutex;
+
+use serde::{Deserialize, Serialize};
+use uqbench_metrics::mcmc::{self, EBFMI_THRESHOLD};
+
+use crate::config::MethodConfig;
+use crate::engine::{run_chunks, Resources, TrainOutput};
+use chain::{ChainRecord, HmcTrainer};
+use uqbench_core::noise::{fixed_noise_sd, Tau};
+use uqbench_core::MethodError;
+use uqbench_core::{Compute, Family, Likelihood, Method, Prediction, Task};
+
+mod chain;
+
+/// HMC's own settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HmcSettings {
+    /// Chains per repetition (4).
+    pub chains: usize,
+    /// Warm-up iterations per chain, discarded (1000).
+    pub warmup: usize,
+    /// Draws per chain after warm-up (1000).
+    pub draws: usize,
+    /// Leapfrog steps per iteration (20).
+    pub leapfrog_steps: usize,
+    /// Initial step size ε₀ (0.01), adapted during warm-up.
+    pub step_size: f64,
+    /// Target acceptance rate of the adaptation (0.8).
+    pub target_accept: f64,
+    /// Prior sd σ_p of every weight and bias (1).
+    pub prior_sd: f64,
+    /// Noise sd: sampled (Gibbs, InvGamma(1, 1) prior on σ²) when left out, a number, or
+    /// `"known"`.
+    pub noise_sd: Option<Tau>,
+    /// R̂ above which a repetition is flagged (1.01).
+    pub rhat_threshold: f64,
+}
+
+impl Default for HmcSettings {
+    fn default() -> Self {
+        HmcSettings {
+            chains: 4,
+            warmup: 1000,
+            draws: 1000,
+            leapfrog_steps: 20,
+            step_size: 0.01,
+            target_accept: 0.8,
+            prior_sd: 1.0,
+            noise_sd: None,
+            rhat_threshold: 1.01,
+        }
+    }
+}
+
+/// HMC's settings: the network (`hidden`, `negative_slope`, `standardize`) and
+/// [`HmcSettings`]; the optimiser keys do not apply.
+pub type HmcConfig = MethodConfig<HmcSettings>;
+
+/// The method.
+#[derive(Debug, Clone)]
+pub struct Hmc {
+    name: String,
+    config: HmcConfig,
+}
+
+impl Hmc {
+    /// Checks the settings up front.
+    pub fn new(name: &str, config: HmcConfig) -> Result<Hmc, MethodError> {
+        let c = &config;
+        let bad = |key: &str, v: String, valid: &str| {
+            Err(MethodError::invalid(format!("{name}.{key}"), v, valid))
+        };
+        if !(c.step_size.is_finite() && c.step_size > 0.0) {
+            return bad("step_size", c.step_size.to_string(), "a positive step size");
+        }
+        if !(c.prior_sd.is_finite() && c.prior_sd > 0.0) {
+            return bad("prior_sd", c.prior_sd.to_string(), "a positive prior sd");
+        }
+        if let Some(Tau::Value(v)) = c.noise_sd {
+            if !(v.is_finite() && v > 0.0) {
+                return bad(
+                    "noise_sd",
+                    v.to_string(),
+                    "a positive sd, \"known\", or left out",
+                );
+            }
+        }
+        if c.chains < 2 {
+            return bad(
+                "chains",
+                c.chains.to_string(),
+                "at least 2: split-R̂ compares chains",
+            );
+        }
+        if c.draws < 4 || c.leapfrog_steps == 0 {
+            return bad(
+                "draws / leapfrog_steps",
+                format!("{} / {}", c.draws, c.leapfrog_steps),
+                "at least 4 draws (split-R̂ halves each chain) and 1 leapfrog step",
+            );
+        }
+        if !(c.target_accept > 0.0 && c.target_accept < 1.0) {
+            return bad(
+                "target_accept",
+                c.target_accept.to_string(),
+                "a rate strictly between 0 and 1",
+            );
+        }
+        if c.rhat_threshold.is_nan() || c.rhat_threshold <= 1.0 {
+            return bad("rhat_threshold", c.rhat_threshold.to_string(), "above 1");
+        }
+        config.net.shape(1, 1).validate()?;
+        Ok(Hmc {
+            name: name.to_string(),
+            config,
+        })
+    }
+}
+
+impl Method for Hmc {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn replicas_per_repetition(&self) -> usize {
+        self.config.chains
+    }
+
+    fn cost(&self, n_train: usize, _epochs: usize) -> f64 {
+        // Every iteration runs `leapfrog_steps` gradient evaluations per chain.
+        let c = &self.config;
+        (c.chains * (c.warmup + c.draws) * c.leapfrog_steps * n_train) as f64
+    }
+
+    fn run(
+        &self,
+        task: &Task<'_>,
+        compute: &Compute,
+        _keep_samples: bool,
+        progress: &(dyn Fn(usize) + Sync),
+    ) -> Result<Vec<Prediction>, MethodError> {
+        let resources = &Resources::of(compute)?;
+        task.validate()?;
+        let c = &self.config;
+        let fixed_noise = fixed_noise_sd(&self.name, c.noise_sd, task, "sample")?;
+        let replicas = task.replicas(&self.name, c.chains);
+        let y: Vec<f32> = replicas
+            .targets
+            .iter()
+            .flat_map(|&k| task.y_train[k].iter().map(|&v| v as f32))
+            .collect();
+        let (x_train, x_test) = task.inputs_f32(c.net.standardize);
+        let trainer = HmcTrainer {
+            config: c,
+            shape: c.net.shape(task.d, 1),
+            x_train,
+            x_test,
+            y,
+            init: &replicas.init,
+            stream: &replicas.stream,
+            noise: fixed_noise,
+            device: resources.device.clone(),
+            records: Mutex::new(vec![ChainRecord::default(); replicas.init.len()]),
+            bernoulli: task.likelihood == Likelihood::Bernoulli,
+        };
+        let out = run_chunks(&trainer, resources, progress)?;
+        let records = trainer
+            .records
+            .into_inner()
+            .expect("no panics while holding it");
+        let (m, n, chains) = (task.n_test(), task.n_train(), c.chains);
+        Ok((0..task.repetitions.len())
+            .map(|k| {
+                let reps = k * chains..(k + 1) * chains;
+                self.repetition(
+                    &out,
+                    &records[reps.clone()],
+                    reps,
+                    (m, n),
+                    task.likelihood,
+                    fixed_noise,
+                )
+            })
+            .collect())
+    }
+}
+
+impl Hmc {
+    /// One repetition's prediction from its chains (replicas `reps` of the job, with their
+    /// `records`) at `(m, n)` test and training inputs: the pooled draws, their moments, the
+    /// noise draws and the diagnostics.
+    fn repetition(
+        &self,
+        out: &TrainOutput,
+        records: &[ChainRecord],
+        reps: Range<usize>,
+        (m, n): (usize, usize),
+        likelihood: Likelihood,
+        fixed_noise: Option<f64>,
+    ) -> Prediction {
+        let (t, chains) = (self.config.draws, self.config.chains);
+        let bernoulli = likelihood == Likelihood::Bernoulli;
+        let diverged = reps.clone().any(|r| out.diverged[r]);
+        // samples[chain][draw][point]
+        let rows: Vec<Vec<f64>> = reps
+            .clone()
+            .flat_map(|r| (0..t).map(move |s| (r * t + s) * m))
+            .map(|start| {
+                out.test_out[start..start + m]
+                    .iter()
+                    .map(|&v| f64::from(v))
+                    .collect()
+            })
+            .collect();
+        let total = rows.len() as f64;
+        let mean: Vec<f64> = (0..m)
+            .map(|i| rows.iter().map(|r| r[i]).sum::<f64>() / total)
+            .collect();
+        let std: Vec<f64> = (0..m)
+            .map(|i| {
+                (rows.iter().map(|r| (r[i] - mean[i]).powi(2)).sum::<f64>() / (total - 1.0)).sqrt()
+            })
+            .collect();
+        let train_mean: Vec<f64> = (0..n)
+            .map(|i| {
+                reps.clone()
+                    .map(|r| f64::from(out.train_pred[r * n + i]))
+                    .sum::<f64>()
+                    / chains as f64
+            })
+            .collect();
+        let mut scalars = BTreeMap::new();
+        let divergent: f64 = records.iter().map(|c| c.divergent as f64).sum();
+        if !diverged {
+            self.diagnostics(&rows, records, divergent, &mut scalars);
+        }
+        // Every draw's σ, in the order of the rows: chain-major, then draw.
+        let sigma_draws: Vec<f64> = records
+            .iter()
+            .flat_map(|c| c.sigma.iter().copied())
+            .collect();
+        let noise = sigma_draws.iter().sum::<f64>() / sigma_draws.len() as f64;
+        scalars.insert(
+            "final_objective".into(),
+            reps.clone().map(|r| out.final_objective[r]).sum::<f64>() / chains as f64,
+        );
+        if fixed_noise.is_none() {
+            scalars.insert("sampled_noise_sd".into(), noise);
+        }
+        let per_chain_mean =
+            |f: &dyn Fn(&ChainRecord) -> f64| records.iter().map(f).sum::<f64>() / chains as f64;
+        scalars.insert("divergent_transitions".into(), divergent);
+        scalars.insert("accept_rate".into(), per_chain_mean(&|c| c.accept_rate));
+        scalars.insert("step_size".into(), per_chain_mean(&|c| c.step_size));
+        Prediction {
+            mean,
+            std,
+            noise_std: (!bernoulli).then(|| vec![noise; m]),
+            noise_samples: (!bernoulli).then_some(sigma_draws),
+            predictive_std: None,
+            noise_known: false,
+            family: Family::Empirical,
+            samples: Some(rows),
+            train_mean: Some(train_mean),
+            scalars,
+            diverged,
+        }
+    }
+
+    /// The convergence diagnostics of a repetition that did not diverge (see the module
+    /// docs): R̂ and ESS at the worst input, E-BFMI per chain, the reference-grade flag.
+    fn diagnostics(
+        &self,
+        rows: &[Vec<f64>],
+        records: &[ChainRecord],
+        divergent: f64,
+        scalars: &mut BTreeMap<String, f64>,
+    ) {
+        let m = rows.first().map_or(0, Vec::len);
+        let worst = worst_diagnostics(rows, m, self.config.draws);
+        scalars.insert("rhat_max".into(), worst.rhat);
+        scalars.insert("ess_bulk_min".into(), worst.ess_bulk);
+        scalars.insert("ess_tail_min".into(), worst.ess_tail);
+        scalars.insert(
+            "rhat_flagged".into(),
+            f64::from(u8::from(worst.rhat > self.config.rhat_threshold)),
+        );
+        let ebfmi: Vec<f64> = records
+            .iter()
+            .map(|c| mcmc::ebfmi(&c.energy).unwrap_or(f64::NAN))
+            .collect();
+        scalars.insert(
+            "ebfmi_min".into(),
+            ebfmi.iter().copied().fold(f64::INFINITY, f64::min),
+        );
+        scalars.insert(
+            "ebfmi_flagged".into(),
+            ebfmi
+                .iter()
+                .filter(|&&b| b.is_nan() || b < EBFMI_THRESHOLD)
+                .count() as f64,
+        );
+        scalars.insert(
+            "reference_grade".into(),
+            f64::from(u8::from(worst.reference_grade() && divergent == 0.0)),
+        );
+    }
+}
+
+/// The repetition's diagnostics at its worst test input, each taken separately: the largest
+/// R̂ and the smallest bulk and tail ESS over the inputs (`rows`: chain-major draws of f at the
+/// m inputs, t per chain). An input whose draws are not finite counts as not mixed.
+fn worst_diagnostics(rows: &[Vec<f64>], m: usize, t: usize) -> mcmc::Diagnostics {
+    let mut worst = mcmc::Diagnostics {
+        rhat: 0.0,
+        rhat_bulk: 0.0,
+        rhat_tail: 0.0,
+        ess_bulk: f64::INFINITY,
+        ess_tail: f64::INFINITY,
+        mcse_mean: 0.0,
+    };
+    for i in 0..m {
+        // Draws are chain-major: chain c's t draws are rows c·t .. (c + 1)·t.
+        let column: Vec<f64> = rows.iter().map(|r| r[i]).collect();
+        let per_chain: Vec<Vec<f64>> = column.chunks(t).map(<[f64]>::to_vec).collect();
+        match mcmc::diagnose(&per_chain) {
+            Ok(d) => {
+                worst.rhat = worst.rhat.max(d.rhat);
+                worst.rhat_bulk = worst.rhat_bulk.max(d.rhat_bulk);
+                worst.rhat_tail = worst.rhat_tail.max(d.rhat_tail);
+                worst.ess_bulk = worst.ess_bulk.min(d.ess_bulk);
+                worst.ess_tail = worst.ess_tail.min(d.ess_tail);
+                worst.mcse_mean = worst.mcse_mean.max(d.mcse_mean);
+            }
+            Err(_) => {
+                worst.rhat = f64::INFINITY;
+                worst.ess_bulk = 0.0;
+                worst.ess_tail = 0.0;
+            }
+        }
+    }
+    worst
+}

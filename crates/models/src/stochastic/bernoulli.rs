@@ -1,0 +1,67 @@
+//! MC (Bernoulli) dropout [Gal & Ghahramani 2016]: each unit kept with probability 1 − p and
+//! scaled by 1/(1 − p), in training and at prediction. No learnable parameter, no regulariser
+//! beyond the global L2.
+
+use std::any::Any;
+
+use burn::tensor::Tensor;
+use serde::{Deserialize, Serialize};
+
+use super::{cache_of, in_unit, multiplicative_backward, LastGrads, LayerCache, StochasticLayer};
+use crate::device_rng::DeviceRng;
+use uqbench_core::MethodError;
+
+/// MC dropout with drop rate `p`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Bernoulli {
+    /// Drop rate p ∈ (0, 1).
+    pub p: f64,
+}
+
+/// The forward pass's h̃ = h ⊙ mask and the mask (0 or 1/(1 − p) per unit).
+struct Cache {
+    ht: Tensor<3>,
+    mask: Tensor<3>,
+}
+
+impl StochasticLayer for Bernoulli {
+    fn validate(&self) -> Result<(), MethodError> {
+        in_unit("dropout p", self.p)
+    }
+
+    /// The scaled keep-mask `[R, n, k]`: 1/(1 − p) where u ≥ p, else 0.
+    fn draw(&self, rng: &DeviceRng, counter: u64, n: usize, width: usize) -> Tensor<3> {
+        rng.uniform(counter, n, width)
+            .greater_equal_elem(self.p)
+            .float()
+            .mul_scalar(1.0 / (1.0 - self.p))
+    }
+
+    fn forward(
+        &self,
+        h: Tensor<3>,
+        w: &Tensor<3>,
+        b: &Tensor<3>,
+        _params: &[Tensor<3>],
+        noise: Tensor<3>,
+    ) -> (Tensor<3>, LayerCache) {
+        let ht = h * noise.clone();
+        let out = ht.clone().matmul(w.clone()) + b.clone();
+        (out, Box::new(Cache { ht, mask: noise }))
+    }
+
+    fn backward(
+        &self,
+        cache: &LayerCache,
+        w: &Tensor<3>,
+        _params: &[Tensor<3>],
+        delta: Tensor<3>,
+    ) -> LastGrads {
+        let c: &Cache = cache_of(cache, "Bernoulli dropout");
+        multiplicative_backward(&c.ht, &c.mask, w, delta).0
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
