@@ -164,6 +164,16 @@ impl Task<'_> {
             .collect()
     }
 
+    /// The targets of every replica of `replicas`, replica-major `[R, N]` in f32 (what a
+    /// trainer uploads).
+    pub fn replica_targets_f32(&self, replicas: &Replicas) -> Vec<f32> {
+        replicas
+            .targets
+            .iter()
+            .flat_map(|&k| self.y_train[k].iter().map(|&v| v as f32))
+            .collect()
+    }
+
     /// The replicas of `members` networks per repetition, repetition-major: which
     /// repetition's targets each trains on, and its seeds for initialisation
     /// (`METHOD/init`) and for its stream of mini-batch and noise draws (`METHOD/stream`),

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::config::MethodConfig;
-use crate::engine::{self, Job, Resources, TrainSettings};
+use crate::engine::{self, Resources, TrainSettings};
 use crate::stochastic::{Bernoulli, Concrete, StochasticLayer, Variational};
 use uqbench_core::noise::Tau;
 use uqbench_core::MethodError;
@@ -240,21 +240,17 @@ impl Method for DropoutMethod {
         let d_out = if c.heteroscedastic { 2 } else { 1 };
         let shape = c.net.shape(task.d, d_out);
         let reps = task.repetitions.len();
-        let replicas = task.replicas(&self.name, 1);
-        let (x_train, x_test) = task.inputs_f32(c.net.standardize);
-        let targets = task.y_train_f32();
-        let job = Job {
-            shape: &shape,
-            x_train: &x_train,
-            targets: &targets,
-            replica_targets: &replicas.targets,
-            init_seeds: &replicas.init,
-            stream_seeds: &replicas.stream,
-            replica_ids: &replicas.ids,
-            x_test: &x_test,
-        };
         let settings = self.train_settings(task)?;
-        let out = engine::train(&job, &settings, resources, progress)?;
+        let out = engine::train_task(
+            task,
+            &self.name,
+            1,
+            &shape,
+            c.net.standardize,
+            &settings,
+            resources,
+            progress,
+        )?;
         let (t, m, n) = (out.passes, task.n_test(), task.n_train());
         let rate_name = settings.dropout.as_ref().and_then(|d| d.rate_name());
         let family = c.intervals.family();

@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::config::MethodConfig;
-use crate::engine::{self, Batching, Job, Resources, TrainSettings};
+use crate::engine::{self, Batching, Resources, TrainSettings};
 use uqbench_core::MethodError;
 use uqbench_core::{
     combine_members, Compute, Family, IntervalSetting, Likelihood, Member, Method, Prediction, Task,
@@ -207,20 +207,16 @@ impl Method for Ensemble {
         let het = self.config.heteroscedastic;
         let shape = self.config.net.shape(task.d, if het { 2 } else { 1 });
         let reps = task.repetitions.len();
-        let replicas = task.replicas(&self.name, members);
-        let (x_train, x_test) = task.inputs_f32(self.config.net.standardize);
-        let targets = task.y_train_f32();
-        let job = Job {
-            shape: &shape,
-            x_train: &x_train,
-            targets: &targets,
-            replica_targets: &replicas.targets,
-            init_seeds: &replicas.init,
-            stream_seeds: &replicas.stream,
-            replica_ids: &replicas.ids,
-            x_test: &x_test,
-        };
-        let out = engine::train(&job, &self.train_settings(task), resources, progress)?;
+        let out = engine::train_task(
+            task,
+            &self.name,
+            members,
+            &shape,
+            self.config.net.standardize,
+            &self.train_settings(task),
+            resources,
+            progress,
+        )?;
         let (mt, n) = (task.n_test(), task.n_train());
         // Per replica, the means `[M]` and (mean–variance members) the variances `[M]`: the
         // outputs are `[R, 1, M, 2]` (mean, log variance) then.

@@ -290,11 +290,7 @@ impl Method for Mfvi {
         let bernoulli = task.likelihood == Likelihood::Bernoulli;
         let fixed_noise = fixed_noise_sd(&self.name, c.noise_sd, task, "learn")?;
         let replicas = task.replicas(&self.name, 1);
-        let y: Vec<f32> = replicas
-            .targets
-            .iter()
-            .flat_map(|&k| task.y_train[k].iter().map(|&v| v as f32))
-            .collect();
+        let y = task.replica_targets_f32(&replicas);
         let (x_train, x_test) = task.inputs_f32(c.net.standardize);
         // A learned noise sd starts at a tenth of the sd of the replica's own repetition's
         // targets (never another repetition's: a repetition's result depends on itself only).

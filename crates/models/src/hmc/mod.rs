@@ -191,11 +191,7 @@ impl Method for Hmc {
         let c = &self.config;
         let fixed_noise = fixed_noise_sd(&self.name, c.noise_sd, task, "sample")?;
         let replicas = task.replicas(&self.name, c.chains);
-        let y: Vec<f32> = replicas
-            .targets
-            .iter()
-            .flat_map(|&k| task.y_train[k].iter().map(|&v| v as f32))
-            .collect();
+        let y = task.replica_targets_f32(&replicas);
         let (x_train, x_test) = task.inputs_f32(c.net.standardize);
         let trainer = HmcTrainer {
             config: c,
