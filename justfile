@@ -36,7 +36,7 @@ test *ARGS:
 bench *ARGS:
     {{uqbench}} bench train {{ARGS}}
 
-# What CI runs (.ci/run): the README's test command, Rust and Python tests.
+# What CI runs (.ci/run = scripts/test.sh): house check, Rust tests, Slurm test, Python tests.
 [group('dev')]
 ci:
     bash scripts/test.sh
