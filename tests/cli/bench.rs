@@ -173,3 +173,34 @@ fn wgpu_without_an_adapter_is_a_clear_error() {
         .unwrap();
     assert_clean_error(&o, &["wgpu", "no Vulkan adapter", "--backend flex"]);
 }
+
+#[test]
+fn bench_hmc_reports_gradient_evaluations_per_second() {
+    // A small run of the peer's workload: 8 chains × 20 iterations × 5 leapfrog steps of the
+    // 1-10-1 network. At ε = 1e-3 the energy error of a trajectory is O(ε²)·L, so nearly
+    // every proposal is accepted (the peer's acceptance is 1.00 at 400 × 200 × 10).
+    let o = uqbench(&[
+        "bench",
+        "hmc",
+        "--chains",
+        "8",
+        "--width",
+        "10",
+        "--leapfrog",
+        "5",
+        "--iters",
+        "20",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rate = v["grad_evals_per_s"].as_f64().unwrap();
+    let seconds = v["seconds"].as_f64().unwrap();
+    // grad_evals_per_s is C·I·L over the seconds, by definition.
+    assert!(
+        (rate * seconds / (8.0 * 20.0 * 5.0) - 1.0).abs() < 1e-9,
+        "{v}"
+    );
+    assert!(v["accept_rate"].as_f64().unwrap() > 0.9, "{v}");
+    assert_eq!(v["diverged"], false, "{v}");
+}

@@ -10,18 +10,21 @@
 //!   members.
 //! - [`noise`]: the noise settings methods share (`tau`, `noise_sd`: a number or `"known"`).
 //! - [`error`]: [`MethodError`], what a method's settings or run can get wrong.
+//! - [`parallel`]: [`par_map`], host work over the cores in a fixed order.
 //!
 //! Evaluation (summaries, figures, reports, scoring) and the Python package depend on this
 //! crate, never on burn.
 
 pub mod error;
 pub mod noise;
+pub mod parallel;
 pub mod prediction;
 pub mod seed;
 pub mod task;
 
 pub use error::MethodError;
 pub use noise::{fixed_noise_sd, KnownSigma, Tau};
+pub use parallel::par_map;
 pub use prediction::{
     central_quantile, combine_members, mean_std, Family, IntervalSetting, Member, Prediction,
 };

@@ -33,3 +33,12 @@ pub fn run_meta(profile: Option<String>, backend: &str, device: String, threads:
         ..RunMeta::default()
     }
 }
+
+/// This process's peak resident memory so far in MiB (`VmHWM` of /proc/self/status), or
+/// `None` where the system does not report it.
+pub fn peak_memory_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
+}

@@ -146,17 +146,26 @@ pub fn normal_mixture_quantile(locs: &[f64], sd: f64, p: f64) -> f64 {
 }
 
 /// The p-quantile of the equally weighted mixture of N(locs[i], sds[i]²), each component with
-/// its own sd (all positive), by bisection on its CDF.
+/// its own sd (all positive): Newton's method on the mixture's CDF F(x) − p with its density
+/// as the derivative, safeguarded by a bisection bracket (a Newton step that leaves the
+/// bracket is replaced by its midpoint), to a relative tolerance of 1e-12. F is increasing
+/// and smooth, so Newton converges quadratically from within a few steps; the bracket makes
+/// every step safe. (Plain bisection needed about 45 CDF evaluations per quantile; this
+/// needs about 6, which took HMC's stored intervals out of the run's profile.)
 pub fn normal_mixture_quantile_sds(locs: &[f64], sds: &[f64], p: f64) -> f64 {
     assert!(!locs.is_empty() && locs.len() == sds.len() && p > 0.0 && p < 1.0);
     assert!(sds.iter().all(|&s| s > 0.0 && s.is_finite()));
     let normal = Normal::standard();
-    let cdf = |x: f64| {
-        locs.iter()
-            .zip(sds)
-            .map(|(l, s)| normal.cdf((x - l) / s))
-            .sum::<f64>()
-            / locs.len() as f64
+    let k = locs.len() as f64;
+    // F(x) and F'(x), the mixture's CDF and density.
+    let cdf_pdf = |x: f64| {
+        let (mut f, mut d) = (0.0, 0.0);
+        for (l, s) in locs.iter().zip(sds) {
+            let z = (x - l) / s;
+            f += normal.cdf(z);
+            d += (-0.5 * z * z).exp() / s;
+        }
+        (f / k, d / (k * (2.0 * std::f64::consts::PI).sqrt()))
     };
     // Every component's p-quantile brackets the mixture's: at the smallest of them every
     // component's CDF is at most p, at the largest at least p.
@@ -168,18 +177,35 @@ pub fn normal_mixture_quantile_sds(locs: &[f64], sds: &[f64], p: f64) -> f64 {
         .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), q| {
             (a.min(q), b.max(q))
         });
+    // Start at the moment-matched normal's quantile (the mixture's mean and variance), which
+    // is close for the unimodal mixtures of posterior draws; the bracket keeps it inside.
+    let mean = locs.iter().sum::<f64>() / k;
+    let var = (locs.iter().zip(sds))
+        .map(|(l, s)| (l - mean) * (l - mean) + s * s)
+        .sum::<f64>()
+        / k;
+    let mut x = (mean + z * var.sqrt()).clamp(lo, hi);
     for _ in 0..200 {
-        let mid = 0.5 * (lo + hi);
-        if cdf(mid) < p {
-            lo = mid;
+        let (f, d) = cdf_pdf(x);
+        if f < p {
+            lo = x;
         } else {
-            hi = mid;
+            hi = x;
         }
-        if hi - lo <= 1e-12 * (1.0 + mid.abs()) {
+        let newton = x - (f - p) / d;
+        let next = if d > 0.0 && newton > lo && newton < hi {
+            newton
+        } else {
+            0.5 * (lo + hi)
+        };
+        let tol = 1e-12 * (1.0 + x.abs());
+        let done = (next - x).abs() <= tol || hi - lo <= tol;
+        x = next;
+        if done {
             break;
         }
     }
-    0.5 * (lo + hi)
+    x
 }
 
 /// [004]'s noise estimate from a validation set: σ̂ = sqrt(mean_j max((y_j − f̂_j)² − σ̂_f,j², 0))

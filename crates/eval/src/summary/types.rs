@@ -362,29 +362,49 @@ pub fn empirical(
             )
         })
         .collect();
-    let mut crps = Vec::with_capacity(m);
-    for (i, column) in columns.iter().enumerate() {
+    // Per test input (in parallel over the inputs; each is independent): its CRPS and, per
+    // level, (CI lower, CI upper, PI lower, PI upper).
+    type Bounds = (f64, Vec<(f64, f64, f64, f64)>);
+    let per_point: Vec<Result<Bounds>> = uqbench_core::par_map(m, |i| {
+        let column = &columns[i];
         if column.is_empty() || column.iter().any(|v| !v.is_finite()) {
             bail!("samples at test input {i}: empty, or a non-finite value");
         }
-        crps.push(crps_sample(column, truth[i])?);
+        let crps = crps_sample(column, truth[i])?;
         let mut sorted = column.clone();
         sorted.sort_by(f64::total_cmp);
-        for &l in levels {
-            let (lo, hi) = ((1.0 - l) / 2.0, (1.0 + l) / 2.0);
+        let bounds = levels
+            .iter()
+            .map(|&l| {
+                let (lo, hi) = ((1.0 - l) / 2.0, (1.0 + l) / 2.0);
+                let (pl, pu) = match noise {
+                    NoiseSd::PerPoint(sd) => (
+                        normal_mixture_quantile(&sorted, sd[i], lo),
+                        normal_mixture_quantile(&sorted, sd[i], hi),
+                    ),
+                    NoiseSd::PerDraw(sds) => (
+                        normal_mixture_quantile_sds(column, sds, lo),
+                        normal_mixture_quantile_sds(column, sds, hi),
+                    ),
+                };
+                (
+                    quantile_sorted(&sorted, lo),
+                    quantile_sorted(&sorted, hi),
+                    pl,
+                    pu,
+                )
+            })
+            .collect();
+        Ok((crps, bounds))
+    });
+    let mut crps = Vec::with_capacity(m);
+    for point in per_point {
+        let (c, bounds) = point?;
+        crps.push(c);
+        for (&l, (cl, cu, pl, pu)) in levels.iter().zip(bounds) {
             let b = out.get_mut(&level_name(l)).expect("inserted above");
-            b.ci_lower.push(quantile_sorted(&sorted, lo));
-            b.ci_upper.push(quantile_sorted(&sorted, hi));
-            let (pl, pu) = match noise {
-                NoiseSd::PerPoint(sd) => (
-                    normal_mixture_quantile(&sorted, sd[i], lo),
-                    normal_mixture_quantile(&sorted, sd[i], hi),
-                ),
-                NoiseSd::PerDraw(sds) => (
-                    normal_mixture_quantile_sds(column, sds, lo),
-                    normal_mixture_quantile_sds(column, sds, hi),
-                ),
-            };
+            b.ci_lower.push(cl);
+            b.ci_upper.push(cu);
             b.pi_lower.push(pl);
             b.pi_upper.push(pu);
         }

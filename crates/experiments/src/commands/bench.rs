@@ -1,4 +1,4 @@
-//! `uqbench bench train`: throughput of batched training.
+//! `uqbench bench train`: throughput of batched training (`bench hmc`: `bench_hmc.rs`).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -21,6 +21,9 @@ pub struct BenchArgs {
 enum BenchCommand {
     /// Train R replicas of the 1-128-64-32-1 network full-batch and report throughput.
     Train(TrainBench),
+    /// Sample C HMC chains of [002]'s Bayesian 1-W-1 network and report gradient
+    /// evaluations per second.
+    Hmc(super::bench_hmc::HmcBench),
 }
 
 /// Arguments of `uqbench bench train`.
@@ -71,6 +74,7 @@ enum Route {
 pub fn run(args: &BenchArgs) -> Result<()> {
     match &args.command {
         BenchCommand::Train(t) => train(t),
+        BenchCommand::Hmc(h) => super::bench_hmc::run(h),
     }
 }
 
@@ -186,6 +190,8 @@ fn report(args: &TrainBench, shape: &MlpShape, m: &Measured) -> Result<()> {
                 "n": args.n,
                 "seconds": seconds,
                 "replica_epochs_per_s": replica_epochs / seconds,
+                // The whole process's peak resident memory (VmHWM), in MiB.
+                "peak_memory_mib": crate::provenance::peak_memory_mib(),
                 "gflops": flops / seconds / 1e9,
                 "final_objective": final_objective,
                 "chunk": chunk,
@@ -209,7 +215,8 @@ fn report(args: &TrainBench, shape: &MlpShape, m: &Measured) -> Result<()> {
     } else {
         outln!(
             "{} replicas × {} epochs, N = {}, backend {} ({} threads, chunks of {}): {:.2} s, \
-             {:.0} replica-epochs/s, {:.1} GFLOP/s, mean final objective {:.6}{}{}",
+             {:.0} replica-epochs/s, {:.1} GFLOP/s, peak memory {:.0} MiB, mean final objective \
+             {:.6}{}{}",
             args.replicas,
             args.epochs,
             args.n,
@@ -219,6 +226,7 @@ fn report(args: &TrainBench, shape: &MlpShape, m: &Measured) -> Result<()> {
             seconds,
             replica_epochs / seconds,
             flops / seconds / 1e9,
+            crate::provenance::peak_memory_mib().unwrap_or(f64::NAN),
             final_objective,
             if diverged > 0 {
                 format!(", {diverged} diverged")

@@ -3,6 +3,7 @@
 pub mod anchor;
 pub mod backends;
 pub mod bench;
+pub mod bench_hmc;
 pub mod check;
 pub mod export;
 pub mod merge;

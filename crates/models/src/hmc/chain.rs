@@ -17,8 +17,8 @@ use crate::mlp::{xavier_init, MlpShape};
 use uqbench_core::MethodError;
 
 /// InvGamma(a₀, b₀) prior on σ² (a₀ = b₀ = 1).
-const PRIOR_A0: f64 = 1.0;
-const PRIOR_B0: f64 = 1.0;
+pub(super) const PRIOR_A0: f64 = 1.0;
+pub(super) const PRIOR_B0: f64 = 1.0;
 
 /// What one chain records besides its draws of f: divergent transitions after warm-up, its
 /// acceptance rate after warm-up, its adapted step size, its energy H₀ at the start of every
@@ -35,9 +35,9 @@ pub(super) struct ChainRecord {
 
 /// The BNN's parameters for a chunk: per layer W `[R, in, out]` and b `[R, 1, out]`.
 #[derive(Clone)]
-struct Params {
-    w: Vec<Tensor<3>>,
-    b: Vec<Tensor<3>>,
+pub(super) struct Params {
+    pub(super) w: Vec<Tensor<3>>,
+    pub(super) b: Vec<Tensor<3>>,
 }
 
 impl Params {
@@ -93,6 +93,8 @@ pub(super) struct HmcTrainer<'a> {
     pub records: Mutex<Vec<ChainRecord>>,
     /// Labels: the Bernoulli likelihood of logits instead of the Gaussian one.
     pub bernoulli: bool,
+    /// Run the chains on the host (`host.rs`: a CPU backend) rather than as tensors.
+    pub host: bool,
 }
 
 /// A chunk's chains: the data on the device, the position θ with its potential U, SSE and
@@ -110,9 +112,9 @@ struct Chains {
 
 /// Nesterov dual averaging of each replica's step size during warm-up (Hoffman & Gelman
 /// 2014, Algorithm 5: γ = 0.05, t₀ = 10, κ = 0.75, μ = ln 10ε₀).
-struct DualAveraging {
+pub(super) struct DualAveraging {
     mu: f64,
-    eps: Vec<f64>,
+    pub(super) eps: Vec<f64>,
     h_bar: Vec<f64>,
     log_eps_bar: Vec<f64>,
 }
@@ -122,7 +124,7 @@ impl DualAveraging {
     const T0: f64 = 10.0;
     const KAPPA: f64 = 0.75;
 
-    fn new(step_size: f64, replicas: usize) -> DualAveraging {
+    pub(super) fn new(step_size: f64, replicas: usize) -> DualAveraging {
         DualAveraging {
             mu: (10.0 * step_size).ln(),
             eps: vec![step_size; replicas],
@@ -133,7 +135,7 @@ impl DualAveraging {
 
     /// Adapts after warm-up iteration `it` (0-based) with acceptance probabilities `alphas`;
     /// after the last one (`it + 1 == warmup`) every ε becomes the averaged ε̄.
-    fn update(&mut self, it: usize, alphas: &[f64], target: f64, warmup: usize) {
+    pub(super) fn update(&mut self, it: usize, alphas: &[f64], target: f64, warmup: usize) {
         let m_it = (it + 1) as f64;
         for (r, &alpha) in alphas.iter().enumerate() {
             let w = 1.0 / (m_it + Self::T0);
@@ -180,7 +182,7 @@ impl HmcTrainer<'_> {
     }
 
     /// U per replica `[R, 1, 1]`, SSE per replica, and ∇U, at `p` with 1/σ² `inv_s2`.
-    fn potential(
+    pub(super) fn potential(
         &self,
         p: &Params,
         x: &Tensor<3>,
@@ -296,7 +298,7 @@ impl HmcTrainer<'_> {
         // sit near a multiple of a posterior direction's period, where HMC barely moves
         // (Neal 2011, §5.4.2.2); jittering it breaks that.
         let jittered = (eps.iter().zip(streams.iter_mut()))
-            .map(|(&e, g)| (e * (0.5 + g.uniform())) as f32)
+            .map(|(&e, g)| (if c.jitter { e * (0.5 + g.uniform()) } else { e }) as f32)
             .collect();
         let step = upload(jittered, [rc, 1, 1], dev);
         // Momenta from each replica's stream.
@@ -434,6 +436,9 @@ impl ChunkTrainer for HmcTrainer<'_> {
     }
 
     fn train_chunk(&self, range: Range<usize>) -> Result<ChunkOut, MethodError> {
+        if self.host {
+            return self.train_chunk_host(range);
+        }
         let c = self.config;
         let rc = range.len();
         let (n, m) = self.points();
@@ -499,7 +504,7 @@ impl ChunkTrainer for HmcTrainer<'_> {
 }
 
 /// A Gamma(shape, 1) draw (Marsaglia & Tsang 2000; shape ≥ 1 here).
-fn gamma_draw(rng: &mut Rng, shape: f64) -> f64 {
+pub(super) fn gamma_draw(rng: &mut Rng, shape: f64) -> f64 {
     let d = shape - 1.0 / 3.0;
     let c = 1.0 / (9.0 * d).sqrt();
     loop {

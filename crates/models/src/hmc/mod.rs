@@ -38,9 +38,13 @@
 //! where the repetition meets posteriordb's standard (R̂ < 1.01, bulk and tail ESS > 400 at
 //! every input, no divergent transitions). Also `accept_rate` and `step_size`.
 //!
-//! The chains' momenta and accept draws come from each replica's own host stream and are
-//! uploaded every iteration (this route is not device-resident like the built-in engine),
-//! and H and SSE are read back every iteration for the accept and Gibbs steps.
+//! The chains' momenta and accept draws come from each replica's own host stream. Two
+//! implementations run the same sampler from the same draws: on a CPU backend `host.rs`
+//! (fused loops over one chain's points, all of its iterations in cache, chain after chain;
+//! `uqbench bench hmc` measures it), on a GPU `chain.rs` (tensor operations over every chain
+//! of a chunk, momenta uploaded and H and SSE read back every iteration). Their
+//! floating-point order differs, so from the same seeds they give results equal in
+//! distribution, not bit for bit (docs/performance.md compares them).
 
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -57,6 +61,7 @@ use uqbench_core::MethodError;
 use uqbench_core::{Compute, Family, Likelihood, Method, Prediction, Task};
 
 mod chain;
+mod host;
 
 /// HMC's own settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -81,6 +86,9 @@ pub struct HmcSettings {
     pub noise_sd: Option<Tau>,
     /// R̂ above which a repetition is flagged (1.01).
     pub rhat_threshold: f64,
+    /// Jitter every iteration's step to ε·U(0.5, 1.5) (true; see the module docs). `false`
+    /// keeps ε fixed, as `uqbench bench hmc` and its JAX peer do.
+    pub jitter: bool,
 }
 
 impl Default for HmcSettings {
@@ -95,6 +103,7 @@ impl Default for HmcSettings {
             prior_sd: 1.0,
             noise_sd: None,
             rhat_threshold: 1.01,
+            jitter: true,
         }
     }
 }
@@ -205,6 +214,7 @@ impl Method for Hmc {
             device: resources.device.clone(),
             records: Mutex::new(vec![ChainRecord::default(); replicas.init.len()]),
             bernoulli: task.likelihood == Likelihood::Bernoulli,
+            host: !resources.backend.is_gpu(),
         };
         let out = run_chunks(&trainer, resources, progress)?;
         let records = trainer
@@ -212,19 +222,13 @@ impl Method for Hmc {
             .into_inner()
             .expect("no panics while holding it");
         let (m, n, chains) = (task.n_test(), task.n_train(), c.chains);
-        Ok((0..task.repetitions.len())
-            .map(|k| {
-                let reps = k * chains..(k + 1) * chains;
-                self.repetition(
-                    &out,
-                    &records[reps.clone()],
-                    reps,
-                    (m, n),
-                    task.likelihood,
-                    fixed_noise,
-                )
-            })
-            .collect())
+        // Per repetition (in parallel over the repetitions, each independent): the pooled
+        // draws, their moments and the diagnostics.
+        Ok(uqbench_core::par_map(task.repetitions.len(), |k| {
+            let reps = k * chains..(k + 1) * chains;
+            let records = &records[reps.clone()];
+            self.repetition(&out, records, reps, (m, n), task.likelihood, fixed_noise)
+        }))
     }
 }
 

@@ -1,0 +1,169 @@
+//! `uqbench bench hmc`: throughput of HMC sampling on [002]'s Bayesian 1-W-1 network, the
+//! workload `../shared/bench/peers.py --which hmc_jax` states: 200 quartic points
+//! (f = 0.5x − 8x² − x³ + 2x⁴ on [−2, 2.5], σ = 1 known), a N(0, 10²) prior on every weight and
+//! bias, leaky ReLU 0.01, a fixed step size (no adaptation, no jitter), L leapfrog steps and a
+//! Metropolis accept per iteration. `grad_evals_per_s` = chains × iterations × L / seconds.
+//! The run is the `HMC` method itself (one repetition of C chains), so it also records every
+//! draw of f at the 200 training and 20 test inputs, which the peer does not.
+
+use std::time::Instant;
+
+use anyhow::Result;
+use clap::Args;
+use serde_json::json;
+use uqbench_anchor::{Rng, SeedPath};
+use uqbench_core::noise::Tau;
+use uqbench_core::{Likelihood, Method, SeedBase, Task};
+use uqbench_models::engine::Resources;
+use uqbench_models::{open_device, BackendKind, Hmc, HmcConfig, HmcSettings, NetConfig};
+
+/// Arguments of `uqbench bench hmc`.
+#[derive(Debug, Args)]
+pub struct HmcBench {
+    /// Chains C.
+    #[arg(long, default_value_t = 400)]
+    chains: usize,
+    /// Hidden width W of the 1-W-1 network.
+    #[arg(long, default_value_t = 20)]
+    width: usize,
+    /// Leapfrog steps L per iteration.
+    #[arg(long, default_value_t = 10)]
+    leapfrog: usize,
+    /// Iterations I per chain (every one kept: no warm-up).
+    #[arg(long, default_value_t = 200)]
+    iters: usize,
+    /// Step size ε, fixed.
+    #[arg(long, default_value_t = 1e-3)]
+    step: f64,
+    /// Backend: flex, ndarray or wgpu.
+    #[arg(long, default_value = "flex")]
+    backend: BackendKind,
+    /// Chains per chunk (default: from the memory plan).
+    #[arg(long)]
+    chunk: Option<usize>,
+    /// Worker threads (default: all cores on the CPU, 1 on wgpu).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Print one JSON line instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Let --backend wgpu run on a software adapter (also UQBENCH_ALLOW_SOFTWARE_GPU=1).
+    #[arg(long, env = "UQBENCH_ALLOW_SOFTWARE_GPU", value_parser = clap::builder::FalseyValueParser::new())]
+    allow_software_gpu: bool,
+}
+
+/// The quartic of [002] at `n` points uniform on [−2, 2.5], with N(0, 1) noise.
+fn quartic(n: usize) -> (Vec<f64>, Vec<f64>) {
+    let seed = |purpose: &str| {
+        SeedPath {
+            base: 0,
+            experiment: "bench-hmc",
+            setting: "",
+            repetition: 0,
+            member: 0,
+            purpose,
+        }
+        .seed()
+    };
+    let mut rng = Rng::new(seed("data"));
+    let x: Vec<f64> = (0..n).map(|_| rng.uniform_in(-2.0, 2.5)).collect();
+    let y = x
+        .iter()
+        .map(|&v| 0.5 * v - 8.0 * v * v - v.powi(3) + 2.0 * v.powi(4) + rng.normal())
+        .collect();
+    (x, y)
+}
+
+/// Runs `uqbench bench hmc`.
+pub fn run(args: &HmcBench) -> Result<()> {
+    let device = open_device(args.backend, args.allow_software_gpu)?;
+    let (x, y) = quartic(200);
+    let y = vec![y];
+    let x_test: Vec<f64> = (0..20).map(|i| -2.0 + 4.5 * f64::from(i) / 19.0).collect();
+    let task = Task {
+        d: 1,
+        x_train: &x,
+        y_train: &y,
+        repetitions: &[0],
+        x_test: &x_test,
+        epochs: 1, // unused by HMC (its iterations are its settings)
+        known_sigma: Some(1.0),
+        seeds: SeedBase {
+            base: 0,
+            experiment: "bench-hmc".into(),
+            setting: String::new(),
+        },
+        features: None,
+        noise: Default::default(),
+        likelihood: Likelihood::Gaussian,
+    };
+    let config = HmcConfig {
+        own: HmcSettings {
+            chains: args.chains,
+            warmup: 0,
+            draws: args.iters,
+            leapfrog_steps: args.leapfrog,
+            step_size: args.step,
+            prior_sd: 10.0,
+            noise_sd: Some(Tau::Value(1.0)),
+            jitter: false,
+            ..HmcSettings::default()
+        },
+        net: NetConfig {
+            hidden: vec![args.width],
+            negative_slope: 0.01,
+            standardize: false,
+        },
+        ..HmcConfig::default()
+    };
+    let method = Hmc::new("HMC", config)?;
+    let mut res = Resources::new(args.backend, device);
+    res.chunk = args.chunk;
+    if let Some(t) = args.threads {
+        res.threads = t.max(1);
+    }
+    let start = Instant::now();
+    let out = method.run(&task, &res.compute(), false, &|_| {})?;
+    let seconds = start.elapsed().as_secs_f64();
+    let evals = (args.chains * args.iters * args.leapfrog) as f64;
+    let scalar = |k: &str| out[0].scalars.get(k).copied().unwrap_or(f64::NAN);
+    let accept = scalar("accept_rate");
+    let rhat = scalar("rhat_max");
+    if args.json {
+        outln!(
+            "{}",
+            json!({
+                "backend": args.backend.name(),
+                "chains": args.chains,
+                "width": args.width,
+                "leapfrog": args.leapfrog,
+                "iters": args.iters,
+                "n": 200,
+                "step": args.step,
+                "threads": res.threads,
+                "seconds": seconds,
+                "grad_evals_per_s": evals / seconds,
+                "peak_memory_mib": crate::provenance::peak_memory_mib(),
+                "accept_rate": accept,
+                "rhat_max": rhat,
+                "diverged": out[0].diverged,
+            })
+        );
+    } else {
+        outln!(
+            "{} chains × {} iterations × {} leapfrog steps, 1-{}-1 network, N = 200, backend {} \
+             ({} threads): {:.2} s, {:.0} gradient evaluations/s, acceptance {:.2}, worst R̂ {:.2}",
+            args.chains,
+            args.iters,
+            args.leapfrog,
+            args.width,
+            args.backend,
+            res.threads,
+            seconds,
+            evals / seconds,
+            accept,
+            rhat
+        );
+    }
+    Ok(())
+}
