@@ -527,6 +527,100 @@ fn download(t: Tensor<3>) -> Result<Vec<f32>, MethodError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::{open_device, BackendKind};
+    use crate::engine::{run_chunks, Resources};
+    use crate::mlp::MlpShape;
+
+    #[test]
+    fn the_tensor_sampler_recovers_a_conjugate_posterior() {
+        // The tensor version (what a GPU runs; the CPU runs `host.rs` for small networks) on
+        // f(x) = w·x + b, prior N(0, 1) on w and b, σ = 0.5 known, N = 40: the posterior of
+        // f(x*) is N(φ*ᵀμ, φ*ᵀΛ⁻¹φ*) with Λ = ΦᵀΦ/σ² + I and μ = Λ⁻¹Φᵀy/σ² (a 2 × 2
+        // solve by hand). 4 chains of 200 + 600 iterations; the draws' mean must be within
+        // 5 Monte-Carlo standard errors (mcse_mean from the chains) and their sd within
+        // 5/√(2·ESS) relative.
+        let n = 40;
+        let mut rng = Rng::new(4);
+        let x: Vec<f64> = (0..n).map(|_| rng.uniform_in(-2.0, 2.0)).collect();
+        let y: Vec<f64> = x
+            .iter()
+            .map(|&v| 0.7 * v + 0.2 + 0.5 * rng.normal())
+            .collect();
+        let (sxx, sx, sxy, sy) = (
+            x.iter().map(|v| v * v).sum::<f64>() / 0.25 + 1.0,
+            x.iter().sum::<f64>() / 0.25,
+            x.iter().zip(&y).map(|(a, b)| a * b).sum::<f64>() / 0.25,
+            y.iter().sum::<f64>() / 0.25,
+        );
+        let snn = n as f64 / 0.25 + 1.0;
+        let det = sxx * snn - sx * sx;
+        let cov = [[snn / det, -sx / det], [-sx / det, sxx / det]];
+        let mu = [
+            cov[0][0] * sxy + cov[0][1] * sy,
+            cov[1][0] * sxy + cov[1][1] * sy,
+        ];
+        let x_test = [-1.5f64, 0.5];
+        let config = HmcConfig {
+            own: super::super::HmcSettings {
+                chains: 4,
+                warmup: 200,
+                draws: 600,
+                leapfrog_steps: 10,
+                ..super::super::HmcSettings::default()
+            },
+            ..HmcConfig::default()
+        };
+        let shape = MlpShape {
+            d_in: 1,
+            hidden: vec![],
+            d_out: 1,
+            negative_slope: 0.01,
+        };
+        let device = open_device(BackendKind::Flex, true).unwrap();
+        let trainer = HmcTrainer {
+            config: &config,
+            shape,
+            x_train: x.iter().map(|&v| v as f32).collect(),
+            x_test: x_test.iter().map(|&v| v as f32).collect(),
+            y: (0..4).flat_map(|_| y.iter().map(|&v| v as f32)).collect(),
+            init: &[11, 12, 13, 14],
+            stream: &[21, 22, 23, 24],
+            noise: Some(0.5),
+            device: device.clone(),
+            records: Mutex::new(vec![ChainRecord::default(); 4]),
+            bernoulli: false,
+            host: false,
+        };
+        let res = Resources::new(BackendKind::Flex, device);
+        let out = run_chunks(&trainer, &res, &|_| {}).unwrap();
+        for (i, &xs) in x_test.iter().enumerate() {
+            let chains: Vec<Vec<f64>> = (0..4)
+                .map(|r| {
+                    (0..600)
+                        .map(|s| f64::from(out.test_out[(r * 600 + s) * 2 + i]))
+                        .collect()
+                })
+                .collect();
+            let d = mcmc::diagnose(&chains).unwrap();
+            let all: Vec<f64> = chains.concat();
+            let mean = all.iter().sum::<f64>() / all.len() as f64;
+            let sd = (all.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (all.len() - 1) as f64)
+                .sqrt();
+            let want_mean = mu[0] * xs + mu[1];
+            let want_sd = (cov[0][0] * xs * xs + 2.0 * cov[0][1] * xs + cov[1][1]).sqrt();
+            assert!(d.rhat < 1.05, "x* = {xs}: R̂ {}", d.rhat);
+            assert!(
+                (mean - want_mean).abs() < 5.0 * d.mcse_mean,
+                "x* = {xs}: {mean} vs {want_mean} (MCSE {})",
+                d.mcse_mean
+            );
+            assert!(
+                (sd / want_sd - 1.0).abs() < 5.0 / (2.0 * d.ess_bulk).sqrt(),
+                "x* = {xs}: sd {sd} vs {want_sd} (ESS {})",
+                d.ess_bulk
+            );
+        }
+    }
 
     #[test]
     fn the_gamma_sampler_has_its_mean() {

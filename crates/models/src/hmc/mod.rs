@@ -39,9 +39,10 @@
 //! every input, no divergent transitions). Also `accept_rate` and `step_size`.
 //!
 //! The chains' momenta and accept draws come from each replica's own host stream. Two
-//! implementations run the same sampler from the same draws: on a CPU backend `host.rs`
-//! (fused loops over one chain's points, all of its iterations in cache, chain after chain;
-//! `uqbench bench hmc` measures it), on a GPU `chain.rs` (tensor operations over every chain
+//! implementations run the same sampler from the same draws: on a CPU backend, for networks
+//! whose layers are small ([`host_sized`]), `host.rs` (fused loops over one chain's points,
+//! all of its iterations in cache, chain after chain; `uqbench bench hmc` measures it); on a
+//! GPU, and for larger layers, `chain.rs` (tensor operations over every chain
 //! of a chunk, momenta uploaded and H and SSE read back every iteration). Their
 //! floating-point order differs, so from the same seeds they give results equal in
 //! distribution, not bit for bit (docs/performance.md compares them).
@@ -214,7 +215,7 @@ impl Method for Hmc {
             device: resources.device.clone(),
             records: Mutex::new(vec![ChainRecord::default(); replicas.init.len()]),
             bernoulli: task.likelihood == Likelihood::Bernoulli,
-            host: !resources.backend.is_gpu(),
+            host: !resources.backend.is_gpu() && host_sized(&c.net.shape(task.d, 1)),
         };
         let out = run_chunks(&trainer, resources, progress)?;
         let records = trainer
@@ -352,6 +353,16 @@ impl Hmc {
             f64::from(u8::from(worst.reference_grade() && divergent == 0.0)),
         );
     }
+}
+
+/// Whether the host loops (`host.rs`) beat the tensor version on the CPU for this network:
+/// every layer's in·out at most 800. Measured with `tcc --profile cpu --methods HMC` at one
+/// width (2-W-W-W-1 networks, 20 repetitions × 4 chains of 300 + 300 iterations): host
+/// 49 s against tensors 78 s at W = 20 (layers of 400), 165 s against 104 s at W = 40
+/// (1 600); the ratio grows about as W^1.3, crossing 1 near W = 28 (784). [002]'s 1-W-1
+/// networks (in·out = W) always run on the host.
+fn host_sized(shape: &crate::mlp::MlpShape) -> bool {
+    shape.layers().iter().all(|&(i, o)| i * o <= 800)
 }
 
 /// The repetition's diagnostics at its worst test input, each taken separately: the largest
