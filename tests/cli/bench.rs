@@ -203,4 +203,28 @@ fn bench_hmc_reports_gradient_evaluations_per_second() {
     );
     assert!(v["accept_rate"].as_f64().unwrap() > 0.9, "{v}");
     assert_eq!(v["diverged"], false, "{v}");
+    // On a GPU backend the chains run as tensors (`hmc/chain.rs`): lavapipe in CI, tiny.
+    if !skip_wgpu() {
+        let o = uqbench(&[
+            "bench",
+            "hmc",
+            "--backend",
+            "wgpu",
+            "--allow-software-gpu",
+            "--chains",
+            "4",
+            "--width",
+            "5",
+            "--leapfrog",
+            "2",
+            "--iters",
+            "10",
+            "--json",
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(v["backend"], "wgpu", "{v}");
+        assert!(v["accept_rate"].as_f64().unwrap() > 0.9, "{v}");
+        assert_eq!(v["diverged"], false, "{v}");
+    }
 }
