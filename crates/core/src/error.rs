@@ -46,4 +46,35 @@ impl MethodError {
             valid: valid.into(),
         }
     }
+
+    /// `Ok` when `v` is finite and > 0, else [`MethodError::Invalid`] naming `what`.
+    pub fn positive(what: &str, v: f64) -> Result<(), MethodError> {
+        if v.is_finite() && v > 0.0 {
+            Ok(())
+        } else {
+            Err(MethodError::invalid(what, v, "a positive number"))
+        }
+    }
+
+    /// `Ok` when `v` is finite and ≥ 0, else [`MethodError::Invalid`] naming `what`.
+    pub fn non_negative(what: &str, v: f64) -> Result<(), MethodError> {
+        if v.is_finite() && v >= 0.0 {
+            Ok(())
+        } else {
+            Err(MethodError::invalid(what, v, "a finite number ≥ 0"))
+        }
+    }
+
+    /// `Ok` when `v` is a rate strictly between 0 and 1, else [`MethodError::Invalid`].
+    pub fn rate(what: &str, v: f64) -> Result<(), MethodError> {
+        if v > 0.0 && v < 1.0 {
+            Ok(())
+        } else {
+            Err(MethodError::invalid(
+                what,
+                v,
+                "a rate strictly between 0 and 1",
+            ))
+        }
+    }
 }

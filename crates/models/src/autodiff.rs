@@ -16,13 +16,13 @@ use std::sync::Arc;
 
 use burn::module::Module;
 use burn::optim::GradientsParams;
-use burn::tensor::{Device, Tensor, TensorData};
+use burn::tensor::{Device, Tensor};
 
 use crate::device_rng::DeviceRng;
 use crate::engine::chunk::{PURPOSE_FIT, PURPOSE_NOISE, PURPOSE_PREDICT};
 use crate::engine::{
-    run_chunks, try_download, Batching, ChunkOut, ChunkTrainer, Job, Resources, TrainOutput,
-    TrainSettings,
+    run_chunks, try_download, upload, Batching, ChunkOut, ChunkTrainer, Job, Resources,
+    TrainOutput, TrainSettings,
 };
 use crate::kernels::KernelPath;
 use crate::layers::{BatchedLinear, BatchedLinearConfig, LeakyRelu, StochasticLinear};
@@ -155,10 +155,6 @@ impl AutodiffTrainer<'_> {
         let width = self.layer.noise_width(self.k(), self.job.shape.d_out);
         self.layer.draw(rng, counter, n, width)
     }
-
-    fn upload(&self, values: Vec<f32>, shape: [usize; 3], device: &Device) -> Tensor<3> {
-        Tensor::from_data(TensorData::new(values, shape), device)
-    }
 }
 
 impl ChunkTrainer for AutodiffTrainer<'_> {
@@ -211,12 +207,12 @@ impl ChunkTrainer for AutodiffTrainer<'_> {
             eps: st.eps,
         };
         let mut optim = AdamState::new();
-        let x = self.upload(job.x_train.to_vec(), [1, n, d], &device);
+        let x = upload(job.x_train.to_vec(), [1, n, d], &device);
         let mut y_host = Vec::with_capacity(rc * n);
         for r in range.clone() {
             y_host.extend_from_slice(&job.targets[job.replica_targets[r]]);
         }
-        let y = self.upload(y_host, [rc, n, 1], &device);
+        let y = upload(y_host, [rc, n, 1], &device);
         let head = st.head();
         let noise_rng = DeviceRng::new(seeds, ids, PURPOSE_NOISE, &device);
         for t in 1..=st.epochs as u64 {
@@ -249,7 +245,7 @@ impl ChunkTrainer for AutodiffTrainer<'_> {
                 .collect(),
             _ => Vec::new(),
         };
-        let x_test = self.upload(job.x_test.to_vec(), [1, m, d], &plain);
+        let x_test = upload(job.x_test.to_vec(), [1, m, d], &plain);
         let t = st.mc_passes;
         let mut pred = vec![0.0f32; rc * t * m * dout];
         let mut train = vec![0.0f64; rc * n];

@@ -139,15 +139,8 @@ impl TrainSettings {
         if self.epochs == 0 {
             return Err(MethodError::invalid("epochs", 0, "at least 1"));
         }
-        let positive = |name: &str, v: f64| {
-            if v.is_finite() && v > 0.0 {
-                Ok(())
-            } else {
-                Err(MethodError::invalid(name, v, "a positive number"))
-            }
-        };
-        positive("lr", self.lr)?;
-        positive("eps", self.eps)?;
+        MethodError::positive("lr", self.lr)?;
+        MethodError::positive("eps", self.eps)?;
         for (name, b) in [("beta1", self.beta1), ("beta2", self.beta2)] {
             if !(0.0..1.0).contains(&b) {
                 return Err(MethodError::invalid(name, b, "a number in [0, 1)"));

@@ -33,7 +33,7 @@ struct Net {
     b_at: Vec<usize>,
     dim: usize,
     slope: f32,
-    /// Per layer, its input `[in, points]` (layer 0: the data).
+    /// Per layer, its input `[in, points]` (layer 0: empty; the data is read in place).
     acts: Vec<Vec<f32>>,
     /// Pre-activations per layer `[out, points]`.
     pre: Vec<Vec<f32>>,
@@ -98,7 +98,15 @@ impl Net {
         }
         let widest = layers.iter().map(|&(i, o)| i.max(o)).max().unwrap_or(1);
         Net {
-            acts: layers.iter().map(|&(i, _)| vec![0.0; points * i]).collect(),
+            acts: (layers.iter().enumerate())
+                .map(|(l, &(i, _))| {
+                    if l == 0 {
+                        Vec::new()
+                    } else {
+                        vec![0.0; points * i]
+                    }
+                })
+                .collect(),
             pre: layers.iter().map(|&(_, o)| vec![0.0; points * o]).collect(),
             delta: [vec![0.0; points * widest], vec![0.0; points * widest]],
             layers,
@@ -115,12 +123,11 @@ impl Net {
     fn forward(&mut self, theta: &[f32], xt: &[f32], out: &mut [f32]) {
         let n = out.len();
         let last = self.layers.len() - 1;
-        self.acts[0][..xt.len()].copy_from_slice(xt);
         for (l, &(din, dout)) in self.layers.iter().enumerate() {
             let w = &theta[self.w_at[l]..self.w_at[l] + din * dout];
             let b = &theta[self.b_at[l]..self.b_at[l] + dout];
             let (before, after) = self.acts.split_at_mut(l + 1);
-            let input = &before[l];
+            let input: &[f32] = if l == 0 { xt } else { &before[l] };
             let z = &mut self.pre[l];
             let slope = self.slope;
             for j in 0..dout {
@@ -151,9 +158,9 @@ impl Net {
     }
 
     /// ∇ of Σ_p δ_p·f(x_p) with respect to θ into `grad`, for δ at the output (`[n]`) and the
-    /// activations of the last [`Net::forward`].
+    /// activations of the last [`Net::forward`] at the same inputs `xt`.
     #[inline(always)]
-    fn backward(&mut self, theta: &[f32], delta_out: &[f32], grad: &mut [f32]) {
+    fn backward(&mut self, theta: &[f32], xt: &[f32], delta_out: &[f32], grad: &mut [f32]) {
         let n = delta_out.len();
         let mut cur = 0usize;
         self.delta[cur][..n].copy_from_slice(delta_out);
@@ -162,7 +169,7 @@ impl Net {
             let w = &theta[self.w_at[l]..self.w_at[l] + din * dout];
             let [d0, d1] = &mut self.delta;
             let (dl, dprev) = if cur == 0 { (&*d0, d1) } else { (&*d1, d0) };
-            let input = &self.acts[l];
+            let input: &[f32] = if l == 0 { xt } else { &self.acts[l] };
             let gw = &mut grad[self.w_at[l]..self.w_at[l] + din * dout];
             for k in 0..din {
                 let a = &input[k * n..(k + 1) * n];
@@ -259,7 +266,7 @@ impl Chain<'_> {
         };
         self.f = f;
         let delta = std::mem::take(&mut self.delta);
-        self.net.backward(theta, &delta, grad);
+        self.net.backward(theta, self.x, &delta, grad);
         self.delta = delta;
         let mut prior = 0.0f64;
         for (g, &t) in grad.iter_mut().zip(theta) {
@@ -317,8 +324,8 @@ impl HmcTrainer<'_> {
                 bernoulli: self.bernoulli,
             };
             let mut stream = Rng::new(self.stream[rep]);
-            let out = self.run_chain(&mut chain, &mut theta, y, &mut stream);
-            let (record, u, draws_f, train_mean) = out;
+            let (record, u, draws_f, train_mean) =
+                self.run_chain(&mut chain, &mut theta, y, &mut stream);
             pred[r * c.draws * m..(r + 1) * c.draws * m].copy_from_slice(&draws_f);
             train[r * n..(r + 1) * n].copy_from_slice(&train_mean);
             objective[r] = u / n as f64;

@@ -203,9 +203,11 @@ impl Method for Hmc {
         let replicas = task.replicas(&self.name, c.chains);
         let y = task.replica_targets_f32(&replicas);
         let (x_train, x_test) = task.inputs_f32(c.net.standardize);
+        let shape = c.net.shape(task.d, 1);
+        let host = !resources.backend.is_gpu() && host_sized(&shape);
         let trainer = HmcTrainer {
             config: c,
-            shape: c.net.shape(task.d, 1),
+            shape,
             x_train,
             x_test,
             y,
@@ -215,7 +217,7 @@ impl Method for Hmc {
             device: resources.device.clone(),
             records: Mutex::new(vec![ChainRecord::default(); replicas.init.len()]),
             bernoulli: task.likelihood == Likelihood::Bernoulli,
-            host: !resources.backend.is_gpu() && host_sized(&c.net.shape(task.d, 1)),
+            host,
         };
         let out = run_chunks(&trainer, resources, progress)?;
         let records = trainer

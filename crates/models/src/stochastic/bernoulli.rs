@@ -7,7 +7,7 @@ use std::any::Any;
 use burn::tensor::Tensor;
 use serde::{Deserialize, Serialize};
 
-use super::{cache_of, in_unit, multiplicative_backward, LastGrads, LayerCache, StochasticLayer};
+use super::{cache_of, multiplicative_backward, LastGrads, LayerCache, StochasticLayer};
 use crate::device_rng::DeviceRng;
 use uqbench_core::MethodError;
 
@@ -26,7 +26,7 @@ struct Cache {
 
 impl StochasticLayer for Bernoulli {
     fn validate(&self) -> Result<(), MethodError> {
-        in_unit("dropout p", self.p)
+        MethodError::rate("dropout p", self.p)
     }
 
     /// The scaled keep-mask `[R, n, k]`: 1/(1 − p) where u ≥ p, else 0.

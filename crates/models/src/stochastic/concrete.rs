@@ -10,10 +10,7 @@ use burn::tensor::activation::sigmoid;
 use burn::tensor::Tensor;
 use serde::{Deserialize, Serialize};
 
-use super::{
-    cache_of, in_unit, multiplicative_backward, non_negative, positive, LastGrads, LayerCache,
-    ParamSlot, StochasticLayer,
-};
+use super::{cache_of, multiplicative_backward, LastGrads, LayerCache, ParamSlot, StochasticLayer};
 use crate::device_rng::DeviceRng;
 use uqbench_core::MethodError;
 
@@ -44,10 +41,10 @@ struct Cache {
 
 impl StochasticLayer for Concrete {
     fn validate(&self) -> Result<(), MethodError> {
-        in_unit("concrete init_p", self.init_p)?;
-        positive("concrete temperature", self.temperature)?;
-        non_negative("concrete weight_reg", self.weight_reg)?;
-        non_negative("concrete dropout_reg", self.dropout_reg)
+        MethodError::rate("concrete init_p", self.init_p)?;
+        MethodError::positive("concrete temperature", self.temperature)?;
+        MethodError::non_negative("concrete weight_reg", self.weight_reg)?;
+        MethodError::non_negative("concrete dropout_reg", self.dropout_reg)
     }
 
     /// θ = logit p `[R, 1, 1]`.

@@ -164,34 +164,3 @@ pub(crate) fn multiplicative_backward(
         dht,
     )
 }
-
-/// Checks that a rate lies strictly between 0 and 1.
-pub(crate) fn in_unit(name: &str, v: f64) -> Result<(), MethodError> {
-    if v > 0.0 && v < 1.0 {
-        Ok(())
-    } else {
-        Err(MethodError::invalid(
-            name,
-            v,
-            "a rate strictly between 0 and 1",
-        ))
-    }
-}
-
-/// Checks that a weight is finite and ≥ 0.
-pub(crate) fn non_negative(name: &str, v: f64) -> Result<(), MethodError> {
-    if v.is_finite() && v >= 0.0 {
-        Ok(())
-    } else {
-        Err(MethodError::invalid(name, v, "a finite number ≥ 0"))
-    }
-}
-
-/// Checks that a value is finite and > 0.
-pub(crate) fn positive(name: &str, v: f64) -> Result<(), MethodError> {
-    if v.is_finite() && v > 0.0 {
-        Ok(())
-    } else {
-        Err(MethodError::invalid(name, v, "a positive number"))
-    }
-}

@@ -9,7 +9,7 @@ use burn::tensor::activation::sigmoid;
 use burn::tensor::Tensor;
 use serde::{Deserialize, Serialize};
 
-use super::{cache_of, non_negative, positive, LastGrads, LayerCache, ParamSlot, StochasticLayer};
+use super::{cache_of, LastGrads, LayerCache, ParamSlot, StochasticLayer};
 use crate::device_rng::DeviceRng;
 use uqbench_core::MethodError;
 
@@ -55,8 +55,8 @@ struct Cache {
 
 impl StochasticLayer for Variational {
     fn validate(&self) -> Result<(), MethodError> {
-        positive("variational init_alpha", self.init_alpha)?;
-        non_negative("variational kl_weight", self.kl_weight)
+        MethodError::positive("variational init_alpha", self.init_alpha)?;
+        MethodError::non_negative("variational kl_weight", self.kl_weight)
     }
 
     /// log α `[R, 1, 1]`.
