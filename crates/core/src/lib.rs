@@ -10,18 +10,24 @@
 //!   members.
 //! - [`noise`]: the noise settings methods share (`tau`, `noise_sd`: a number or `"known"`).
 //! - [`error`]: [`MethodError`], what a method's settings or run can get wrong.
+//! - [`calibration`] and [`posthoc`]: post-hoc calibration of the interval of y (split
+//!   conformal, std scaling, isotonic recalibration) and the `Conformal`/`Recalibrated`
+//!   methods around any base method.
 //! - [`parallel`]: [`par_map`], host work over the cores in a fixed order.
 //!
 //! Evaluation (summaries, figures, reports, scoring) and the Python package depend on this
 //! crate, never on burn.
 
+pub mod calibration;
 pub mod error;
 pub mod noise;
 pub mod parallel;
+pub mod posthoc;
 pub mod prediction;
 pub mod seed;
 pub mod task;
 
+pub use calibration::{Calibration, CalibrationRule};
 pub use error::MethodError;
 pub use noise::{fixed_noise_sd, KnownSigma, Tau};
 pub use parallel::par_map;

@@ -7,6 +7,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use statrs::distribution::{ContinuousCDF, Normal, StudentsT};
 
+use crate::calibration::Calibration;
+
 /// The shape of a method's predictive distribution of f(x*), which its intervals come from
 /// (spec §2).
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
@@ -83,6 +85,35 @@ pub struct Prediction {
     /// diverged, or for an ensemble fewer than two members (one, for a single-member
     /// ensemble) remain after dropping diverged members.
     pub diverged: bool,
+    /// A post-hoc calibration of the interval of y (conformal, recalibration): when present,
+    /// the prediction interval comes from it instead of the family (see
+    /// [`crate::calibration`]); the interval of f stays the family's.
+    pub calibration: Option<Calibration>,
+}
+
+impl Prediction {
+    /// Splits the predictions at the test inputs after the first `m` off (inputs a caller
+    /// appended to the task's test inputs: validation or calibration points) and returns
+    /// them: mean, std, noise and predictive sd, and samples; the per-draw noise sds stay
+    /// with both.
+    pub fn split_tail(&mut self, m: usize) -> Prediction {
+        let tail = |v: &mut Option<Vec<f64>>| v.as_mut().map(|v| v.split_off(m));
+        Prediction {
+            mean: self.mean.split_off(m),
+            std: self.std.split_off(m),
+            noise_std: tail(&mut self.noise_std),
+            predictive_std: tail(&mut self.predictive_std),
+            samples: self
+                .samples
+                .as_mut()
+                .map(|rows| rows.iter_mut().map(|r| r.split_off(m)).collect()),
+            noise_samples: self.noise_samples.clone(),
+            noise_known: self.noise_known,
+            family: self.family,
+            diverged: self.diverged,
+            ..Prediction::default()
+        }
+    }
 }
 
 /// The factor q with P(|T| ≤ q) = level, T standard normal (`dof = None`) or Student t.
@@ -185,6 +216,7 @@ pub fn combine_members(members: &[Member<'_>], family: Family, keep_samples: boo
         train_mean: Some(train_mean),
         scalars,
         diverged,
+        calibration: None,
     }
 }
 

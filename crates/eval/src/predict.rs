@@ -107,18 +107,8 @@ pub fn predict(
 /// Splits the predictions at the inputs after the first `m` (the validation inputs) off a
 /// method's output: their mean and uncertainty.
 fn split_off(o: &mut Prediction, m: usize) -> (Vec<f64>, Vec<f64>) {
-    let mean = o.mean.split_off(m);
-    let std = o.std.split_off(m);
-    for v in [&mut o.noise_std, &mut o.predictive_std]
-        .into_iter()
-        .flatten()
-    {
-        v.truncate(m);
-    }
-    for row in o.samples.iter_mut().flatten() {
-        row.truncate(m);
-    }
-    (mean, std)
+    let tail = o.split_tail(m);
+    (tail.mean, tail.std)
 }
 
 /// The fresh test labels of every repetition of a classification problem (see

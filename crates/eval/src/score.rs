@@ -164,6 +164,7 @@ pub fn regression_rep(
         predictive_std: None,
         family,
         intervals,
+        calibrated_pi: BTreeMap::new(),
         crps,
         scalars: BTreeMap::new(),
         diverged: false,

@@ -2,8 +2,10 @@
 //! method is one file in `crates/models/src/` plus one line in [`KINDS`].
 
 use anyhow::{bail, Context, Result};
-use uqbench_anchor::{Blr, ANCHOR};
+use uqbench_anchor::{Blr, Setting, ANCHOR};
+use uqbench_core::posthoc::{Calibrated, ConformalConfig, RecalibratedConfig};
 use uqbench_core::Method;
+use uqbench_eval::spec::ExperimentSpec;
 use uqbench_gp::Gp;
 use uqbench_models::{
     BootstrapScheme, DropoutKind, DropoutMethod, EnsMcd, Ensemble, EnsembleConfig, EnsembleKind,
@@ -85,7 +87,68 @@ pub const KINDS: &[(&str, Builder)] = &[
     ("HMC", |n, s| Ok(Box::new(Hmc::new(n, config(n, s)?)?))),
 ];
 
-/// Builds method `name` from its settings table (possibly empty).
+/// The post-hoc kinds: they wrap the method of another table of the spec (`base`).
+pub const POSTHOC: &[&str] = &["Conformal", "Recalibrated"];
+
+/// Builds method `name` of `spec` at `setting`: its table with the setting's values, and for
+/// a post-hoc kind its `base` table's method (which `run.methods` need not list).
+pub fn build_for(spec: &ExperimentSpec, name: &str, setting: &Setting) -> Result<Box<dyn Method>> {
+    build_nested(spec, name, setting, &mut Vec::new())
+}
+
+fn build_nested(
+    spec: &ExperimentSpec,
+    name: &str,
+    setting: &Setting,
+    chain: &mut Vec<String>,
+) -> Result<Box<dyn Method>> {
+    let table = spec.method_table(name, setting)?;
+    let kind = table
+        .as_ref()
+        .and_then(|t| t.get("kind"))
+        .and_then(|k| k.as_str())
+        .unwrap_or(name)
+        .to_string();
+    if !POSTHOC.contains(&kind.as_str()) {
+        return build(name, table.as_ref());
+    }
+    if chain.iter().any(|c| c == name) {
+        bail!(
+            "[methods.{name}] base: the bases form a circle ({} → {name})",
+            chain.join(" → ")
+        );
+    }
+    let mut table = table.unwrap_or_default();
+    table.remove("kind");
+    let base = match table.get("base") {
+        Some(toml::Value::String(b)) => b.clone(),
+        Some(other) => bail!("[methods.{name}] base = {other}: the name of a method table"),
+        None => bail!(
+            "[methods.{name}] base: missing; {kind} needs the method it calibrates, e.g. \
+             base = \"Ens\" (a [methods.Ens] table or a built-in kind)"
+        ),
+    };
+    chain.push(name.to_string());
+    let inner = build_nested(spec, &base, setting, chain)
+        .with_context(|| format!("[methods.{name}] base = \"{base}\""))?;
+    chain.pop();
+    let value = toml::Value::Table(table);
+    Ok(match kind.as_str() {
+        "Conformal" => Box::new(Calibrated::conformal(
+            name,
+            inner,
+            &config::<ConformalConfig>(name, value)?,
+        )?),
+        _ => Box::new(Calibrated::recalibrated(
+            name,
+            inner,
+            &config::<RecalibratedConfig>(name, value)?,
+        )?),
+    })
+}
+
+/// Builds method `name` from its settings table (possibly empty); a post-hoc kind needs
+/// [`build_for`].
 pub fn build(name: &str, table: Option<&toml::Table>) -> Result<Box<dyn Method>> {
     let mut table = table.cloned().unwrap_or_default();
     let kind = match table.remove("kind") {
@@ -96,6 +159,9 @@ pub fn build(name: &str, table: Option<&toml::Table>) -> Result<Box<dyn Method>>
         ),
         None => name.to_string(),
     };
+    if POSTHOC.contains(&kind.as_str()) {
+        bail!("[methods.{name}] kind = \"{kind}\" wraps another method table: build it with its spec");
+    }
     let Some((_, builder)) = KINDS.iter().find(|(k, _)| *k == kind) else {
         bail!(
             "unknown method `{kind}`{}; valid methods: {}",
@@ -111,5 +177,10 @@ pub fn build(name: &str, table: Option<&toml::Table>) -> Result<Box<dyn Method>>
 }
 
 fn kinds() -> String {
-    KINDS.iter().map(|(k, _)| *k).collect::<Vec<_>>().join(", ")
+    KINDS
+        .iter()
+        .map(|(k, _)| *k)
+        .chain(POSTHOC.iter().copied())
+        .collect::<Vec<_>>()
+        .join(", ")
 }

@@ -295,6 +295,7 @@ impl Gp {
             train_mean: Some(train_mean),
             scalars,
             diverged: false,
+            calibration: None,
         })
     }
 }

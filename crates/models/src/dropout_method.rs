@@ -302,6 +302,7 @@ impl Method for DropoutMethod {
                     ),
                     scalars,
                     diverged: out.diverged[k],
+                    calibration: None,
                 }
             })
             .collect())

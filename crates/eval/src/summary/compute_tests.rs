@@ -19,6 +19,7 @@ fn rep(r: u64, mean: [f64; 2], std: [f64; 2]) -> RepResult {
         predictive_std: None,
         family: Family::Normal,
         intervals: BTreeMap::new(),
+        calibrated_pi: BTreeMap::new(),
         crps: None,
         scalars: BTreeMap::from([("train_mse".to_string(), r as f64)]),
         diverged: false,

@@ -76,6 +76,17 @@ pub struct LevelBounds {
     pub pi_upper: Vec<f64>,
 }
 
+/// A calibrated prediction interval of y at one level (conformal, recalibration).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PiBounds {
+    /// Lower ends per test input.
+    #[serde(deserialize_with = "nullable_vec")]
+    pub lower: Vec<f64>,
+    /// Upper ends per test input.
+    #[serde(deserialize_with = "nullable_vec")]
+    pub upper: Vec<f64>,
+}
+
 /// One method's predictions for one repetition at every test input.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RepResult {
@@ -111,6 +122,11 @@ pub struct RepResult {
     /// level name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub intervals: BTreeMap<String, LevelBounds>,
+    /// A post-hoc calibrated method (`Conformal`, `Recalibrated`): its prediction intervals
+    /// of y at every level of the run (and at 0.95), keyed by level name, which replace the
+    /// family's; its interval of f is the family's.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub calibrated_pi: BTreeMap<String, PiBounds>,
     /// Empirical family: the sample CRPS against the truth per test input.
     #[serde(
         default,
@@ -202,8 +218,18 @@ impl RepResult {
             intervals = ints;
             crps = Some(c);
         }
+        let mut calibrated_pi = BTreeMap::new();
+        if let (Some(cal), false) = (&out.calibration, out.diverged) {
+            for level in ctx.all_levels() {
+                let (lower, upper) = cal
+                    .interval(&out.mean, level)
+                    .map_err(|e| crate::error::EvalError::from(e).context(format!("repetition {rep}")))?;
+                calibrated_pi.insert(level_name(level), PiBounds { lower, upper });
+            }
+        }
         Ok(RepResult {
             repetition: rep,
+            calibrated_pi,
             mean: out.mean,
             std: out.std,
             noise_std: out.noise_std,
@@ -225,6 +251,16 @@ impl RepResult {
         noise: &[f64],
     ) -> Result<(Vec<f64>, Vec<f64>)> {
         let noise = self.noise_std.as_deref().unwrap_or(noise);
+        if which == Which::Pi && !self.calibrated_pi.is_empty() {
+            let Some(b) = self.calibrated_pi.get(&level_name(level)) else {
+                bail!(
+                    "repetition {}: no calibrated interval at level {level} is stored; rerun it \
+                     with this level",
+                    self.repetition
+                );
+            };
+            return Ok((b.lower.clone(), b.upper.clone()));
+        }
         let q = match self.family {
             Family::Normal => central_quantile(level, None),
             Family::StudentT { dof } => central_quantile(level, Some(dof)),
@@ -559,6 +595,7 @@ mod tests {
             predictive_std: None,
             family,
             intervals: BTreeMap::new(),
+            calibrated_pi: BTreeMap::new(),
             crps: None,
             scalars: BTreeMap::new(),
             diverged: false,

@@ -66,10 +66,8 @@ pub fn schedule(
     // a chunk can hold as many replicas as memory allows.
     let per_rep = |method: &str| -> usize {
         let setting = &plan.settings[0];
-        plan.spec
-            .method_table(method, setting)
+        registry::build_for(&plan.spec, method, setting)
             .ok()
-            .and_then(|t| registry::build(method, t.as_ref()).ok())
             .map_or(1, |m| m.replicas_per_repetition())
     };
     Ok(merge_for_gpu(&todo, &per_rep, GPU_MIN_REPLICAS))
@@ -172,10 +170,7 @@ pub fn run_unit(
     progress: &(dyn Fn(f64) + Sync),
 ) -> Result<()> {
     let setting = &plan.settings[unit.setting];
-    let method: Box<dyn Method> = registry::build(
-        &unit.method,
-        plan.spec.method_table(&unit.method, setting)?.as_ref(),
-    )?;
+    let method: Box<dyn Method> = registry::build_for(&plan.spec, &unit.method, setting)?;
     let reps: Vec<u64> = unit.reps.clone().collect();
     let stored = predict(
         &plan.spec,

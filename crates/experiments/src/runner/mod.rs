@@ -86,7 +86,7 @@ impl Plan {
         let settings = spec.settings();
         for m in &methods {
             for s in &settings {
-                registry::build(m, spec.method_table(m, s)?.as_ref()).with_context(|| {
+                registry::build_for(&spec, m, s).with_context(|| {
                     if s.values.is_empty() {
                         format!("run.methods: `{m}`")
                     } else {
@@ -95,8 +95,14 @@ impl Plan {
                 })?;
             }
         }
+        // Tables a listed post-hoc method uses as its base need not be listed themselves.
+        let bases: Vec<String> = spec
+            .methods
+            .values()
+            .filter_map(|t| t.get("base").and_then(|b| b.as_str()).map(String::from))
+            .collect();
         for name in spec.methods.keys() {
-            if !run.methods.contains(name) {
+            if !run.methods.contains(name) && !bases.contains(name) {
                 bail!(
                     "[methods.{name}] configures a method that run.methods does not list ({})",
                     run.methods.join(", ")

@@ -18,7 +18,7 @@ fn cost_per_repetition(plan: &Plan) -> Result<Vec<Vec<f64>>> {
         let epochs = plan.spec.epochs(setting)?;
         let mut per_method = Vec::with_capacity(plan.methods.len());
         for m in &plan.methods {
-            let method = registry::build(m, plan.spec.method_table(m, setting)?.as_ref())?;
+            let method = registry::build_for(&plan.spec, m, setting)?;
             per_method.push(method.cost(n_train, epochs));
         }
         out.push(per_method);

@@ -314,6 +314,7 @@ impl Hmc {
             train_mean: Some(train_mean),
             scalars,
             diverged,
+            calibration: None,
         }
     }
 
