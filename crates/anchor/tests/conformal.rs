@@ -38,8 +38,10 @@ fn coverage(method: &dyn Method, known: bool, reps: u64) -> Vec<Vec<f64>> {
                 .map(|&v| truth(v) + sigma(v) * rng.normal())
                 .collect::<Vec<f64>>()];
             let (g, gt) = (features(&x), features(&xt));
-            let (s, st): (Vec<f64>, Vec<f64>) =
-                (x.iter().map(|&v| sigma(v)).collect(), xt.iter().map(|&v| sigma(v)).collect());
+            let (s, st): (Vec<f64>, Vec<f64>) = (
+                x.iter().map(|&v| sigma(v)).collect(),
+                xt.iter().map(|&v| sigma(v)).collect(),
+            );
             let task = Task {
                 d: 1,
                 x_train: &x,

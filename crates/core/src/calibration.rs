@@ -217,7 +217,10 @@ mod tests {
         assert_eq!(c.offsets(0.95).unwrap(), (-19.0, 19.0));
         // Level 0.96 needs ⌈20·0.96⌉ = 20 > 19 points: a clear error naming what is needed.
         let err = c.offsets(0.96).unwrap_err().to_string();
-        assert!(err.contains("calibration points = 19") && err.contains("at least 24"), "{err}");
+        assert!(
+            err.contains("calibration points = 19") && err.contains("at least 24"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -239,9 +242,8 @@ mod tests {
         // tolerance is 0.02, above 4 standard errors of the coverage of an interval fitted on
         // 2000 points (sd ≈ sqrt(0.8·0.2/2000) ≈ 0.009) plus the test draws' (0.003).
         let mut rng = Rng::new(7);
-        let mut draw = |n: usize| -> Vec<f64> {
-            (0..n).map(|_| 0.5 + 2.5 * rng.normal()).collect()
-        };
+        let mut draw =
+            |n: usize| -> Vec<f64> { (0..n).map(|_| 0.5 + 2.5 * rng.normal()).collect() };
         let fit = draw(2000);
         let fresh = draw(20_000);
         for rule in [

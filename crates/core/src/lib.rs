@@ -13,6 +13,7 @@
 //! - [`calibration`] and [`posthoc`]: post-hoc calibration of the interval of y (split
 //!   conformal, std scaling, isotonic recalibration) and the `Conformal`/`Recalibrated`
 //!   methods around any base method.
+//! - [`inputs`]: `inputs = "features"`, any method on the problem's features G(x).
 //! - [`parallel`]: [`par_map`], host work over the cores in a fixed order.
 //!
 //! Evaluation (summaries, figures, reports, scoring) and the Python package depend on this
@@ -20,6 +21,7 @@
 
 pub mod calibration;
 pub mod error;
+pub mod inputs;
 pub mod noise;
 pub mod parallel;
 pub mod posthoc;

@@ -202,7 +202,11 @@ impl Split {
             y_train: task.y_train.iter().map(|y| rows(y, 1, &fit)).collect(),
             x_test: appended(task.x_test, task.x_train, task.d),
             features: task.features.map(|f| {
-                (f.p, rows(f.train, f.p, &fit), appended(f.test, f.train, f.p))
+                (
+                    f.p,
+                    rows(f.train, f.p, &fit),
+                    appended(f.test, f.train, f.p),
+                )
             }),
             noise_train: noise(task.noise.train, &fit),
             noise_test: if task.noise.train.len() == n {
@@ -265,8 +269,10 @@ impl Method for Calibrated {
     }
 
     fn cost(&self, n_train: usize, epochs: usize) -> f64 {
-        self.base
-            .cost(((1.0 - self.fraction) * n_train as f64).round() as usize, epochs)
+        self.base.cost(
+            ((1.0 - self.fraction) * n_train as f64).round() as usize,
+            epochs,
+        )
     }
 
     fn run(

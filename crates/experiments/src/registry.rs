@@ -3,13 +3,14 @@
 
 use anyhow::{bail, Context, Result};
 use uqbench_anchor::{Blr, Setting, ANCHOR};
+use uqbench_core::inputs::FeatureInputs;
 use uqbench_core::posthoc::{Calibrated, ConformalConfig, RecalibratedConfig};
 use uqbench_core::Method;
 use uqbench_eval::spec::ExperimentSpec;
 use uqbench_gp::Gp;
 use uqbench_models::{
     BootstrapScheme, DropoutKind, DropoutMethod, EnsMcd, Ensemble, EnsembleConfig, EnsembleKind,
-    Hmc, Mfvi,
+    Hmc, Laplace, Mfvi,
 };
 
 type Builder = fn(name: &str, settings: toml::Value) -> Result<Box<dyn Method>>;
@@ -85,6 +86,7 @@ pub const KINDS: &[(&str, Builder)] = &[
     ("GP", |n, s| Ok(Box::new(Gp::new(n, config(n, s)?)?))),
     ("MFVI", |n, s| Ok(Box::new(Mfvi::new(n, config(n, s)?)?))),
     ("HMC", |n, s| Ok(Box::new(Hmc::new(n, config(n, s)?)?))),
+    ("Laplace", |n, s| Ok(Box::new(Laplace::new(n, config(n, s)?)?))),
 ];
 
 /// The post-hoc kinds: they wrap the method of another table of the spec (`base`).
@@ -110,7 +112,22 @@ fn build_nested(
         .unwrap_or(name)
         .to_string();
     if !POSTHOC.contains(&kind.as_str()) {
-        return build(name, table.as_ref());
+        let mut table = table.unwrap_or_default();
+        let features = match table.remove("inputs") {
+            None => false,
+            Some(toml::Value::String(s)) if s == "x" => false,
+            Some(toml::Value::String(s)) if s == "features" => true,
+            Some(other) => bail!(
+                "[methods.{name}] inputs = {other}: valid are \"x\" (the default) and \
+                 \"features\" (the problem's features G(x))"
+            ),
+        };
+        let method = build(name, Some(&table))?;
+        return Ok(if features {
+            Box::new(FeatureInputs::new(method))
+        } else {
+            method
+        });
     }
     if chain.iter().any(|c| c == name) {
         bail!(
@@ -160,7 +177,9 @@ pub fn build(name: &str, table: Option<&toml::Table>) -> Result<Box<dyn Method>>
         None => name.to_string(),
     };
     if POSTHOC.contains(&kind.as_str()) {
-        bail!("[methods.{name}] kind = \"{kind}\" wraps another method table: build it with its spec");
+        bail!(
+            "[methods.{name}] kind = \"{kind}\" wraps another method table: build it with its spec"
+        );
     }
     let Some((_, builder)) = KINDS.iter().find(|(k, _)| *k == kind) else {
         bail!(

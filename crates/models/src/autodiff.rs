@@ -269,6 +269,7 @@ impl ChunkTrainer for AutodiffTrainer<'_> {
         }
         let train = train.iter().map(|v| (v / t as f64) as f32).collect();
         Ok(ChunkOut {
+            weights: Vec::new(),
             pred,
             train_pred: train,
             objective,

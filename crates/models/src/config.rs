@@ -136,6 +136,7 @@ impl OptimConfig {
             heteroscedastic: false,
             likelihood: uqbench_core::Likelihood::Gaussian,
             mc_passes: 1,
+            keep_weights: false,
         }
     }
 }

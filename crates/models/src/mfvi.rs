@@ -498,6 +498,7 @@ impl ChunkTrainer for MfviTrainer<'_> {
         }
         let train = download(model.forward(x, None))?;
         Ok(ChunkOut {
+            weights: Vec::new(),
             pred,
             train_pred: train,
             objective: final_objective,

@@ -221,9 +221,9 @@ impl RepResult {
         let mut calibrated_pi = BTreeMap::new();
         if let (Some(cal), false) = (&out.calibration, out.diverged) {
             for level in ctx.all_levels() {
-                let (lower, upper) = cal
-                    .interval(&out.mean, level)
-                    .map_err(|e| crate::error::EvalError::from(e).context(format!("repetition {rep}")))?;
+                let (lower, upper) = cal.interval(&out.mean, level).map_err(|e| {
+                    crate::error::EvalError::from(e).context(format!("repetition {rep}"))
+                })?;
                 calibrated_pi.insert(level_name(level), PiBounds { lower, upper });
             }
         }

@@ -126,7 +126,13 @@ impl<'a> Trainer<'a> {
         };
         let pred = self.predict(&s, &data, &io);
         let train_pred = self.training_fit(&s, &data, fitted, &io);
+        let weights = if self.settings.keep_weights {
+            self.weights(&s, data.rc, &io)
+        } else {
+            Vec::new()
+        };
         ChunkOut {
+            weights,
             pred,
             train_pred,
             objective,
@@ -135,6 +141,21 @@ impl<'a> Trainer<'a> {
             uploads: io.uploads.get(),
             reads: io.reads.get(),
         }
+    }
+
+    /// Every replica's parameters, layer by layer its weights `[in, out]` then its biases.
+    fn weights(&self, s: &State, rc: usize, io: &ChunkIo) -> Vec<Vec<f32>> {
+        let mut out = vec![Vec::new(); rc];
+        for (w, b) in s.w.iter().zip(&s.b) {
+            for t in [w, b] {
+                let host = io.down(t.clone());
+                let per = host.len() / rc;
+                for (k, slot) in out.iter_mut().enumerate() {
+                    slot.extend_from_slice(&host[k * per..(k + 1) * per]);
+                }
+            }
+        }
+        out
     }
 
     /// Uploads a chunk's data and keys its noise stream: the state at its initial values and

@@ -36,6 +36,9 @@ pub struct TrainOutput {
     pub chunk: usize,
     /// Host↔device traffic, summed over chunks.
     pub transfers: Transfers,
+    /// With `keep_weights`: per replica its parameters, layer by layer the weights `[in,
+    /// out]` (row-major) then the biases `[out]`.
+    pub weights: Option<Vec<Vec<f32>>>,
 }
 impl TrainOutput {
     /// Replica `replica` as an ensemble member, for one output per point (`d_out` = 1): its
@@ -90,6 +93,9 @@ pub struct ChunkOut {
     pub uploads: u64,
     /// Device→host reads the chunk made.
     pub reads: u64,
+    /// Per replica of the chunk, its parameters (see [`TrainOutput::weights`]); empty unless
+    /// asked for.
+    pub weights: Vec<Vec<f32>>,
 }
 
 /// A model the trainer can run chunk by chunk.
@@ -141,6 +147,7 @@ pub fn run_chunks(
         vec![f64::NAN; r],
         vec![0.0f32; r * n],
         None::<MethodError>,
+        vec![Vec::<f32>::new(); r],
     ));
     let counts = Mutex::new(Transfers::default());
     let next = AtomicUsize::new(0);
@@ -166,6 +173,9 @@ pub fn run_chunks(
                         .copy_from_slice(&chunk_out.pred);
                     guard.1[range.clone()].copy_from_slice(&chunk_out.objective);
                     guard.3[range.start * n..range.end * n].copy_from_slice(&chunk_out.train_pred);
+                    for (slot, w) in guard.5[range.clone()].iter_mut().zip(chunk_out.weights) {
+                        *slot = w;
+                    }
                     if !chunk_out.rates.is_empty() {
                         guard.2[range.clone()].copy_from_slice(&chunk_out.rates);
                     }
@@ -189,7 +199,7 @@ pub fn run_chunks(
             }
         });
     }
-    let (test_out, final_objective, rates, train_pred, error) =
+    let (test_out, final_objective, rates, train_pred, error, weights) =
         out.into_inner().expect("workers finished");
     if let Some(e) = error {
         return Err(e);
@@ -216,5 +226,6 @@ pub fn run_chunks(
         diverged,
         chunk,
         transfers: counts.into_inner().expect("workers finished"),
+        weights: weights.iter().any(|w| !w.is_empty()).then_some(weights),
     })
 }

@@ -66,6 +66,9 @@ pub struct TrainSettings {
     pub likelihood: Likelihood,
     /// Stochastic forward passes at prediction (1 for deterministic networks).
     pub mc_passes: usize,
+    /// Return every replica's final weights and biases ([`super::TrainOutput::weights`]):
+    /// what a post-training method (Laplace) builds on.
+    pub keep_weights: bool,
 }
 
 impl TrainSettings {
@@ -85,6 +88,7 @@ impl TrainSettings {
             heteroscedastic: false,
             likelihood: Likelihood::Gaussian,
             mc_passes: 1,
+            keep_weights: false,
         }
     }
 

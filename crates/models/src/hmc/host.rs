@@ -338,6 +338,7 @@ impl HmcTrainer<'_> {
             }
         }
         Ok(ChunkOut {
+            weights: Vec::new(),
             pred,
             train_pred: train,
             objective,

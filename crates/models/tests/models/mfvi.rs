@@ -2,13 +2,21 @@
 
 use nalgebra::{DMatrix, DVector};
 use uqbench_anchor::Rng;
+use uqbench_core::inputs::FeatureInputs;
 use uqbench_models::engine::Resources;
 use uqbench_models::{
     open_device, BackendKind, Method, Mfvi, MfviConfig, MfviSettings, NetConfig, OptimConfig,
     SeedBase, Task,
 };
 
-fn task<'a>(x: &'a [f64], y: &'a [Vec<f64>], x_test: &'a [f64], epochs: usize) -> Task<'a> {
+/// The task with inputs `x` and features [1, x] at the training and test inputs.
+fn task<'a>(
+    x: &'a [f64],
+    y: &'a [Vec<f64>],
+    x_test: &'a [f64],
+    epochs: usize,
+    features: Option<uqbench_core::Features<'a>>,
+) -> Task<'a> {
     Task {
         d: 1,
         x_train: x,
@@ -22,7 +30,7 @@ fn task<'a>(x: &'a [f64], y: &'a [Vec<f64>], x_test: &'a [f64], epochs: usize) -
             experiment: "mfvi".into(),
             setting: String::new(),
         },
-        features: None,
+        features,
         noise: Default::default(),
         likelihood: uqbench_models::Likelihood::Gaussian,
     }
@@ -73,10 +81,21 @@ fn mfvi_on_bayesian_linear_regression_reaches_the_mean_field_optimum() {
         BackendKind::Flex,
         open_device(BackendKind::Flex, true).unwrap(),
     );
-    let out = Mfvi::new("MFVI", config)
-        .unwrap()
+    // On the `inputs = "features"` path (issue 26's limits): the network sees the features
+    // [1, x] (the constant one dropped, the bias stands for it), and the task's own inputs are
+    // zeros, so only that path can fit.
+    let with_one = |x: &[f64]| -> Vec<f64> { x.iter().flat_map(|&v| [1.0, v]).collect() };
+    let (g, g_test) = (with_one(&x), with_one(&x_test));
+    let (zeros, zeros_test) = (vec![0.0; n], vec![0.0; x_test.len()]);
+    let features = uqbench_core::Features {
+        p: 2,
+        train: &g,
+        test: &g_test,
+    };
+    let method = FeatureInputs::new(Box::new(Mfvi::new("MFVI", config).unwrap()));
+    let out = method
         .run(
-            &task(&x, &y, &x_test, 30000),
+            &task(&zeros, &y, &zeros_test, 30000, Some(features)),
             &res.compute(),
             false,
             &|_| {},

@@ -1,0 +1,338 @@
+//! The Laplace approximation around a trained network (Daxberger et al. 2021, with
+//! laplace-torch's conventions): one network per repetition trained to its MAP on the engine,
+//! then on the host in f64 a Gaussian N(θ*, (GGN + δI)⁻¹) over a parameter subset and the
+//! linearised (GLM) predictive f(x*) ~ N(f_θ*(x*), J*ᵀ Σ J*), with y ~ N(f, Jᵀ Σ J + σ²).
+//!
+//! - `subset = "last_layer"` (laplace-torch's default) or `"all"`; `hessian = "full"` or
+//!   `"diag"` (the Kronecker-factored GGN is not implemented: for the networks here the full
+//!   GGN of every parameter is affordable up to [`MAX_FULL`] parameters).
+//! - `prior_precision`: δ ≥ 0 on every parameter of the subset (0 is the flat prior), or
+//!   `"marglik"`: per repetition the δ that maximises laplace-torch's log marginal likelihood
+//!   log p(D | θ*) − ½(log det(GGN + δI) − P log δ + δ‖θ*‖²).
+//! - `noise_sd`: a number, `"known"` (the problem's σ(x), constant or not), or left out: the
+//!   maximum-likelihood estimate sqrt(mean (y − f)²) of the MAP fit.
+//! - `refine = true` (default): the last layer is replaced by the exact weighted ridge
+//!   solution given the hidden layers, under the same δ and σ. The optimiser in f32 leaves
+//!   the MAP approximate; a Laplace approximation expands around the exact mode.
+//! - The network trains with the optimiser's own weight decay (λ on the weights, as every
+//!   engine method); δ is the Laplace prior, applied in the refinement and the posterior.
+
+mod curvature;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::MethodConfig;
+use crate::engine::{self, Resources, TrainOutput};
+use curvature::{HostNet, Posterior, Subset};
+use uqbench_core::{Compute, Family, Method, MethodError, Prediction, Task, Tau};
+
+/// The noise sd at the training and at the test inputs.
+type Sigmas = (Vec<f64>, Vec<f64>);
+
+/// The most parameters a full GGN may have (its Cholesky factor is P² f64s: 128 MiB here).
+pub const MAX_FULL: usize = 4096;
+
+/// The subset setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SubsetSetting {
+    /// The last layer.
+    #[default]
+    LastLayer,
+    /// Every parameter.
+    All,
+}
+
+/// The curvature's structure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Hessian {
+    /// The full GGN.
+    #[default]
+    Full,
+    /// Its diagonal.
+    Diag,
+}
+
+/// δ: a number or `"marglik"`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum PriorPrecision {
+    /// A fixed δ ≥ 0.
+    Value(f64),
+    /// Fitted per repetition.
+    Fitted(Marglik),
+}
+
+/// The string `"marglik"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Marglik {
+    /// Maximise the marginal likelihood.
+    #[serde(rename = "marglik")]
+    Marglik,
+}
+
+/// Laplace's own settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LaplaceSettings {
+    /// Which parameters.
+    pub subset: SubsetSetting,
+    /// Full or diagonal GGN.
+    pub hessian: Hessian,
+    /// δ.
+    pub prior_precision: PriorPrecision,
+    /// σ of the likelihood; estimated when left out.
+    pub noise_sd: Option<Tau>,
+    /// Solve the last layer exactly before the approximation.
+    pub refine: bool,
+}
+
+impl Default for LaplaceSettings {
+    fn default() -> Self {
+        LaplaceSettings {
+            subset: SubsetSetting::LastLayer,
+            hessian: Hessian::Full,
+            prior_precision: PriorPrecision::Fitted(Marglik::Marglik),
+            noise_sd: None,
+            refine: true,
+        }
+    }
+}
+
+/// Settings of the Laplace approximation: the network, its optimiser and [`LaplaceSettings`].
+pub type LaplaceConfig = MethodConfig<LaplaceSettings>;
+
+/// The method.
+#[derive(Debug, Clone)]
+pub struct Laplace {
+    name: String,
+    config: LaplaceConfig,
+}
+
+impl Laplace {
+    /// Checks the settings up front.
+    pub fn new(name: &str, config: LaplaceConfig) -> Result<Laplace, MethodError> {
+        config.net.shape(1, 1).validate()?;
+        if let PriorPrecision::Value(d) = config.prior_precision {
+            MethodError::non_negative(&format!("{name}.prior_precision"), d)?;
+        }
+        if let Some(Tau::Value(s)) = config.noise_sd {
+            MethodError::positive(&format!("{name}.noise_sd"), s)?;
+        }
+        Ok(Laplace {
+            name: name.to_string(),
+            config,
+        })
+    }
+
+    /// The noise sd at the training and test inputs, when fixed by the settings.
+    fn fixed_sigma(&self, task: &Task<'_>) -> Result<Option<Sigmas>, MethodError> {
+        let (n, m) = (task.n_train(), task.n_test());
+        match self.config.noise_sd {
+            None => Ok(None),
+            Some(Tau::Value(s)) => Ok(Some((vec![s; n], vec![s; m]))),
+            Some(Tau::Known(_)) if task.noise.known && task.noise.train.len() == n => {
+                Ok(Some((task.noise.train.to_vec(), task.noise.test.to_vec())))
+            }
+            Some(Tau::Known(_)) => Err(MethodError::invalid(
+                format!("{}.noise_sd", self.name),
+                "\"known\"",
+                "a number, or left out to estimate it: this problem does not declare σ known",
+            )),
+        }
+    }
+}
+
+impl Method for Laplace {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn replicas_per_repetition(&self) -> usize {
+        1
+    }
+
+    fn run(
+        &self,
+        task: &Task<'_>,
+        compute: &Compute,
+        _keep_samples: bool,
+        progress: &(dyn Fn(usize) + Sync),
+    ) -> Result<Vec<Prediction>, MethodError> {
+        task.require_gaussian(&self.name)?;
+        let c = &self.config;
+        let shape = c.net.shape(task.d, 1);
+        let mut dims = vec![task.d];
+        dims.extend(&c.net.hidden);
+        dims.push(1);
+        let subset = match c.subset {
+            SubsetSetting::LastLayer => Subset::LastLayer,
+            SubsetSetting::All => Subset::All,
+        };
+        let probe = HostNet::from_flat(&vec![0.0; count_all(&dims)], &dims, c.net.negative_slope);
+        let p = probe.count(subset);
+        if c.hessian == Hessian::Full && p > MAX_FULL {
+            return Err(MethodError::invalid(
+                format!("{}.hessian", self.name),
+                format!("\"full\" over {p} parameters"),
+                format!(
+                    "\"diag\", or subset = \"last_layer\": a full GGN is limited to {MAX_FULL} \
+                     parameters"
+                ),
+            ));
+        }
+        let settings = crate::engine::TrainSettings {
+            keep_weights: true,
+            ..c.optim.settings(task.epochs, task.n_train())
+        };
+        let resources = &Resources::of(compute)?;
+        let out = engine::train_task(
+            task,
+            &self.name,
+            1,
+            &shape,
+            c.net.standardize,
+            &settings,
+            resources,
+            progress,
+        )?;
+        let inputs = host_inputs(task, c.net.standardize);
+        let sigma = self.fixed_sigma(task)?;
+        let per_rep = |k: usize| -> Result<Prediction, MethodError> {
+            self.repetition(task, &out, k, &dims, subset, &inputs, sigma.as_ref())
+        };
+        uqbench_core::par_map(task.repetitions.len(), per_rep)
+            .into_iter()
+            .collect()
+    }
+}
+
+fn count_all(dims: &[usize]) -> usize {
+    dims.windows(2).map(|w| w[0] * w[1] + w[1]).sum()
+}
+
+/// The network's inputs in f64, standardised as the engine standardises them.
+fn host_inputs(task: &Task<'_>, standardize: bool) -> (Vec<Vec<f64>>, Vec<Vec<f64>>) {
+    let moments = standardize.then(|| task.input_moments());
+    let rows = |x: &[f64]| -> Vec<Vec<f64>> {
+        x.chunks(task.d)
+            .map(|r| {
+                r.iter()
+                    .enumerate()
+                    .map(|(j, &v)| match &moments {
+                        Some(m) => (v - m[j].0) / m[j].1,
+                        None => v,
+                    })
+                    .collect()
+            })
+            .collect()
+    };
+    (rows(task.x_train), rows(task.x_test))
+}
+
+impl Laplace {
+    /// Repetition `k`: refine, fit δ, and predict.
+    #[allow(clippy::too_many_arguments)]
+    fn repetition(
+        &self,
+        task: &Task<'_>,
+        out: &TrainOutput,
+        k: usize,
+        dims: &[usize],
+        subset: Subset,
+        (x, x_test): &(Vec<Vec<f64>>, Vec<Vec<f64>>),
+        sigma: Option<&Sigmas>,
+    ) -> Result<Prediction, MethodError> {
+        let (n, m) = (task.n_train(), task.n_test());
+        let c = &self.config;
+        if out.diverged[k] {
+            return Ok(Prediction {
+                mean: vec![f64::NAN; m],
+                std: vec![f64::NAN; m],
+                diverged: true,
+                ..Prediction::default()
+            });
+        }
+        let flat = &out.weights.as_ref().expect("weights were kept")[k];
+        let mut net = HostNet::from_flat(flat, dims, c.net.negative_slope);
+        let y = &task.y_train[k];
+        let fit = |net: &HostNet| -> Vec<f64> {
+            x.iter()
+                .map(|xi| net.jacobian(xi, Subset::LastLayer).0)
+                .collect()
+        };
+        let ml_sd = |f: &[f64]| -> f64 {
+            (f.iter().zip(y).map(|(f, y)| (y - f).powi(2)).sum::<f64>() / n as f64).sqrt()
+        };
+        // σ at the training and test inputs: fixed, or the MAP fit's estimate (after refining).
+        let sigmas = |net: &HostNet| -> Sigmas {
+            match sigma {
+                Some(s) => s.clone(),
+                None => {
+                    let s = ml_sd(&fit(net)).max(1e-12);
+                    (vec![s; n], vec![s; m])
+                }
+            }
+        };
+        let diag = c.hessian == Hessian::Diag;
+        let mut delta = match c.prior_precision {
+            PriorPrecision::Value(d) => d,
+            // The start of the evidence search: a weak prior.
+            PriorPrecision::Fitted(_) => 1e-4,
+        };
+        let (mut s_train, mut s_test) = sigmas(&net);
+        let mut rounds = 0;
+        let (posterior, log_ml) = loop {
+            if c.refine {
+                net.solve_last_layer(x, y, &s_train, delta)?;
+                (s_train, s_test) = sigmas(&net);
+            }
+            let jac: Vec<Vec<f64>> = x.iter().map(|xi| net.jacobian(xi, subset).1).collect();
+            let g = curvature::ggn(&jac, &s_train);
+            let f = fit(&net);
+            let log_lik: f64 = f
+                .iter()
+                .zip(y)
+                .zip(&s_train)
+                .map(|((f, y), s)| {
+                    -0.5 * ((y - f) / s).powi(2) - s.ln() - 0.5 * std::f64::consts::TAU.ln()
+                })
+                .sum();
+            let theta_sq: f64 = net.params(subset).iter().map(|v| v * v).sum();
+            let spectrum = curvature::spectrum(&g, diag);
+            let fitted = matches!(c.prior_precision, PriorPrecision::Fitted(_));
+            if fitted && rounds < 2 {
+                let next = curvature::fit_prior_precision(log_lik, &spectrum, theta_sq);
+                rounds += 1;
+                // Refit the last layer under the fitted δ once, then stop.
+                if c.refine && (next / delta - 1.0).abs() > 1e-6 && rounds < 2 {
+                    delta = next;
+                    continue;
+                }
+                delta = next;
+            }
+            let lml = curvature::log_marginal_likelihood(log_lik, &spectrum, theta_sq, delta);
+            break (Posterior::new(&g, delta, diag)?, lml);
+        };
+        let (mean, jac): (Vec<f64>, Vec<Vec<f64>>) =
+            x_test.iter().map(|xi| net.jacobian(xi, subset)).unzip();
+        let std: Vec<f64> = posterior.variances(&jac).iter().map(|v| v.sqrt()).collect();
+        let mut pred = Prediction {
+            mean,
+            std,
+            noise_std: Some(s_test),
+            family: Family::Normal,
+            train_mean: Some(fit(&net)),
+            ..Prediction::default()
+        };
+        pred.scalars.insert("prior_precision".into(), delta);
+        pred.scalars
+            .insert("log_marginal_likelihood".into(), log_ml);
+        pred.scalars
+            .insert("laplace_parameters".into(), net.count(subset) as f64);
+        pred.scalars
+            .insert("final_objective".into(), out.final_objective[k]);
+        Ok(pred)
+    }
+}
