@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the quick profile of every spec with two uqbench binaries and compares what they write:
 # every repetition file, summary, aggregate, figure and report (run.json, which records the
-# build, and the logs are left out). A refactoring must leave the output unchanged:
+# build, the wall times in timings/ and timings.csv, and the logs are left out). A
+# refactoring must leave the output unchanged:
 #
 #   bash scripts/same-results.sh /path/to/uqbench-before /path/to/uqbench-after
 #
@@ -20,7 +21,7 @@ for side in before after; do
     done
 done
 files=$(cd "$work/before" && find . -type f ! -name run.json | wc -l)
-if diff -rq -x run.json "$work/before" "$work/after"; then
+if diff -rq -x run.json -x timings -x timings.csv "$work/before" "$work/after"; then
     echo "same results: $files files of $(echo $specs | wc -w) quick runs identical"
     rm -rf "$work"
 else

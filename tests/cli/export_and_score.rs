@@ -89,8 +89,9 @@ fn scoring_the_anchor_reproduces_the_anchor_exactly() {
     }
     for (region, metrics) in blr["aggregate"].as_object().unwrap() {
         for (metric, v) in metrics.as_object().unwrap() {
-            // The training fit is the anchor's own; external predictions carry none.
-            if ["train_mse", "fit_ratio"].contains(&metric.as_str()) {
+            // The training fit and the parameter count are the anchor's own; external
+            // predictions carry none.
+            if ["train_mse", "fit_ratio", "parameters"].contains(&metric.as_str()) {
                 assert!(ext["aggregate"][region][metric].is_null());
                 continue;
             }
@@ -99,6 +100,15 @@ fn scoring_the_anchor_reproduces_the_anchor_exactly() {
                 "aggregate {region}/{metric} differs"
             );
         }
+    }
+    // Scored predictions are judged against the exact posterior of the same repetition: the
+    // anchor's own are at distance 0 from it (W2 and KL, up to rounding in the JSON export).
+    for metric in ["w2_anchor", "kl_anchor"] {
+        let v = ext["points"][metric]["value"].as_array().unwrap();
+        assert!(
+            v.iter().all(|v| v.as_f64().unwrap().abs() < 1e-9),
+            "{metric}: {v:?}"
+        );
     }
     // The uncertainty ratio of the anchor's own predictions is exactly 1.
     assert!(ext["points"]["uncertainty_ratio"]["value"]

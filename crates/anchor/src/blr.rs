@@ -30,6 +30,10 @@ impl Method for Blr {
         n_train as f64
     }
 
+    fn parameters(&self, task: &Task<'_>) -> Option<usize> {
+        Some(task.features?.p)
+    }
+
     fn run(
         &self,
         task: &Task<'_>,

@@ -52,6 +52,16 @@ impl Method for FeatureInputs {
         self.base.cost(n_train, epochs)
     }
 
+    fn parameters(&self, task: &Task<'_>) -> Option<usize> {
+        let f = task.features?;
+        let d = varying_columns(f.train, f.p).len();
+        self.base.parameters(&Task {
+            d,
+            seeds: task.seeds.clone(),
+            ..task.clone()
+        })
+    }
+
     fn run(
         &self,
         task: &Task<'_>,

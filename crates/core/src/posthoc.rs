@@ -268,6 +268,10 @@ impl Method for Calibrated {
         self.base.replicas_per_repetition()
     }
 
+    fn parameters(&self, task: &Task<'_>) -> Option<usize> {
+        self.base.parameters(task)
+    }
+
     fn cost(&self, n_train: usize, epochs: usize) -> f64 {
         self.base.cost(
             ((1.0 - self.fraction) * n_train as f64).round() as usize,

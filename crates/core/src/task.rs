@@ -350,6 +350,13 @@ pub trait Method: Send + Sync {
         (self.replicas_per_repetition().max(1) * epochs.max(1) * n_train) as f64
     }
 
+    /// The number of parameters one repetition fits (all members of an ensemble; a mean and
+    /// an sd per weight for MFVI), reported as the scalar `parameters`; `None` where it has
+    /// no fixed count (the GP).
+    fn parameters(&self, _task: &Task<'_>) -> Option<usize> {
+        None
+    }
+
     /// Trains and predicts. `progress` receives the number of replicas finished.
     fn run(
         &self,

@@ -3,13 +3,13 @@
 //! `run.noise`, the validation inputs are predicted after the test inputs and split off, and
 //! a method without a noise model gets the run's noise estimate.
 
-use uqbench_anchor::{Problem, SeedPath, Setting};
+use uqbench_anchor::{Anchor, Problem, SeedPath, Setting, ANCHOR};
 use uqbench_core::{Compute, Method, Prediction, SeedBase};
 
 use crate::bail;
 use crate::error::{Context, Result};
 use crate::spec::{ExperimentSpec, NoiseSource};
-use crate::summary::{self, RepContext};
+use crate::summary::{self, AnchorRef, RepContext};
 use crate::track::{Stored, Track};
 
 /// Runs `method` on repetitions `reps` of one setting of `spec` (its problem resolved) and
@@ -58,7 +58,11 @@ pub fn predict(
         })
         .with_context(context)?;
     let m_test = data.m_test;
+    let parameters = method.parameters(&task);
     for (k, o) in outputs.iter_mut().enumerate() {
+        if let (Some(p), false) = (parameters, o.diverged) {
+            o.scalars.insert("parameters".into(), p as f64);
+        }
         let valid = with_validation.then(|| split_off(o, m_test));
         if classification || o.noise_std.is_some() || o.noise_known || o.diverged {
             continue;
@@ -88,11 +92,27 @@ pub fn predict(
             o.scalars.insert(name.to_string(), sd);
         }
     }
+    // The exact posterior of every repetition, for the distances to it (W2, KL): for a
+    // regression problem with an anchor, and every method but the anchor itself.
+    let anchor = (!classification && method.name() != ANCHOR && problem.linear().is_some())
+        .then(|| Anchor::fit(problem).ok())
+        .flatten();
+    let posteriors: Vec<_> = data
+        .y
+        .iter()
+        .map(|y| anchor.as_ref().and_then(|a| a.posterior(y).ok()))
+        .collect();
     reps.iter()
         .zip(outputs)
         .zip(&data.y)
-        .map(|((&r, o), y)| {
+        .zip(&posteriors)
+        .map(|(((&r, o), y), post)| {
             let ctx = RepContext {
+                anchor: post.as_ref().map(|p| AnchorRef {
+                    mean: &p.mean,
+                    std: &p.std,
+                    dof: p.dof,
+                }),
                 levels,
                 truth: &problem.test.truth,
                 test_sigma: &problem.test.sigma,

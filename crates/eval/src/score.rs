@@ -144,7 +144,7 @@ pub fn regression_rep(
             bail!("noise_std needs {m} finite values ≥ 0");
         }
     }
-    let (family, intervals, crps) = match samples {
+    let (family, intervals, crps) = match &samples {
         Some(columns) => {
             let (intervals, crps) = summary::empirical(
                 &columns,
@@ -156,6 +156,29 @@ pub fn regression_rep(
         }
         None => (Family::Normal, BTreeMap::new(), None),
     };
+    // The distance to the exact posterior of the same repetition, where the problem has one.
+    let posterior = problem
+        .linear()
+        .and_then(|_| uqbench_anchor::Anchor::fit(problem).ok())
+        .and_then(|a| a.posterior(&problem.draw(rep).train_y).ok());
+    let (w2_anchor, kl_anchor) = match &posterior {
+        Some(p) => {
+            let as_prediction = uqbench_core::Prediction {
+                mean: mean.clone(),
+                std: std.clone(),
+                family,
+                ..Default::default()
+            };
+            let anchor = summary::AnchorRef {
+                mean: &p.mean,
+                std: &p.std,
+                dof: p.dof,
+            };
+            let (w, k) = summary::to_anchor(&as_prediction, samples.as_deref(), &anchor);
+            (Some(w), k)
+        }
+        None => (None, None),
+    };
     Ok(RepResult {
         repetition: rep,
         mean,
@@ -165,6 +188,8 @@ pub fn regression_rep(
         family,
         intervals,
         calibrated_pi: BTreeMap::new(),
+        w2_anchor,
+        kl_anchor,
         crps,
         scalars: BTreeMap::new(),
         diverged: false,

@@ -62,7 +62,8 @@ pub fn write(
         md,
         "Profile `{}`, backend `{}`, {} repetitions per setting, settings: {}, methods: {}. \
          The full spec is in `spec.resolved.toml`; per-point metrics in `summary.csv`, \
-         per-region aggregates in `aggregate.csv`, everything in `summary.json`.\n",
+         per-region aggregates in `aggregate.csv`, everything in `summary.json`; wall time \
+         and parameters per method in `timings.csv`.\n",
         header.profile.unwrap_or("none"),
         header.backend,
         header.repetitions,

@@ -15,6 +15,7 @@
 
 pub mod classification;
 pub mod coverage;
+pub mod distance;
 pub mod error;
 pub mod information;
 pub mod mcmc;

@@ -227,6 +227,15 @@ impl Method for DropoutMethod {
         1
     }
 
+    fn parameters(&self, task: &Task<'_>) -> Option<usize> {
+        Some(
+            self.config
+                .net
+                .shape(task.d, if self.config.heteroscedastic { 2 } else { 1 })
+                .parameters(),
+        )
+    }
+
     fn run(
         &self,
         task: &Task<'_>,

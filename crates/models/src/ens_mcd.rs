@@ -87,6 +87,10 @@ impl Method for EnsMcd {
         self.config.members
     }
 
+    fn parameters(&self, task: &Task<'_>) -> Option<usize> {
+        Some(self.config.members * self.config.net.shape(task.d, 1).parameters())
+    }
+
     fn run(
         &self,
         task: &Task<'_>,

@@ -187,6 +187,17 @@ impl Method for Ensemble {
         self.config.members
     }
 
+    fn parameters(&self, task: &Task<'_>) -> Option<usize> {
+        Some(
+            self.config.members
+                * self
+                    .config
+                    .net
+                    .shape(task.d, if self.config.heteroscedastic { 2 } else { 1 })
+                    .parameters(),
+        )
+    }
+
     fn run(
         &self,
         task: &Task<'_>,

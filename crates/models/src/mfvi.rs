@@ -277,6 +277,10 @@ impl Method for Mfvi {
         1
     }
 
+    fn parameters(&self, task: &Task<'_>) -> Option<usize> {
+        Some(2 * self.config.net.shape(task.d, 1).parameters())
+    }
+
     fn run(
         &self,
         task: &Task<'_>,

@@ -30,6 +30,14 @@ impl MlpShape {
         }
     }
 
+    /// Weights and biases.
+    pub fn parameters(&self) -> usize {
+        let mut dims = vec![self.d_in];
+        dims.extend(&self.hidden);
+        dims.push(self.d_out);
+        dims.windows(2).map(|w| w[0] * w[1] + w[1]).sum()
+    }
+
     /// Checks the shape once, up front.
     pub fn validate(&self) -> Result<(), MethodError> {
         if self.d_in == 0 || self.d_out == 0 || self.hidden.contains(&0) {

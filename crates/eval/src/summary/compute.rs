@@ -157,11 +157,26 @@ pub fn summarize_method(
         points.insert(names::UNCERTAINTY_RATIO.into(), ratio);
     }
     let regs = regions(test);
-    let per_point: Vec<(String, Vec<Vec<f64>>)> = vec![
+    let mut per_point: Vec<(String, Vec<Vec<f64>>)> = vec![
         (names::DEVIATION.into(), deviation),
         (names::UNCERTAINTY.into(), uncertainty),
         (names::CRPS.into(), crps),
     ];
+    // The distances to the anchor, where every repetition has them.
+    type Field = fn(&RepResult) -> &Option<Vec<f64>>;
+    let fields: [(&str, Field); 2] = [
+        (names::W2_ANCHOR, |r| &r.w2_anchor),
+        (names::KL_ANCHOR, |r| &r.kl_anchor),
+    ];
+    for (name, field) in fields {
+        if let Some(v) = ok
+            .iter()
+            .map(|r| field(r).clone())
+            .collect::<Option<Vec<_>>>()
+        {
+            per_point.push((name.into(), v));
+        }
+    }
 
     // Pointwise coverage fractions of [004] and widths, per level.
     let mut acc = Acc {

@@ -20,6 +20,8 @@ fn rep(r: u64, mean: [f64; 2], std: [f64; 2]) -> RepResult {
         family: Family::Normal,
         intervals: BTreeMap::new(),
         calibrated_pi: BTreeMap::new(),
+        w2_anchor: None,
+        kl_anchor: None,
         crps: None,
         scalars: BTreeMap::from([("train_mse".to_string(), r as f64)]),
         diverged: false,
@@ -242,6 +244,7 @@ test = { kind = "grid", n = 9, low = -2, high = 2.5 }
                     test_sigma: &problem.test.sigma,
                     train_y: y,
                     train_sigma: &problem.train_sigma,
+                    anchor: None,
                 },
             )
             .unwrap()

@@ -5,6 +5,8 @@
 //! - `types`: what a run stores per repetition and what a summary holds, and the intervals
 //!   of each predictive family (normal, Student t, empirical);
 //! - `compute`: the metrics;
+//! - `empirical`: the intervals and CRPS of an empirical family from its draws;
+//! - `distance`: W2 and KL from a method's predictive of f to the anchor's, per test input;
 //! - `classify`: the classification track's stored repetition and its metrics against the
 //!   exact P(y = 1 | x) (interval coverage and width, ECE, Brier, NLL, entropies, accuracy,
 //!   AUC, referral curves, reliability diagram), in the same summary types;
@@ -13,7 +15,10 @@
 
 mod classify;
 mod compute;
+mod distance;
+mod empirical;
 mod files;
+mod levels;
 pub mod names;
 mod types;
 
@@ -21,7 +26,8 @@ pub use classify::{
     referral_fractions, summarize_classification, test_labels, ClassRep, ECE_BINS, TEST_LABELS,
 };
 pub use compute::summarize_setting;
+pub use distance::to_anchor;
 pub use types::{
-    empirical, level_name, with_coverage_level, NoiseSd, RepContext, RepResult, Scalar,
+    empirical, level_name, with_coverage_level, AnchorRef, NoiseSd, RepContext, RepResult, Scalar,
     SettingSummary, Summary, TestInfo, ANCHOR, UNDERFIT_FACTOR,
 };

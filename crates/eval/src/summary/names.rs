@@ -21,6 +21,12 @@ pub const UNCERTAINTY: &str = "uncertainty";
 pub const COVERAGE: &str = "coverage";
 /// CRPS of the predictive distribution of f against the truth.
 pub const CRPS: &str = "crps";
+/// 2-Wasserstein distance from the method's predictive distribution of f to the anchor's, in
+/// the same repetition.
+pub const W2_ANCHOR: &str = "w2_anchor";
+/// KL(method ‖ anchor) between the predictive distributions of f (normal and Student-t
+/// families).
+pub const KL_ANCHOR: &str = "kl_anchor";
 /// Root mean squared deviation per point.
 pub const RMSE: &str = "rmse";
 /// Uncertainty over the anchor's (median over a region).

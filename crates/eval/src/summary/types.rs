@@ -5,86 +5,24 @@ use std::collections::BTreeMap;
 
 use crate::bail;
 use crate::error::Result;
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Serialize};
 use uqbench_anchor::{Problem, Region};
 use uqbench_core::central_quantile;
 use uqbench_core::{Family, Prediction};
 use uqbench_metrics::coverage::PAPER_Z;
-use uqbench_metrics::regression::{
-    crps_gaussian, crps_sample, crps_student_t, normal_mixture_quantile,
-    normal_mixture_quantile_sds, quantile_sorted,
-};
+use uqbench_metrics::regression::{crps_gaussian, crps_student_t};
+
+pub use super::distance::AnchorRef;
+pub use super::empirical::{columns_of, empirical, NoiseSd};
+pub(super) use super::levels::nullable_vec;
+pub use super::levels::{level_name, with_coverage_level, LevelBounds, PiBounds, COVERAGE_LEVEL};
+use super::levels::{nullable_map, nullable_opt_vec};
 
 /// The reference method's name.
 pub use uqbench_anchor::ANCHOR;
 
-/// The level of spec §2's coverage (deviation < 1.96·uncertainty for a normal family), which
-/// an empirical family always stores.
-pub const COVERAGE_LEVEL: f64 = 0.95;
-
-/// A level's name in metric names and files: `0.95`.
-pub fn level_name(level: f64) -> String {
-    format!("{level}")
-}
-
-/// Reads a list of numbers in which `null` stands for a non-finite value (serde_json writes
-/// NaN and ±∞ as `null`): a diverged repetition's predictions read back as NaN.
-pub(super) fn nullable_vec<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<f64>, D::Error> {
-    let v: Vec<Option<f64>> = Vec::deserialize(d)?;
-    Ok(v.into_iter().map(|x| x.unwrap_or(f64::NAN)).collect())
-}
-
-fn nullable_opt_vec<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<f64>>, D::Error> {
-    let v: Option<Vec<Option<f64>>> = Option::deserialize(d)?;
-    Ok(v.map(|v| v.into_iter().map(|x| x.unwrap_or(f64::NAN)).collect()))
-}
-
-fn nullable_map<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, f64>, D::Error> {
-    let v: BTreeMap<String, Option<f64>> = BTreeMap::deserialize(d)?;
-    Ok(v.into_iter()
-        .map(|(k, x)| (k, x.unwrap_or(f64::NAN)))
-        .collect())
-}
-
 fn is_normal(f: &Family) -> bool {
     *f == Family::Normal
-}
-
-/// `levels` and 0.95 (spec §2's coverage), without repeats.
-pub fn with_coverage_level(levels: &[f64]) -> Vec<f64> {
-    let mut levels = levels.to_vec();
-    if !levels.contains(&COVERAGE_LEVEL) {
-        levels.push(COVERAGE_LEVEL);
-    }
-    levels
-}
-
-/// Central intervals of an empirical family at one level: of f (CI) and of a new y (PI).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct LevelBounds {
-    /// Lower ends of the CI per test input.
-    #[serde(deserialize_with = "nullable_vec")]
-    pub ci_lower: Vec<f64>,
-    /// Upper ends of the CI.
-    #[serde(deserialize_with = "nullable_vec")]
-    pub ci_upper: Vec<f64>,
-    /// Lower ends of the PI.
-    #[serde(deserialize_with = "nullable_vec")]
-    pub pi_lower: Vec<f64>,
-    /// Upper ends of the PI.
-    #[serde(deserialize_with = "nullable_vec")]
-    pub pi_upper: Vec<f64>,
-}
-
-/// A calibrated prediction interval of y at one level (conformal, recalibration).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PiBounds {
-    /// Lower ends per test input.
-    #[serde(deserialize_with = "nullable_vec")]
-    pub lower: Vec<f64>,
-    /// Upper ends per test input.
-    #[serde(deserialize_with = "nullable_vec")]
-    pub upper: Vec<f64>,
 }
 
 /// One method's predictions for one repetition at every test input.
@@ -127,6 +65,20 @@ pub struct RepResult {
     /// family's; its interval of f is the family's.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub calibrated_pi: BTreeMap<String, PiBounds>,
+    /// W2 from the method's predictive distribution of f to the anchor's, per test input.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "nullable_opt_vec"
+    )]
+    pub w2_anchor: Option<Vec<f64>>,
+    /// KL(method ‖ anchor) per test input (normal and Student-t families).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "nullable_opt_vec"
+    )]
+    pub kl_anchor: Option<Vec<f64>>,
     /// Empirical family: the sample CRPS against the truth per test input.
     #[serde(
         default,
@@ -171,6 +123,9 @@ pub struct RepContext<'a> {
     pub train_y: &'a [f64],
     /// σ(x) at the training inputs.
     pub train_sigma: &'a [f64],
+    /// The exact posterior of f in this repetition, for the distances to it (W2, KL); `None`
+    /// for the anchor itself and for problems without one.
+    pub anchor: Option<AnchorRef<'a>>,
 }
 
 impl RepContext<'_> {
@@ -198,13 +153,14 @@ impl RepContext<'_> {
 impl RepResult {
     /// A method's output for repetition `rep`, in stored form: scalars with the training fit,
     /// and for an empirical family its intervals and sample CRPS from the samples.
-    pub fn from_output(rep: u64, out: Prediction, ctx: &RepContext<'_>) -> Result<RepResult> {
-        let mut scalars = out.scalars;
+    pub fn from_output(rep: u64, mut out: Prediction, ctx: &RepContext<'_>) -> Result<RepResult> {
+        let mut scalars = std::mem::take(&mut out.scalars);
         if let Some(fitted) = &out.train_mean {
             ctx.fit_scalars(fitted, &mut scalars);
         }
         let mut intervals = BTreeMap::new();
         let mut crps = None;
+        let mut columns = None;
         if out.family == Family::Empirical && !out.diverged {
             let Some(samples) = &out.samples else {
                 bail!("repetition {rep}: an empirical predictive family needs its samples");
@@ -213,11 +169,19 @@ impl RepResult {
                 Some(sds) => NoiseSd::PerDraw(sds),
                 None => NoiseSd::PerPoint(out.noise_std.as_deref().unwrap_or(ctx.test_sigma)),
             };
-            let columns = columns_of(samples, ctx.truth.len())?;
-            let (ints, c) = empirical(&columns, noise, &ctx.all_levels(), ctx.truth)?;
+            let cols = columns_of(samples, ctx.truth.len())?;
+            let (ints, c) = empirical(&cols, noise, &ctx.all_levels(), ctx.truth)?;
             intervals = ints;
             crps = Some(c);
+            columns = Some(cols);
         }
+        let (w2_anchor, kl_anchor) = match (&ctx.anchor, out.diverged) {
+            (Some(a), false) => {
+                let (w, k) = super::distance::to_anchor(&out, columns.as_deref(), a);
+                (Some(w), k)
+            }
+            _ => (None, None),
+        };
         let mut calibrated_pi = BTreeMap::new();
         if let (Some(cal), false) = (&out.calibration, out.diverged) {
             for level in ctx.all_levels() {
@@ -230,6 +194,8 @@ impl RepResult {
         Ok(RepResult {
             repetition: rep,
             calibrated_pi,
+            w2_anchor,
+            kl_anchor,
             mean: out.mean,
             std: out.std,
             noise_std: out.noise_std,
@@ -330,122 +296,6 @@ impl RepResult {
         };
         (0..truth.len()).map(per).collect()
     }
-}
-
-/// Rows per draw (as methods return their samples) turned into one column of draws per test
-/// input.
-pub fn columns_of(rows: &[Vec<f64>], m: usize) -> Result<Vec<Vec<f64>>> {
-    if rows.is_empty() || rows.iter().any(|r| r.len() != m) {
-        bail!(
-            "samples: {} rows; every row needs one value per test input ({m})",
-            rows.len()
-        );
-    }
-    Ok((0..m)
-        .map(|i| rows.iter().map(|r| r[i]).collect())
-        .collect())
-}
-
-/// The noise sd of a new y around each draw of f.
-#[derive(Debug, Clone, Copy)]
-pub enum NoiseSd<'a> {
-    /// One sd per test input, the same for every draw.
-    PerPoint(&'a [f64]),
-    /// One sd per draw (the same at every test input): a sampler's σ draws.
-    PerDraw(&'a [f64]),
-}
-
-/// The empirical intervals at `levels` and the sample CRPS against `truth`, from the draws at
-/// every test input (`columns[i]`): CI ends are type-7 quantiles of the draws, PI ends
-/// quantiles of the mixture of N(draw, noise²) (each draw with its own noise sd for
-/// [`NoiseSd::PerDraw`]).
-pub fn empirical(
-    columns: &[Vec<f64>],
-    noise: NoiseSd<'_>,
-    levels: &[f64],
-    truth: &[f64],
-) -> Result<(BTreeMap<String, LevelBounds>, Vec<f64>)> {
-    let m = truth.len();
-    if columns.len() != m {
-        bail!(
-            "samples for {} test inputs; the problem has {m}",
-            columns.len()
-        );
-    }
-    if let NoiseSd::PerDraw(sds) = noise {
-        if let Some(c) = columns.iter().find(|c| c.len() != sds.len()) {
-            bail!(
-                "{} noise sds for {} draws: one per draw is needed",
-                sds.len(),
-                c.len()
-            );
-        }
-        if let Some(s) = sds.iter().find(|s| !(s.is_finite() && **s > 0.0)) {
-            bail!("noise sd of a draw {s}: valid is a positive, finite number");
-        }
-    }
-    let mut out: BTreeMap<String, LevelBounds> = levels
-        .iter()
-        .map(|&l| {
-            (
-                level_name(l),
-                LevelBounds {
-                    ci_lower: Vec::with_capacity(m),
-                    ci_upper: Vec::with_capacity(m),
-                    pi_lower: Vec::with_capacity(m),
-                    pi_upper: Vec::with_capacity(m),
-                },
-            )
-        })
-        .collect();
-    // Per test input (in parallel over the inputs; each is independent): its CRPS and, per
-    // level, (CI lower, CI upper, PI lower, PI upper).
-    type Bounds = (f64, Vec<(f64, f64, f64, f64)>);
-    let per_point: Vec<Result<Bounds>> = uqbench_core::par_map(m, |i| {
-        let column = &columns[i];
-        if column.is_empty() || column.iter().any(|v| !v.is_finite()) {
-            bail!("samples at test input {i}: empty, or a non-finite value");
-        }
-        let crps = crps_sample(column, truth[i])?;
-        let mut sorted = column.clone();
-        sorted.sort_by(f64::total_cmp);
-        let bounds = levels
-            .iter()
-            .map(|&l| {
-                let (lo, hi) = ((1.0 - l) / 2.0, (1.0 + l) / 2.0);
-                let (pl, pu) = match noise {
-                    NoiseSd::PerPoint(sd) => (
-                        normal_mixture_quantile(&sorted, sd[i], lo),
-                        normal_mixture_quantile(&sorted, sd[i], hi),
-                    ),
-                    NoiseSd::PerDraw(sds) => (
-                        normal_mixture_quantile_sds(column, sds, lo),
-                        normal_mixture_quantile_sds(column, sds, hi),
-                    ),
-                };
-                (
-                    quantile_sorted(&sorted, lo),
-                    quantile_sorted(&sorted, hi),
-                    pl,
-                    pu,
-                )
-            })
-            .collect();
-        Ok((crps, bounds))
-    });
-    let mut crps = Vec::with_capacity(m);
-    for point in per_point {
-        let (c, bounds) = point?;
-        crps.push(c);
-        for (&l, (cl, cu, pl, pu)) in levels.iter().zip(bounds) {
-            let b = out.get_mut(&level_name(l)).expect("inserted above");
-            b.ci_lower.push(cl);
-            b.ci_upper.push(cu);
-            b.pi_lower.push(pl);
-            b.pi_upper.push(pu);
-        }
-    }
-    Ok((out, crps))
 }
 
 /// Per-test-input metrics: `value` and `stderr` per point, and for proportions the Wilson
@@ -596,6 +446,8 @@ mod tests {
             family,
             intervals: BTreeMap::new(),
             calibrated_pi: BTreeMap::new(),
+            w2_anchor: None,
+            kl_anchor: None,
             crps: None,
             scalars: BTreeMap::new(),
             diverged: false,

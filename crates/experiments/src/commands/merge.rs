@@ -88,6 +88,9 @@ pub fn run(args: &MergeArgs) -> Result<()> {
             copied += 1;
         }
     }
+    for d in &args.dirs {
+        runner::timings::copy_all(d, &args.out)?;
+    }
     let merged = RunMeta {
         shard: None,
         reps: None,

@@ -290,6 +290,15 @@ fn aggregates(
         columns.push((format!("{}_{name}", names::CICP), Some(l)));
         columns.push((format!("{}_{name}", names::WIDTH), None));
     }
+    // The distance to the exact posterior, where the run has it.
+    let has_w2 = input.summary.settings.iter().any(|s| {
+        s.methods
+            .values()
+            .any(|m| m.points.contains_key(names::W2_ANCHOR))
+    });
+    if has_w2 && input.track == uqbench_eval::Track::Regression {
+        columns.push((names::W2_ANCHOR.into(), None));
+    }
     let series = input
         .methods
         .iter()

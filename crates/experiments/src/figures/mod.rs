@@ -18,6 +18,7 @@ mod against;
 mod bands;
 mod classification;
 mod coverage;
+mod distance;
 mod heatmaps;
 
 use uqbench_eval::store::setting_dir;
@@ -207,6 +208,7 @@ const SETTING_FIGURES: &[(&str, SettingFigure)] = &[
     ("heatmaps", heatmaps::draw),
     ("coverage_along", coverage::along),
     ("coverage_histograms", coverage::histograms),
+    ("distance_along", distance::along),
     ("classification", classification::draw_setting),
 ];
 

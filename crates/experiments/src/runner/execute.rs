@@ -172,6 +172,7 @@ pub fn run_unit(
     let setting = &plan.settings[unit.setting];
     let method: Box<dyn Method> = registry::build_for(&plan.spec, &unit.method, setting)?;
     let reps: Vec<u64> = unit.reps.clone().collect();
+    let started = Instant::now();
     let stored = predict(
         &plan.spec,
         setting,
@@ -187,6 +188,18 @@ pub fn run_unit(
             rep.to_json()?.as_bytes(),
         )?;
     }
+    super::timings::record(
+        dir,
+        setting,
+        &unit.method,
+        &unit.reps,
+        &super::timings::UnitTime {
+            repetitions: reps.len() as u64,
+            seconds: started.elapsed().as_secs_f64(),
+            backend: compute.backend.clone(),
+            threads: compute.threads,
+        },
+    )?;
     progress(1.0);
     Ok(())
 }

@@ -134,8 +134,10 @@ pub fn finish(dir: &Path, plan: &Plan, meta: &RunMeta) -> Result<()> {
         track: plan.spec.problem.track(),
     };
     crate::report::write(dir, &header, &summary, &figures)?;
+    // Wall times go to timings.csv only: report.md and the summaries stay bit-reproducible.
+    super::timings::write(dir, &summary)?;
     eprintln!(
-        "wrote summary.json, summary.csv, aggregate.csv, {} figures and report.md to {}",
+        "wrote summary.json, summary.csv, aggregate.csv, timings.csv, {} figures and report.md to {}",
         figures.len(),
         dir.display()
     );

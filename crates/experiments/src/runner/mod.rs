@@ -11,6 +11,7 @@
 mod execute;
 mod finish;
 pub mod shards;
+pub mod timings;
 
 use std::ops::Range;
 use std::path::Path;

@@ -189,6 +189,10 @@ impl Method for Hmc {
         (c.chains * (c.warmup + c.draws) * c.leapfrog_steps * n_train) as f64
     }
 
+    fn parameters(&self, task: &Task<'_>) -> Option<usize> {
+        Some(self.config.net.shape(task.d, 1).parameters())
+    }
+
     fn run(
         &self,
         task: &Task<'_>,

@@ -153,6 +153,10 @@ impl Method for Laplace {
         1
     }
 
+    fn parameters(&self, task: &Task<'_>) -> Option<usize> {
+        Some(self.config.net.shape(task.d, 1).parameters())
+    }
+
     fn run(
         &self,
         task: &Task<'_>,
