@@ -147,7 +147,7 @@ pub fn regression_rep(
     let (family, intervals, crps) = match &samples {
         Some(columns) => {
             let (intervals, crps) = summary::empirical(
-                &columns,
+                columns,
                 summary::NoiseSd::PerPoint(noise_std.as_deref().unwrap_or(&problem.test.sigma)),
                 &summary::with_coverage_level(levels),
                 &problem.test.truth,

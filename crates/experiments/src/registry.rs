@@ -10,7 +10,7 @@ use uqbench_eval::spec::ExperimentSpec;
 use uqbench_gp::Gp;
 use uqbench_models::{
     BootstrapScheme, DropoutKind, DropoutMethod, EnsMcd, Ensemble, EnsembleConfig, EnsembleKind,
-    Hmc, Laplace, Mfvi,
+    Hmc, Laplace, Mfvi, Swag,
 };
 
 type Builder = fn(name: &str, settings: toml::Value) -> Result<Box<dyn Method>>;
@@ -56,6 +56,19 @@ fn deterministic(name: &str, s: toml::Value) -> Result<Box<dyn Method>> {
     ensemble(name, toml::Value::Table(table), EnsembleKind::Plain)
 }
 
+/// MultiSWAG (Wilson & Izmailov 2020): SWAG members of an ensemble, 10 unless set.
+fn multi_swag(name: &str, s: toml::Value) -> Result<Box<dyn Method>> {
+    let mut table = match s {
+        toml::Value::Table(t) => t,
+        _ => toml::Table::new(),
+    };
+    table.entry("members").or_insert(toml::Value::Integer(10));
+    Ok(Box::new(Swag::new(
+        name,
+        config(name, toml::Value::Table(table))?,
+    )?))
+}
+
 /// The anchor: exact, it takes no settings.
 fn anchor(name: &str, s: toml::Value) -> Result<Box<dyn Method>> {
     if s.as_table().is_some_and(|t| !t.is_empty()) {
@@ -87,6 +100,8 @@ pub const KINDS: &[(&str, Builder)] = &[
     ("MFVI", |n, s| Ok(Box::new(Mfvi::new(n, config(n, s)?)?))),
     ("HMC", |n, s| Ok(Box::new(Hmc::new(n, config(n, s)?)?))),
     ("Laplace", |n, s| Ok(Box::new(Laplace::new(n, config(n, s)?)?))),
+    ("SWAG", |n, s| Ok(Box::new(Swag::new(n, config(n, s)?)?))),
+    ("MultiSWAG", multi_swag),
 ];
 
 /// The post-hoc kinds: they wrap the method of another table of the spec (`base`).

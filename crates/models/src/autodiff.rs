@@ -270,6 +270,7 @@ impl ChunkTrainer for AutodiffTrainer<'_> {
         let train = train.iter().map(|v| (v / t as f64) as f32).collect();
         Ok(ChunkOut {
             weights: Vec::new(),
+            swa: Vec::new(),
             pred,
             train_pred: train,
             objective,

@@ -137,6 +137,7 @@ impl OptimConfig {
             likelihood: uqbench_core::Likelihood::Gaussian,
             mc_passes: 1,
             keep_weights: false,
+            swa: None,
         }
     }
 }

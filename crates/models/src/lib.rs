@@ -11,6 +11,7 @@ pub mod engine;
 pub mod ens_mcd;
 pub mod ensemble;
 pub mod hmc;
+pub mod host_net;
 pub mod kernels;
 pub mod laplace;
 pub mod layers;
@@ -18,6 +19,7 @@ pub mod mfvi;
 pub mod mlp;
 pub mod optim;
 pub mod stochastic;
+pub mod swag;
 
 pub use backend::{open_device, wgpu_status, BackendKind, WgpuAdapter};
 pub use config::{MethodConfig, NetConfig, OptimConfig};
@@ -30,6 +32,7 @@ pub use laplace::{Laplace, LaplaceConfig, LaplaceSettings};
 pub use mfvi::{Mfvi, MfviConfig, MfviSettings};
 pub use mlp::{xavier_init, HostWeights, MlpShape};
 pub use stochastic::{Bernoulli, Concrete, StochasticLayer, Variational};
+pub use swag::{Swag, SwagConfig, SwagSettings};
 pub use uqbench_core::{
     combine_members, Compute, Family, IntervalSetting, Likelihood, Member, Method, MethodError,
     Prediction, Replicas, SeedBase, Task,

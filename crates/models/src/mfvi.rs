@@ -503,6 +503,7 @@ impl ChunkTrainer for MfviTrainer<'_> {
         let train = download(model.forward(x, None))?;
         Ok(ChunkOut {
             weights: Vec::new(),
+            swa: Vec::new(),
             pred,
             train_pred: train,
             objective: final_objective,

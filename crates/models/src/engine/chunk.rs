@@ -96,15 +96,43 @@ impl<'a> Trainer<'a> {
             grads.add(g2);
         }
         let st = self.settings;
-        let step = AdamStep::new(st.lr, st.beta1, st.beta2, st.eps, t, st.weight_decay);
+        let step = AdamStep::new(
+            self.lr_at(t),
+            st.beta1,
+            st.beta2,
+            st.eps,
+            t,
+            st.weight_decay,
+        );
         s.adam_step(grads, self.net.path, &step);
+    }
+
+    /// Optimiser steps per epoch of the batching scheme.
+    fn steps_per_epoch(&self) -> u64 {
+        let n = self.job.n_train();
+        match &self.settings.batching {
+            Batching::Full | Batching::Resample { size: None } => 1,
+            Batching::Shuffled { size } | Batching::Resample { size: Some(size) } => {
+                n.div_ceil(*size) as u64
+            }
+            Batching::WithReplacement { per_epoch, .. } => *per_epoch as u64,
+        }
+    }
+
+    /// The learning rate of step `t` (1-based): SWA's from its first epoch on.
+    fn lr_at(&self, t: u64) -> f64 {
+        match self.settings.swa {
+            Some(swa) if (t - 1) / self.steps_per_epoch() >= swa.start as u64 => swa.lr,
+            _ => self.settings.lr,
+        }
     }
 
     /// Trains replicas `range` of the job, then predicts the test inputs.
     fn run_chunk(&self, range: Range<usize>) -> ChunkOut {
         let io = ChunkIo::default();
         let (mut s, data) = self.prepare(range, &io);
-        let steps = self.train_steps(&mut s, &data, &io);
+        let mut swa = vec![super::swa::SwaMoments::default(); data.rc];
+        let steps = self.train_steps(&mut s, &data, &io, &mut swa);
 
         // Final objective on all N points with the dropout layer at its expectation, on the
         // device in f32 like the training loss itself: an overflow or NaN there is what
@@ -133,6 +161,11 @@ impl<'a> Trainer<'a> {
         };
         ChunkOut {
             weights,
+            swa: if self.settings.swa.is_some() {
+                swa
+            } else {
+                Vec::new()
+            },
             pred,
             train_pred,
             objective,
@@ -209,7 +242,13 @@ impl<'a> Trainer<'a> {
     }
 
     /// The epochs: every batching scheme's steps. Returns the number of steps.
-    fn train_steps(&self, s: &mut State, data: &ChunkData<'_>, io: &ChunkIo) -> u64 {
+    fn train_steps(
+        &self,
+        s: &mut State,
+        data: &ChunkData<'_>,
+        io: &ChunkIo,
+        swa: &mut [super::swa::SwaMoments],
+    ) -> u64 {
         let (rc, n, d) = (data.rc, self.job.n_train(), self.job.shape.d_in);
         let dev = &self.device;
         let (x_full, y_full, eps) = (&data.x_full, &data.y_full, data.eps.as_ref());
@@ -292,6 +331,12 @@ impl<'a> Trainer<'a> {
                         t += 1;
                         self.step(s, xb, &yb, eps, t, rng);
                     }
+                }
+            }
+            // SWA: the weights at the end of every epoch from its start on.
+            if let Some(c) = self.settings.swa.filter(|c| epoch as usize >= c.start) {
+                for (m, w) in swa.iter_mut().zip(self.weights(s, rc, io)) {
+                    m.collect(&w, c.rank);
                 }
             }
         }

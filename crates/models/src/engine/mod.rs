@@ -15,6 +15,7 @@
 //!   threads, progress, divergence per replica; burn-autodiff modules run on it too;
 //! - `network`: the built-in network's forward, hand-written backward, objective and Adam step;
 //! - [`head`]: the loss on the output and its gradient;
+//! - [`swa`]: stochastic weight averaging's collection of the weights (SWAG);
 //! - `chunk`: the built-in network's training of one chunk;
 //! - [`ops`]: counting the tensor operations a run issues, in burn's fusion server (GPU);
 //! - `probe` (tests): the objective's gradient against finite differences.
@@ -33,6 +34,7 @@ pub mod pool;
 #[cfg(test)]
 mod probe;
 pub mod settings;
+pub mod swa;
 
 pub use head::Head;
 pub use job::Job;

@@ -39,6 +39,8 @@ pub struct TrainOutput {
     /// With `keep_weights`: per replica its parameters, layer by layer the weights `[in,
     /// out]` (row-major) then the biases `[out]`.
     pub weights: Option<Vec<Vec<f32>>>,
+    /// With `swa`: per replica its collected moments.
+    pub swa: Option<Vec<super::swa::SwaMoments>>,
 }
 impl TrainOutput {
     /// Replica `replica` as an ensemble member, for one output per point (`d_out` = 1): its
@@ -96,6 +98,8 @@ pub struct ChunkOut {
     /// Per replica of the chunk, its parameters (see [`TrainOutput::weights`]); empty unless
     /// asked for.
     pub weights: Vec<Vec<f32>>,
+    /// Per replica of the chunk, its SWA moments; empty unless asked for.
+    pub swa: Vec<super::swa::SwaMoments>,
 }
 
 /// A model the trainer can run chunk by chunk.
@@ -148,6 +152,7 @@ pub fn run_chunks(
         vec![0.0f32; r * n],
         None::<MethodError>,
         vec![Vec::<f32>::new(); r],
+        vec![super::swa::SwaMoments::default(); r],
     ));
     let counts = Mutex::new(Transfers::default());
     let next = AtomicUsize::new(0);
@@ -176,6 +181,9 @@ pub fn run_chunks(
                     for (slot, w) in guard.5[range.clone()].iter_mut().zip(chunk_out.weights) {
                         *slot = w;
                     }
+                    for (slot, m) in guard.6[range.clone()].iter_mut().zip(chunk_out.swa) {
+                        *slot = m;
+                    }
                     if !chunk_out.rates.is_empty() {
                         guard.2[range.clone()].copy_from_slice(&chunk_out.rates);
                     }
@@ -199,7 +207,7 @@ pub fn run_chunks(
             }
         });
     }
-    let (test_out, final_objective, rates, train_pred, error, weights) =
+    let (test_out, final_objective, rates, train_pred, error, weights, swa) =
         out.into_inner().expect("workers finished");
     if let Some(e) = error {
         return Err(e);
@@ -227,5 +235,6 @@ pub fn run_chunks(
         chunk,
         transfers: counts.into_inner().expect("workers finished"),
         weights: weights.iter().any(|w| !w.is_empty()).then_some(weights),
+        swa: swa.iter().any(|m| m.n > 0).then_some(swa),
     })
 }

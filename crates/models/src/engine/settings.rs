@@ -69,6 +69,9 @@ pub struct TrainSettings {
     /// Return every replica's final weights and biases ([`super::TrainOutput::weights`]):
     /// what a post-training method (Laplace) builds on.
     pub keep_weights: bool,
+    /// Stochastic weight averaging: from an epoch on, a learning rate of its own and the
+    /// weights collected at the end of every epoch ([`super::TrainOutput::swa`]).
+    pub swa: Option<super::swa::Swa>,
 }
 
 impl TrainSettings {
@@ -89,6 +92,7 @@ impl TrainSettings {
             likelihood: Likelihood::Gaussian,
             mc_passes: 1,
             keep_weights: false,
+            swa: None,
         }
     }
 

@@ -339,6 +339,7 @@ impl HmcTrainer<'_> {
         }
         Ok(ChunkOut {
             weights: Vec::new(),
+            swa: Vec::new(),
             pred,
             train_pred: train,
             objective,

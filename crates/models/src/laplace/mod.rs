@@ -23,7 +23,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::MethodConfig;
 use crate::engine::{self, Resources, TrainOutput};
-use curvature::{HostNet, Posterior, Subset};
+use crate::host_net::{HostNet, Subset};
+use curvature::Posterior;
 use uqbench_core::{Compute, Family, Method, MethodError, Prediction, Task, Tau};
 
 /// The noise sd at the training and at the test inputs.

@@ -1,0 +1,272 @@
+//! A trained network on the host, in f64, from the engine's weights: its output, its
+//! Jacobian with respect to a parameter subset (hand-written backward), its last hidden
+//! layer, and an exact weighted ridge solve of its last layer. What the post-training methods
+//! build on (Laplace's curvature, SWAG's samples).
+
+use nalgebra::{DMatrix, DVector};
+
+use uqbench_core::MethodError;
+
+/// A trained network on the host: per layer W `[in, out]` (row-major) and b `[out]`.
+pub struct HostNet {
+    /// Widths: input, hidden…, output (1).
+    pub dims: Vec<usize>,
+    /// Per layer W `[in, out]`, row-major.
+    pub w: Vec<Vec<f64>>,
+    /// Per layer b `[out]`.
+    pub b: Vec<Vec<f64>>,
+    /// The leaky ReLU's negative slope.
+    pub slope: f64,
+}
+
+/// Which parameters the approximation covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Subset {
+    /// The last layer's weights and bias.
+    LastLayer,
+    /// Every weight and bias.
+    All,
+}
+
+impl HostNet {
+    /// The engine's flat parameters of one replica (layer by layer W then b) for a network of
+    /// widths `dims` (input, hidden…, 1).
+    pub fn from_flat(flat: &[f32], dims: &[usize], slope: f64) -> HostNet {
+        let wide: Vec<f64> = flat.iter().map(|&v| f64::from(v)).collect();
+        HostNet::from_flat_f64(&wide, dims, slope)
+    }
+
+    /// The same from parameters in f64.
+    pub fn from_flat_f64(flat: &[f64], dims: &[usize], slope: f64) -> HostNet {
+        let (mut w, mut b, mut at) = (Vec::new(), Vec::new(), 0);
+        for l in 0..dims.len() - 1 {
+            let (i, o) = (dims[l], dims[l + 1]);
+            w.push(flat[at..at + i * o].to_vec());
+            at += i * o;
+            b.push(flat[at..at + o].to_vec());
+            at += o;
+        }
+        HostNet {
+            dims: dims.to_vec(),
+            w,
+            b,
+            slope,
+        }
+    }
+
+    /// Parameters in the subset.
+    pub fn count(&self, subset: Subset) -> usize {
+        let layers = self.dims.len() - 1;
+        let from = if subset == Subset::LastLayer {
+            layers - 1
+        } else {
+            0
+        };
+        (from..layers)
+            .map(|l| self.dims[l] * self.dims[l + 1] + self.dims[l + 1])
+            .sum()
+    }
+
+    /// The subset's parameters as one vector, in [`HostNet::jacobian`]'s order.
+    pub fn params(&self, subset: Subset) -> Vec<f64> {
+        let layers = self.dims.len() - 1;
+        let from = if subset == Subset::LastLayer {
+            layers - 1
+        } else {
+            0
+        };
+        (from..layers)
+            .flat_map(|l| self.w[l].iter().chain(&self.b[l]).copied())
+            .collect()
+    }
+
+    /// The output f(x) and its gradient with respect to the subset's parameters (layer by
+    /// layer W row-major then b) at input `x`.
+    pub fn jacobian(&self, x: &[f64], subset: Subset) -> (f64, Vec<f64>) {
+        let layers = self.dims.len() - 1;
+        // Forward: the activations entering each layer and the pre-activations of hidden ones.
+        let mut acts: Vec<Vec<f64>> = vec![x.to_vec()];
+        let mut pre: Vec<Vec<f64>> = Vec::new();
+        for l in 0..layers {
+            let (i, o) = (self.dims[l], self.dims[l + 1]);
+            let h = &acts[l];
+            let mut z = self.b[l].clone();
+            for (a, row) in h.iter().zip(self.w[l].chunks(o)) {
+                for (zj, wj) in z.iter_mut().zip(row) {
+                    *zj += a * wj;
+                }
+            }
+            debug_assert_eq!(h.len(), i);
+            if l + 1 < layers {
+                let act = z
+                    .iter()
+                    .map(|&v| if v > 0.0 { v } else { self.slope * v })
+                    .collect();
+                pre.push(z);
+                acts.push(act);
+            } else {
+                pre.push(z);
+            }
+        }
+        let f = pre[layers - 1][0];
+        // Backward: δ_l = ∂f/∂z_l; ∂f/∂W_l = h_{l−1} ⊗ δ_l, ∂f/∂b_l = δ_l.
+        let from = if subset == Subset::LastLayer {
+            layers - 1
+        } else {
+            0
+        };
+        let mut blocks: Vec<Vec<f64>> = Vec::with_capacity(layers - from);
+        let mut delta = vec![1.0];
+        for l in (from..layers).rev() {
+            let o = self.dims[l + 1];
+            let mut g = Vec::with_capacity(acts[l].len() * o + o);
+            for a in &acts[l] {
+                g.extend(delta.iter().map(|d| a * d));
+            }
+            g.extend_from_slice(&delta);
+            blocks.push(g);
+            if l > from {
+                // δ_{l−1} = (W_l δ_l) ⊙ leaky'(z_{l−1}).
+                let i = self.dims[l];
+                delta = (0..i)
+                    .map(|r| {
+                        let s: f64 = self.w[l][r * o..(r + 1) * o]
+                            .iter()
+                            .zip(&delta)
+                            .map(|(w, d)| w * d)
+                            .sum();
+                        if pre[l - 1][r] > 0.0 {
+                            s
+                        } else {
+                            self.slope * s
+                        }
+                    })
+                    .collect();
+            }
+        }
+        blocks.reverse();
+        (f, blocks.concat())
+    }
+
+    /// The output f(x).
+    pub fn forward(&self, x: &[f64]) -> f64 {
+        let h = self.last_hidden(x);
+        let last = self.w.len() - 1;
+        self.b[last][0] + h.iter().zip(&self.w[last]).map(|(a, w)| a * w).sum::<f64>()
+    }
+
+    /// The last hidden layer's output (the input for a network without hidden layers).
+    pub fn last_hidden(&self, x: &[f64]) -> Vec<f64> {
+        let layers = self.dims.len() - 1;
+        let mut h = x.to_vec();
+        for l in 0..layers - 1 {
+            let o = self.dims[l + 1];
+            let mut z = self.b[l].clone();
+            for (a, row) in h.iter().zip(self.w[l].chunks(o)) {
+                for (zj, wj) in z.iter_mut().zip(row) {
+                    *zj += a * wj;
+                }
+            }
+            h = z
+                .into_iter()
+                .map(|v| if v > 0.0 { v } else { self.slope * v })
+                .collect();
+        }
+        h
+    }
+
+    /// Replaces the last layer by the exact minimiser of Σ (y_i − f(x_i))²/(2σ_i²) + δ/2·‖θ_L‖²
+    /// given the hidden layers (a weighted ridge solve): the MAP found precisely where the
+    /// optimiser in f32 leaves it approximate.
+    pub fn solve_last_layer(
+        &mut self,
+        x: &[Vec<f64>],
+        y: &[f64],
+        sigma: &[f64],
+        delta: f64,
+    ) -> Result<(), MethodError> {
+        let k = *self
+            .dims
+            .last()
+            .map(|_| &self.dims[self.dims.len() - 2])
+            .unwrap();
+        let n = x.len();
+        let mut a = DMatrix::<f64>::zeros(n, k + 1);
+        let mut rhs = DVector::<f64>::zeros(n);
+        for (i, xi) in x.iter().enumerate() {
+            let h = self.last_hidden(xi);
+            for (j, v) in h.iter().enumerate() {
+                a[(i, j)] = v / sigma[i];
+            }
+            a[(i, k)] = 1.0 / sigma[i];
+            rhs[i] = y[i] / sigma[i];
+        }
+        let mut normal = a.transpose() * &a;
+        for j in 0..=k {
+            normal[(j, j)] += delta;
+        }
+        let beta = normal
+            .cholesky()
+            .ok_or_else(|| {
+                MethodError::Failed(format!(
+                    "Laplace: the last layer's normal equations ({} parameters) are singular: \
+                     the training data do not determine every parameter under a flat prior \
+                     (prior_precision = 0); use a positive prior_precision or \"marglik\"",
+                    k + 1
+                ))
+            })?
+            .solve(&(a.transpose() * rhs));
+        let last = self.w.len() - 1;
+        self.w[last] = beta.iter().take(k).copied().collect();
+        self.b[last] = vec![beta[k]];
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn net() -> HostNet {
+        // 2-3-1 with slope 0.1.
+        HostNet {
+            dims: vec![2, 3, 1],
+            w: vec![vec![0.5, -1.0, 0.3, 0.2, 0.7, -0.4], vec![1.5, -0.5, 0.8]],
+            b: vec![vec![0.1, 0.2, -0.3], vec![0.05]],
+            slope: 0.1,
+        }
+    }
+
+    #[test]
+    fn jacobian_matches_finite_differences() {
+        let x = [0.3, -0.8];
+        let base = net();
+        let (f0, j) = base.jacobian(&x, Subset::All);
+        assert_eq!(j.len(), base.count(Subset::All));
+        let h = 1e-6;
+        let mut k = 0;
+        for l in 0..2 {
+            for which in 0..2 {
+                let len = if which == 0 {
+                    base.w[l].len()
+                } else {
+                    base.b[l].len()
+                };
+                for e in 0..len {
+                    let mut p = net();
+                    let slot = if which == 0 {
+                        &mut p.w[l][e]
+                    } else {
+                        &mut p.b[l][e]
+                    };
+                    *slot += h;
+                    let (f1, _) = p.jacobian(&x, Subset::All);
+                    assert!(((f1 - f0) / h - j[k]).abs() < 1e-5, "param {k}");
+                    k += 1;
+                }
+            }
+        }
+        let (_, last) = base.jacobian(&x, Subset::LastLayer);
+        assert_eq!(last, j[j.len() - 4..].to_vec());
+    }
+}
