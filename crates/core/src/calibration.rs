@@ -25,6 +25,18 @@ use statrs::distribution::{ContinuousCDF, Normal, StudentsT};
 
 use crate::error::MethodError;
 
+/// A central prediction interval of y at `level` from quantile outputs: lower and upper ends
+/// per test input.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QuantileBand {
+    /// The central level (the quantiles at (1 − level)/2 and (1 + level)/2).
+    pub level: f64,
+    /// Lower ends.
+    pub lower: Vec<f64>,
+    /// Upper ends.
+    pub upper: Vec<f64>,
+}
+
 /// Which post-hoc rule turns held-out residuals into prediction intervals of y.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -35,6 +47,10 @@ pub enum CalibrationRule {
     StdScaling,
     /// Isotonic recalibration of the predictive CDF.
     Isotonic,
+    /// Conformalised quantile regression (Romano et al. 2019): per level the scores
+    /// E_i = max(q_lo(x_i) − y_i, y_i − q_hi(x_i)) and the interval [q_lo − Q, q_hi + Q], Q
+    /// their ⌈(n + 1)(1 − α)⌉-th smallest (negative Q shrinks the band).
+    Cqr,
 }
 
 impl CalibrationRule {
@@ -44,6 +60,7 @@ impl CalibrationRule {
             CalibrationRule::Conformal => "conformal",
             CalibrationRule::StdScaling => "std_scaling",
             CalibrationRule::Isotonic => "isotonic",
+            CalibrationRule::Cqr => "cqr",
         }
     }
 }
@@ -61,12 +78,44 @@ pub struct Calibration {
     pub scale: Vec<f64>,
     /// The base's Student-t degrees of freedom, when its family is one.
     pub dof: Option<f64>,
+    /// CQR: per level the base's band at the test inputs and the held-out points' scores.
+    pub bands: Vec<(QuantileBand, Vec<f64>)>,
+}
+
+/// The index k (1-based) of split conformal's order statistic at `level` among `n` scores,
+/// ⌈(n + 1)·level⌉, or an error naming the calibration size the level needs.
+fn conformal_rank(n: usize, level: f64) -> Result<usize, MethodError> {
+    // A little slack so that (n + 1)·level landing on an integer in exact arithmetic is not
+    // pushed up by rounding.
+    let k = ((n as f64 + 1.0) * level - 1e-9).ceil() as usize;
+    if k > n {
+        let needed = ((level / (1.0 - level)) - 1e-9).ceil() as usize;
+        return Err(MethodError::invalid(
+            "calibration points",
+            n,
+            format!(
+                "at least {needed} for a finite split-conformal interval at level {level} (it \
+                 needs ⌈(n + 1)·{level}⌉ ≤ n); raise calibration_fraction or the training size"
+            ),
+        ));
+    }
+    Ok(k.max(1))
+}
+
+/// The k-th smallest (1-based) of `v`.
+fn kth_smallest(v: &[f64], k: usize) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    s[k - 1]
 }
 
 impl Calibration {
     /// The number of held-out points.
     pub fn points(&self) -> usize {
-        self.residuals.len()
+        match self.bands.first() {
+            Some((_, scores)) => scores.len(),
+            None => self.residuals.len(),
+        }
     }
 
     /// The offsets (a, b) of the central interval at `level`: μ + s·a to μ + s·b.
@@ -88,27 +137,16 @@ impl Calibration {
         }
         match self.rule {
             CalibrationRule::Conformal => {
-                let alpha = 1.0 - level;
-                // k = ⌈(n + 1)(1 − α)⌉, with a little slack so that (n + 1)(1 − α) landing on an
-                // integer in exact arithmetic is not pushed up by rounding.
-                let k = ((n as f64 + 1.0) * level - 1e-9).ceil() as usize;
-                if k > n {
-                    let needed = ((level / alpha) - 1e-9).ceil() as usize;
-                    return Err(MethodError::invalid(
-                        "calibration points",
-                        n,
-                        format!(
-                            "at least {needed} for a finite split-conformal interval at level \
-                             {level} (it needs ⌈(n + 1)·{level}⌉ ≤ n); raise calibration_fraction \
-                             or the training size"
-                        ),
-                    ));
-                }
-                let mut scores: Vec<f64> = self.residuals.iter().map(|z| z.abs()).collect();
-                scores.sort_by(f64::total_cmp);
-                let q = scores[k.max(1) - 1];
+                let k = conformal_rank(n, level)?;
+                let scores: Vec<f64> = self.residuals.iter().map(|z| z.abs()).collect();
+                let q = kth_smallest(&scores, k);
                 Ok((-q, q))
             }
+            CalibrationRule::Cqr => Err(MethodError::invalid(
+                "calibration rule",
+                "cqr",
+                "a rule with offsets: CQR's intervals come from its bands (Calibration::interval)",
+            )),
             CalibrationRule::StdScaling => {
                 let c = (self.residuals.iter().map(|z| z * z).sum::<f64>() / n as f64).sqrt();
                 let q = self.quantile(0.5 + level / 2.0);
@@ -126,6 +164,29 @@ impl Calibration {
 
     /// The interval at `level` around `mean` at every test input.
     pub fn interval(&self, mean: &[f64], level: f64) -> Result<(Vec<f64>, Vec<f64>), MethodError> {
+        if self.rule == CalibrationRule::Cqr {
+            let Some((band, scores)) = self
+                .bands
+                .iter()
+                .find(|(b, _)| (b.level - level).abs() < 1e-9)
+            else {
+                return Err(MethodError::invalid(
+                    "interval level",
+                    level,
+                    format!(
+                        "one of CQR's levels {:?}: set its `levels` to the run's",
+                        self.bands.iter().map(|(b, _)| b.level).collect::<Vec<_>>()
+                    ),
+                ));
+            };
+            let q = kth_smallest(scores, conformal_rank(scores.len(), level)?);
+            return Ok(band
+                .lower
+                .iter()
+                .zip(&band.upper)
+                .map(|(l, u)| (l - q, u + q))
+                .unzip());
+        }
         let (a, b) = self.offsets(level)?;
         Ok(mean
             .iter()
@@ -138,6 +199,16 @@ impl Calibration {
     /// scaling), or the recalibrated 90% half-width in units of s (isotonic), with its name.
     pub fn summary_scalar(&self) -> Option<(&'static str, f64)> {
         match self.rule {
+            CalibrationRule::Cqr => self
+                .bands
+                .iter()
+                .find(|(b, _)| (b.level - 0.9).abs() < 1e-9)
+                .and_then(|(_, s)| {
+                    Some((
+                        "cqr_correction_0.9",
+                        kth_smallest(s, conformal_rank(s.len(), 0.9).ok()?),
+                    ))
+                }),
             CalibrationRule::StdScaling => {
                 let n = self.residuals.len() as f64;
                 Some((
@@ -203,6 +274,7 @@ mod tests {
             residuals,
             scale: vec![1.0],
             dof: None,
+            bands: Vec::new(),
         }
     }
 

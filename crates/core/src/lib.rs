@@ -29,7 +29,7 @@ pub mod prediction;
 pub mod seed;
 pub mod task;
 
-pub use calibration::{Calibration, CalibrationRule};
+pub use calibration::{Calibration, CalibrationRule, QuantileBand};
 pub use error::MethodError;
 pub use noise::{fixed_noise_sd, KnownSigma, Tau};
 pub use parallel::par_map;

@@ -120,6 +120,12 @@ impl Calibrated {
         Self::new(name, base, rule, c.calibration_fraction, true)
     }
 
+    /// Conformalised quantile regression around a `base` that returns quantile bands
+    /// (Romano et al. 2019).
+    pub fn cqr(name: &str, base: Box<dyn Method>, fraction: f64) -> Result<Self, MethodError> {
+        Self::new(name, base, CalibrationRule::Cqr, fraction, false)
+    }
+
     fn new(
         name: &str,
         base: Box<dyn Method>,
@@ -259,6 +265,21 @@ fn predictive_sd(p: &Prediction, sigma: &[f64], residual_sd: Option<f64>) -> Vec
         .collect()
 }
 
+/// The training fit over all N points: the base's fit where it trained, its prediction where
+/// a point was held out.
+fn full_fit(n: usize, split: &Split, out: &mut Prediction, cal: &Prediction) {
+    if let Some(fit) = out.train_mean.take() {
+        let mut full = vec![0.0; n];
+        for (&i, v) in split.fit.iter().zip(fit) {
+            full[i] = v;
+        }
+        for (&i, &v) in split.cal.iter().zip(&cal.mean) {
+            full[i] = v;
+        }
+        out.train_mean = Some(full);
+    }
+}
+
 impl Method for Calibrated {
     fn name(&self) -> &str {
         &self.name
@@ -315,6 +336,9 @@ impl Calibrated {
         cal: &Prediction,
     ) -> Result<(), MethodError> {
         let y = &task.y_train[k];
+        if self.rule == CalibrationRule::Cqr {
+            return self.calibrate_bands(task, split, k, out, cal);
+        }
         // The base's noise estimate from its training residuals, where it has no noise model.
         let own_noise = out.predictive_std.is_some() || out.noise_std.is_some() || out.noise_known;
         let residual_sd = match (&out.train_mean, own_noise) {
@@ -368,17 +392,7 @@ impl Calibrated {
             .zip(&cal_scale)
             .map(|((&i, mu), s)| (y[i] - mu) / s)
             .collect();
-        // The training fit over all N points: fitted where trained, predicted where held out.
-        if let Some(fit) = out.train_mean.take() {
-            let mut full = vec![0.0; task.n_train()];
-            for (&i, v) in split.fit.iter().zip(fit) {
-                full[i] = v;
-            }
-            for (&i, &v) in split.cal.iter().zip(&cal.mean) {
-                full[i] = v;
-            }
-            out.train_mean = Some(full);
-        }
+        full_fit(task.n_train(), split, out, cal);
         if let (Some(sd), None) = (residual_sd, &out.noise_std) {
             out.noise_std = Some(vec![sd; out.mean.len()]);
             out.scalars.insert("residual_noise_sd".into(), sd);
@@ -391,6 +405,54 @@ impl Calibrated {
                 Family::StudentT { dof } => Some(dof),
                 _ => None,
             },
+            bands: Vec::new(),
+        };
+        out.scalars
+            .insert("calibration_points".into(), calibration.points() as f64);
+        if let Some((name, v)) = calibration.summary_scalar() {
+            out.scalars.insert(name.into(), v);
+        }
+        out.calibration = Some(calibration);
+        Ok(())
+    }
+
+    /// CQR: the scores max(q_lo − y, y − q_hi) of the held-out points per band.
+    fn calibrate_bands(
+        &self,
+        task: &Task<'_>,
+        split: &Split,
+        k: usize,
+        out: &mut Prediction,
+        cal: &Prediction,
+    ) -> Result<(), MethodError> {
+        let y = &task.y_train[k];
+        let (Some(test_bands), Some(cal_bands)) = (out.quantiles.take(), &cal.quantiles) else {
+            return Err(MethodError::invalid(
+                format!("[methods.{}] base", self.name),
+                "a method without quantile outputs",
+                "a quantile regression (CQR conformalises its quantile bands)",
+            ));
+        };
+        let bands = test_bands
+            .into_iter()
+            .zip(cal_bands)
+            .map(|(band, c)| {
+                let scores = split
+                    .cal
+                    .iter()
+                    .zip(c.lower.iter().zip(&c.upper))
+                    .map(|(&i, (lo, hi))| (lo - y[i]).max(y[i] - hi))
+                    .collect();
+                (band, scores)
+            })
+            .collect();
+        full_fit(task.n_train(), split, out, cal);
+        let calibration = Calibration {
+            rule: self.rule,
+            residuals: Vec::new(),
+            scale: Vec::new(),
+            dof: None,
+            bands,
         };
         out.scalars
             .insert("calibration_points".into(), calibration.points() as f64);

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use statrs::distribution::{ContinuousCDF, Normal, StudentsT};
 
-use crate::calibration::Calibration;
+use crate::calibration::{Calibration, QuantileBand};
 
 /// The shape of a method's predictive distribution of f(x*), which its intervals come from
 /// (spec §2).
@@ -89,6 +89,10 @@ pub struct Prediction {
     /// the prediction interval comes from it instead of the family (see
     /// [`crate::calibration`]); the interval of f stays the family's.
     pub calibration: Option<Calibration>,
+    /// Central prediction intervals of y read off quantile outputs (quantile regression, the
+    /// networks of CQR), one band per level: the PI at those levels when there is no
+    /// calibration.
+    pub quantiles: Option<Vec<QuantileBand>>,
 }
 
 impl Prediction {
@@ -108,6 +112,16 @@ impl Prediction {
                 .as_mut()
                 .map(|rows| rows.iter_mut().map(|r| r.split_off(m)).collect()),
             noise_samples: self.noise_samples.clone(),
+            quantiles: self.quantiles.as_mut().map(|bands| {
+                bands
+                    .iter_mut()
+                    .map(|b| QuantileBand {
+                        level: b.level,
+                        lower: b.lower.split_off(m),
+                        upper: b.upper.split_off(m),
+                    })
+                    .collect()
+            }),
             noise_known: self.noise_known,
             family: self.family,
             diverged: self.diverged,
@@ -217,6 +231,7 @@ pub fn combine_members(members: &[Member<'_>], family: Family, keep_samples: boo
         scalars,
         diverged,
         calibration: None,
+        quantiles: None,
     }
 }
 

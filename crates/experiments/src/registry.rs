@@ -10,7 +10,7 @@ use uqbench_eval::spec::ExperimentSpec;
 use uqbench_gp::Gp;
 use uqbench_models::{
     BootstrapScheme, DropoutKind, DropoutMethod, EnsMcd, Ensemble, EnsembleConfig, EnsembleKind,
-    Hmc, Laplace, Mfvi, Swag,
+    Hmc, Laplace, Mfvi, QuantileNet, Swag,
 };
 
 type Builder = fn(name: &str, settings: toml::Value) -> Result<Box<dyn Method>>;
@@ -69,6 +69,26 @@ fn multi_swag(name: &str, s: toml::Value) -> Result<Box<dyn Method>> {
     )?))
 }
 
+/// CQR (Romano et al. 2019): a quantile network trained on all but `calibration_fraction`
+/// (0.25) of the training points, its bands conformalised on the rest.
+fn cqr(name: &str, s: toml::Value) -> Result<Box<dyn Method>> {
+    let mut table = match s {
+        toml::Value::Table(t) => t,
+        _ => toml::Table::new(),
+    };
+    let fraction = match table.remove("calibration_fraction") {
+        None => 0.25,
+        Some(v) => v
+            .as_float()
+            .or(v.as_integer().map(|i| i as f64))
+            .with_context(|| {
+                format!("[methods.{name}] calibration_fraction = {v}: a number in (0, 1)")
+            })?,
+    };
+    let base = QuantileNet::new(name, config(name, toml::Value::Table(table))?)?;
+    Ok(Box::new(Calibrated::cqr(name, Box::new(base), fraction)?))
+}
+
 /// The anchor: exact, it takes no settings.
 fn anchor(name: &str, s: toml::Value) -> Result<Box<dyn Method>> {
     if s.as_table().is_some_and(|t| !t.is_empty()) {
@@ -102,6 +122,8 @@ pub const KINDS: &[(&str, Builder)] = &[
     ("Laplace", |n, s| Ok(Box::new(Laplace::new(n, config(n, s)?)?))),
     ("SWAG", |n, s| Ok(Box::new(Swag::new(n, config(n, s)?)?))),
     ("MultiSWAG", multi_swag),
+    ("QuantileRegression", |n, s| Ok(Box::new(QuantileNet::new(n, config(n, s)?)?))),
+    ("CQR", cqr),
 ];
 
 /// The post-hoc kinds: they wrap the method of another table of the spec (`base`).

@@ -296,6 +296,7 @@ impl Gp {
             scalars,
             diverged: false,
             calibration: None,
+            quantiles: None,
         })
     }
 }

@@ -138,6 +138,7 @@ impl OptimConfig {
             mc_passes: 1,
             keep_weights: false,
             swa: None,
+            quantiles: None,
         }
     }
 }

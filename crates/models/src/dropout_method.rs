@@ -312,6 +312,7 @@ impl Method for DropoutMethod {
                     scalars,
                     diverged: out.diverged[k],
                     calibration: None,
+                    quantiles: None,
                 }
             })
             .collect())

@@ -18,6 +18,7 @@ pub mod layers;
 pub mod mfvi;
 pub mod mlp;
 pub mod optim;
+pub mod quantile;
 pub mod stochastic;
 pub mod swag;
 
@@ -31,6 +32,7 @@ pub use hmc::{Hmc, HmcConfig, HmcSettings};
 pub use laplace::{Laplace, LaplaceConfig, LaplaceSettings};
 pub use mfvi::{Mfvi, MfviConfig, MfviSettings};
 pub use mlp::{xavier_init, HostWeights, MlpShape};
+pub use quantile::{QuantileConfig, QuantileNet, QuantileSettings};
 pub use stochastic::{Bernoulli, Concrete, StochasticLayer, Variational};
 pub use swag::{Swag, SwagConfig, SwagSettings};
 pub use uqbench_core::{

@@ -58,8 +58,10 @@ pub fn to_anchor(
                     kl(a(i), &shape_a, b(i), &shape_b),
                 )
             });
-            let (w, k) = pairs.into_iter().unzip();
-            (w, Some(k))
+            let (w, k): (Vec<f64>, Vec<f64>) = pairs.into_iter().unzip();
+            // A point prediction (std 0: quantile regression) has no density: no KL.
+            let point = out.std.iter().any(|s| *s <= 0.0);
+            (w, (!point).then_some(k))
         }
     }
 }

@@ -190,6 +190,24 @@ impl RepResult {
                 })?;
                 calibrated_pi.insert(level_name(level), PiBounds { lower, upper });
             }
+        } else if let (Some(bands), false) = (&out.quantiles, out.diverged) {
+            // Quantile regression without calibration: its bands are its intervals of y.
+            for level in ctx.all_levels() {
+                let Some(b) = bands.iter().find(|b| (b.level - level).abs() < 1e-9) else {
+                    bail!(
+                        "repetition {rep}: no quantile band at level {level} (bands at {:?}): \
+                         set the method's `levels` to the run's levels and 0.95",
+                        bands.iter().map(|b| b.level).collect::<Vec<_>>()
+                    );
+                };
+                calibrated_pi.insert(
+                    level_name(level),
+                    PiBounds {
+                        lower: b.lower.clone(),
+                        upper: b.upper.clone(),
+                    },
+                );
+            }
         }
         Ok(RepResult {
             repetition: rep,

@@ -1,7 +1,53 @@
 //! Heads: the output layer's loss and its gradient. The trainer asks a head for the data term
 //! of every replica and for δ at the output; it does not know which head it runs.
 
-use burn::tensor::Tensor;
+use burn::tensor::{Tensor, TensorData};
+
+/// The quantile levels τ of a pinball head, in millionths (so that a head stays `Copy` and
+/// `Eq`): at most [`MAX_QUANTILES`], the first the output that serves as the prediction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Taus {
+    count: u8,
+    per_million: [u32; MAX_QUANTILES],
+}
+
+/// The most quantile outputs a pinball head has.
+pub const MAX_QUANTILES: usize = 9;
+
+impl Taus {
+    /// From levels in (0, 1); `None` for none, too many, or one outside (0, 1).
+    pub fn new(levels: &[f64]) -> Option<Taus> {
+        if levels.is_empty()
+            || levels.len() > MAX_QUANTILES
+            || levels.iter().any(|t| !(*t > 0.0 && *t < 1.0))
+        {
+            return None;
+        }
+        let mut per_million = [0u32; MAX_QUANTILES];
+        for (slot, t) in per_million.iter_mut().zip(levels) {
+            *slot = (t * 1e6).round() as u32;
+        }
+        Some(Taus {
+            count: levels.len() as u8,
+            per_million,
+        })
+    }
+
+    /// The levels.
+    pub fn levels(&self) -> Vec<f64> {
+        self.per_million[..self.count as usize]
+            .iter()
+            .map(|&v| f64::from(v) / 1e6)
+            .collect()
+    }
+
+    /// The levels as a `[1, 1, K]` tensor on `out`'s device.
+    fn tensor(&self, out: &Tensor<3>) -> Tensor<3> {
+        let v: Vec<f32> = self.levels().iter().map(|&t| t as f32).collect();
+        let k = v.len();
+        Tensor::from_data(TensorData::new(v, [1, 1, k]), &out.device())
+    }
+}
 
 /// The loss on the network's output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -16,6 +62,10 @@ pub enum Head {
     /// log-likelihood (binary cross-entropy) −y·log σ(f) − (1 − y)·log(1 − σ(f)) =
     /// softplus(f) − y·f, for labels y ∈ {0, 1}.
     BernoulliLogit,
+    /// K outputs, quantiles of y at levels τ_k, with the pinball loss
+    /// Σ_k ρ_τk(y − q_k), ρ_τ(u) = u·(τ − 1[u < 0]) (Koenker & Bassett 1978; the quantile
+    /// networks of CQR, Romano et al. 2019).
+    Pinball(Taus),
 }
 
 impl Head {
@@ -24,6 +74,7 @@ impl Head {
         match self {
             Head::HalfMse | Head::BernoulliLogit => 1,
             Head::GaussianNll => 2,
+            Head::Pinball(t) => t.count as usize,
         }
     }
 
@@ -43,6 +94,12 @@ impl Head {
             Head::BernoulliLogit => {
                 let softplus = out.clone().clamp_min(0.0) + out.clone().abs().neg().exp().log1p();
                 (softplus - out * y.clone()).mean_dim(1)
+            }
+            Head::Pinball(t) => {
+                let taus = t.tensor(&out);
+                let u = y.clone() - out;
+                let below = u.clone().lower_elem(0.0).float();
+                (u * (taus - below)).sum_dim(2).mean_dim(1)
             }
         }
     }
@@ -73,6 +130,12 @@ impl Head {
             }
             Head::BernoulliLogit => {
                 (burn::tensor::activation::sigmoid(out) - y.clone()).div_scalar(n as f64)
+            }
+            // d/dq ρ_τ(y − q) = −(τ − 1[y < q]) (the subgradient 1 − τ… at y = q taken as −τ).
+            Head::Pinball(t) => {
+                let taus = t.tensor(&out);
+                let below = (y.clone() - out).lower_elem(0.0).float();
+                (below - taus).div_scalar(n as f64)
             }
         }
     }

@@ -137,6 +137,11 @@ mod tests {
                 Some(&concrete),
                 Head::BernoulliLogit,
             ),
+            (
+                "pinball head",
+                None,
+                Head::Pinball(crate::engine::head::Taus::new(&[0.5, 0.05, 0.95]).unwrap()),
+            ),
         ];
         for (name, dropout, head) in cases {
             let y = if head == Head::BernoulliLogit {

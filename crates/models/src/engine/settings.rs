@@ -72,6 +72,8 @@ pub struct TrainSettings {
     /// Stochastic weight averaging: from an epoch on, a learning rate of its own and the
     /// weights collected at the end of every epoch ([`super::TrainOutput::swa`]).
     pub swa: Option<super::swa::Swa>,
+    /// A pinball head at these quantile levels instead of the likelihood's (CQR's networks).
+    pub quantiles: Option<super::head::Taus>,
 }
 
 impl TrainSettings {
@@ -93,12 +95,16 @@ impl TrainSettings {
             mc_passes: 1,
             keep_weights: false,
             swa: None,
+            quantiles: None,
         }
     }
 
     /// The head the settings train: the Bernoulli cross-entropy on a logit for labels, the
     /// Gaussian NLL for a heteroscedastic network, else ½·MSE.
     pub fn head(&self) -> Head {
+        if let Some(t) = self.quantiles {
+            return Head::Pinball(t);
+        }
         match (self.likelihood, self.heteroscedastic) {
             (Likelihood::Bernoulli, _) => Head::BernoulliLogit,
             (Likelihood::Gaussian, true) => Head::GaussianNll,
@@ -140,6 +146,7 @@ impl TrainSettings {
                         Head::GaussianNll => "heteroscedastic (mean, log variance)",
                         Head::BernoulliLogit => "logit",
                         Head::HalfMse => "mean-only",
+                        Head::Pinball(_) => "quantile",
                     }
                 ),
             ));

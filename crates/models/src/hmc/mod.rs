@@ -319,6 +319,7 @@ impl Hmc {
             scalars,
             diverged,
             calibration: None,
+            quantiles: None,
         }
     }
 
