@@ -10,6 +10,7 @@ mod export_and_score;
 mod limits;
 mod metrics_command;
 mod parts;
+mod posthoc;
 mod run;
 mod slurm;
 mod tracks;

@@ -32,6 +32,7 @@ fn the_classification_track_runs_end_to_end() {
             "Bootstrap",
             "CD",
             "Det",
+            "Det+temperature",
             "Ens",
             "EnsAdvA",
             "EnsMCD",
@@ -40,6 +41,11 @@ fn the_classification_track_runs_end_to_end() {
             "VD"
         ]
     );
+    // Temperature scaling reports its fitted T, positive and finite.
+    let t = methods["Det+temperature"]["aggregate"]["all"]["temperature"]["value"]
+        .as_f64()
+        .unwrap();
+    assert!(t.is_finite() && t > 0.0, "temperature {t}");
     for (name, m) in methods {
         let all = &m["aggregate"]["all"];
         let v = |k: &str| all[k]["value"].as_f64().unwrap_or(f64::NAN);

@@ -28,6 +28,7 @@ pub mod posthoc;
 pub mod prediction;
 pub mod seed;
 pub mod task;
+pub mod temperature;
 
 pub use calibration::{Calibration, CalibrationRule, QuantileBand};
 pub use error::MethodError;

@@ -26,7 +26,7 @@ use crate::calibration::{Calibration, CalibrationRule};
 use crate::error::MethodError;
 use crate::prediction::{Family, Prediction};
 use crate::seed::Rng;
-use crate::task::{Compute, Features, Method, NoiseInfo, Task};
+use crate::task::{Compute, Features, Likelihood, Method, NoiseInfo, Task};
 
 /// The conformity score of `Conformal`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
@@ -48,6 +48,8 @@ pub enum Recalibration {
     StdScaling,
     /// Isotonic recalibration of the predictive CDF (Kuleshov et al. 2018).
     Isotonic,
+    /// Temperature scaling of the logits (classification, Guo et al. 2017).
+    Temperature,
 }
 
 /// The settings of `Conformal` (a `[methods.NAME]` table; `base` is resolved by the caller).
@@ -89,6 +91,8 @@ pub struct Calibrated {
     rule: CalibrationRule,
     fraction: f64,
     normalized: bool,
+    /// Temperature scaling of a classification method instead of an interval rule.
+    temperature: bool,
 }
 
 impl Calibrated {
@@ -116,8 +120,12 @@ impl Calibrated {
         let rule = match c.recalibration {
             Recalibration::StdScaling => CalibrationRule::StdScaling,
             Recalibration::Isotonic => CalibrationRule::Isotonic,
+            // Not a rule for intervals of y: the logits are rescaled instead.
+            Recalibration::Temperature => CalibrationRule::StdScaling,
         };
-        Self::new(name, base, rule, c.calibration_fraction, true)
+        let mut method = Self::new(name, base, rule, c.calibration_fraction, true)?;
+        method.temperature = c.recalibration == Recalibration::Temperature;
+        Ok(method)
     }
 
     /// Conformalised quantile regression around a `base` that returns quantile bands
@@ -140,6 +148,7 @@ impl Calibrated {
             rule,
             fraction,
             normalized,
+            temperature: false,
         })
     }
 
@@ -308,7 +317,23 @@ impl Method for Calibrated {
         progress: &(dyn Fn(usize) + Sync),
     ) -> Result<Vec<Prediction>, MethodError> {
         task.validate()?;
-        task.require_gaussian(&self.name)?;
+        let classification = task.likelihood == Likelihood::Bernoulli;
+        if self.temperature != classification {
+            return Err(MethodError::invalid(
+                format!("[methods.{}] recalibration", self.name),
+                if self.temperature {
+                    "\"temperature\""
+                } else {
+                    "this rule"
+                },
+                if classification {
+                    "\"temperature\" for a classification problem (its logits are rescaled)"
+                } else {
+                    "\"std_scaling\" or \"isotonic\" for a regression problem (temperature \
+                     scaling is for logits)"
+                },
+            ));
+        }
         let split = Split::new(task, self.held_out(task)?);
         let sub = split.task(task);
         let m = task.n_test();
@@ -316,6 +341,21 @@ impl Method for Calibrated {
         for (k, out) in outs.iter_mut().enumerate() {
             let cal = out.split_tail(m);
             if out.diverged {
+                continue;
+            }
+            if self.temperature {
+                let draws = cal.samples.as_ref().ok_or_else(|| {
+                    MethodError::invalid(
+                        format!("[methods.{}] base", self.name),
+                        "a method without its draws",
+                        "a classification method (it returns its members' or passes' logits)",
+                    )
+                })?;
+                let labels: Vec<f64> = split.cal.iter().map(|&i| task.y_train[k][i]).collect();
+                let t = crate::temperature::fit(draws, &labels);
+                crate::temperature::apply(out, t);
+                out.scalars
+                    .insert("calibration_points".into(), split.cal.len() as f64);
                 continue;
             }
             self.calibrate(task, &split, k, out, &cal)?;

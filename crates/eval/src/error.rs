@@ -12,12 +12,12 @@ pub enum EvalError {
     #[error("{0}")]
     Message(String),
     /// An error with what was being done in front of it.
-    #[error("{context}: {source}")]
+    #[error("{context}: {cause}")]
     Context {
         /// What was being done.
         context: String,
         /// The cause (part of the message, not a separate source).
-        source: Box<EvalError>,
+        cause: Box<EvalError>,
     },
     /// A problem or the anchor.
     #[error(transparent)]
@@ -65,14 +65,14 @@ impl<T, E: Into<EvalError>> Context<T> for std::result::Result<T, E> {
     fn context<C: std::fmt::Display>(self, context: C) -> Result<T> {
         self.map_err(|e| EvalError::Context {
             context: context.to_string(),
-            source: Box::new(e.into()),
+            cause: Box::new(e.into()),
         })
     }
 
     fn with_context<C: std::fmt::Display, F: FnOnce() -> C>(self, f: F) -> Result<T> {
         self.map_err(|e| EvalError::Context {
             context: f().to_string(),
-            source: Box::new(e.into()),
+            cause: Box::new(e.into()),
         })
     }
 }
@@ -92,7 +92,7 @@ impl EvalError {
     pub fn context(self, context: impl std::fmt::Display) -> EvalError {
         EvalError::Context {
             context: context.to_string(),
-            source: Box::new(self),
+            cause: Box::new(self),
         }
     }
 }

@@ -51,13 +51,23 @@ impl Posterior {
             }
             return Ok(Posterior::Diag(d));
         }
+        // In f64 a precision whose smallest pivot is below 1e-12 of its largest diagonal entry
+        // is singular for our purposes. With the flat prior that means a direction the data do
+        // not determine (an error); with a prior, δ is floored at 1e-12 of that scale, far below
+        // any δ the evidence supports where the data inform the parameters.
+        let scale = (0..p)
+            .map(|i| ggn[(i, i)])
+            .fold(0.0, f64::max)
+            .max(f64::MIN_POSITIVE);
+        let delta = if delta > 0.0 {
+            delta.max(1e-12 * scale)
+        } else {
+            0.0
+        };
         let mut h = ggn.clone();
         for i in 0..p {
             h[(i, i)] += delta;
         }
-        // A precision whose smallest eigenvalue is below 1e-10 of its largest is singular for
-        // our purposes: its inverse would be noise.
-        let scale = (0..p).map(|i| h[(i, i)]).fold(0.0, f64::max);
         let chol = h
             .cholesky()
             .ok_or_else(|| singular("the posterior precision", p))?;
@@ -65,7 +75,7 @@ impl Posterior {
         let min_pivot = (0..p)
             .map(|i| l[(i, i)] * l[(i, i)])
             .fold(f64::INFINITY, f64::min);
-        if min_pivot < 1e-12 * scale {
+        if delta == 0.0 && min_pivot < 1e-12 * scale {
             return Err(singular("the posterior precision", p));
         }
         Ok(Posterior::Full(l))

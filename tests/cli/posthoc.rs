@@ -1,0 +1,119 @@
+//! The post-hoc study's quick profile end to end (conformal, recalibrated, Laplace, SWAG,
+//! quantile regression and CQR next to their bases), the distances to the anchor and the
+//! timings it writes, and clear errors for bad post-hoc tables.
+
+use crate::util::*;
+
+#[test]
+fn the_posthoc_study_runs_and_reports_what_it_promises() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path();
+    let o = uqbench(&[
+        "run",
+        "experiments/posthoc.toml",
+        "--profile",
+        "quick",
+        "--quiet",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let methods = s["settings"][0]["methods"].as_object().unwrap();
+    let all = |m: &str, k: &str| methods[m]["aggregate"]["all"][k]["value"].as_f64();
+    for m in [
+        "Ens+conformal",
+        "EnsNLL+conformal",
+        "EnsNLL+std",
+        "EnsNLL+isotonic",
+        "BD+conformal",
+        "CQR",
+    ] {
+        // A quarter of the 1000 training points is held out for calibration.
+        assert_eq!(all(m, "calibration_points"), Some(250.0), "{m}");
+    }
+    for (m, _) in methods.iter().filter(|(m, _)| *m != "BLR") {
+        // Every method is judged against the exact posterior per point, and has a size.
+        let w2 = all(m, "w2_anchor").unwrap_or(f64::NAN);
+        assert!(w2.is_finite() && w2 >= 0.0, "{m}: w2_anchor {w2}");
+        assert!(all(m, "parameters").unwrap_or(0.0) > 0.0, "{m}");
+        // Marginal coverage of y is a probability for every method.
+        let picp = all(m, "picp_0.9").unwrap();
+        assert!((0.0..=1.0).contains(&picp), "{m}: {picp}");
+    }
+    // KL needs a density: reported for the normal families, not for the point predictions
+    // of quantile regression.
+    assert!(all("Ens", "kl_anchor").unwrap() >= 0.0);
+    assert!(all("CQR", "kl_anchor").is_none() && all("QR", "kl_anchor").is_none());
+    assert!(all("Laplace", "prior_precision").unwrap() > 0.0);
+    assert!(all("SWAG", "swa_snapshots").unwrap() >= 2.0);
+    // Wall times per method, outside the reproducible summaries.
+    let timings = std::fs::read_to_string(out.join("timings.csv")).unwrap();
+    for m in methods.keys() {
+        assert!(
+            timings.contains(&format!("default,{m},10,")),
+            "{m}: {timings}"
+        );
+    }
+    assert!(!std::fs::read_to_string(out.join("summary.csv"))
+        .unwrap()
+        .contains("seconds"));
+}
+
+#[test]
+fn bad_posthoc_tables_are_clear_errors() {
+    let tmp = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(root().join("experiments/cubic.toml")).unwrap();
+    let base = &text[..text.find("\n[run]").unwrap()];
+    let run = "[run]\nrepetitions = 2\nepochs = 2\nmethods = [\"C\"]\n";
+    for (extra, needles) in [
+        (
+            "[methods.C]\nkind = \"Conformal\"\n",
+            vec!["methods.C", "base", "missing"],
+        ),
+        (
+            "[methods.C]\nkind = \"Conformal\"\nbase = \"C\"\n",
+            vec!["methods.C", "circle"],
+        ),
+        (
+            "[methods.C]\nkind = \"Conformal\"\nbase = \"Ens\"\ncalibration_fraction = 1.5\n",
+            vec!["calibration_fraction", "1.5", "between 0 and 1"],
+        ),
+        (
+            "[methods.C]\nkind = \"Conformal\"\nbase = \"Ens\"\nscore = \"relative\"\n",
+            vec!["methods.C", "relative"],
+        ),
+        (
+            "[methods.C]\nkind = \"Recalibrated\"\nbase = \"Ens\"\ncalibraton_fraction = 0.2\n",
+            vec!["methods.C", "calibraton_fraction"],
+        ),
+        (
+            "[methods.C]\nkind = \"CQR\"\nlevels = [0.5, 0.8, 0.9, 0.95, 0.99]\n",
+            vec!["C.levels", "1 to 4 levels"],
+        ),
+        (
+            "[methods.C]\nkind = \"Ens\"\ninputs = \"G\"\n",
+            vec!["methods.C", "inputs", "features"],
+        ),
+        (
+            "[methods.C]\nkind = \"Laplace\"\nprior_precision = -1.0\n",
+            vec!["C.prior_precision", "-1"],
+        ),
+        (
+            "[methods.C]\nkind = \"SWAG\"\nswa_start = 5\n",
+            vec!["C.swa_start", "5", "at least 2"],
+        ),
+    ] {
+        let spec = tmp.path().join("bad.toml");
+        std::fs::write(&spec, format!("{base}\n{run}{extra}")).unwrap();
+        let o = uqbench(&[
+            "run",
+            spec.to_str().unwrap(),
+            "--quiet",
+            "--out",
+            tmp.path().join("out").to_str().unwrap(),
+        ]);
+        assert_clean_error(&o, &needles);
+    }
+}
