@@ -201,21 +201,31 @@ impl HostNet {
             a[(i, k)] = 1.0 / sigma[i];
             rhs[i] = y[i] / sigma[i];
         }
-        let mut normal = a.transpose() * &a;
+        // The augmented least-squares system [A; √δ·I] β = [b; 0], solved by SVD (not the
+        // normal equations, whose condition number is squared: with nearly collinear hidden
+        // units they lose every digit). A singular value below 1e-12 of the largest marks a
+        // direction the data do not determine: under the flat prior that is an error.
+        let mut aug = DMatrix::<f64>::zeros(n + k + 1, k + 1);
+        aug.view_mut((0, 0), (n, k + 1)).copy_from(&a);
+        let mut rhs_aug = DVector::<f64>::zeros(n + k + 1);
+        rhs_aug.rows_mut(0, n).copy_from(&rhs);
         for j in 0..=k {
-            normal[(j, j)] += delta;
+            aug[(n + j, j)] = delta.sqrt();
         }
-        let beta = normal
-            .cholesky()
-            .ok_or_else(|| {
-                MethodError::Failed(format!(
-                    "Laplace: the last layer's normal equations ({} parameters) are singular: \
-                     the training data do not determine every parameter under a flat prior \
-                     (prior_precision = 0); use a positive prior_precision or \"marglik\"",
-                    k + 1
-                ))
-            })?
-            .solve(&(a.transpose() * rhs));
+        let svd = aug.svd(true, true);
+        let top = svd.singular_values.max();
+        let tol = 1e-12 * top;
+        if delta == 0.0 && svd.singular_values.min() <= tol {
+            return Err(MethodError::Failed(format!(
+                "Laplace: the last layer's least-squares problem ({} parameters) is singular: \
+                 the training data do not determine every parameter under a flat prior \
+                 (prior_precision = 0); use a positive prior_precision or \"marglik\"",
+                k + 1
+            )));
+        }
+        let beta = svd
+            .solve(&rhs_aug, tol)
+            .map_err(|e| MethodError::Failed(format!("Laplace: the last layer's solve: {e}")))?;
         let last = self.w.len() - 1;
         self.w[last] = beta.iter().take(k).copied().collect();
         self.b[last] = vec![beta[k]];
