@@ -62,6 +62,33 @@ fn the_posthoc_study_runs_and_reports_what_it_promises() {
 }
 
 #[test]
+fn a_post_hoc_method_runs_alone_with_its_base_table() {
+    // `--methods Ens+conformal` keeps the base's table (Ens) in the recorded spec, so the run
+    // and its resume both build it.
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("one");
+    for extra in [None, Some("--resume")] {
+        let mut args = vec![
+            "run",
+            "experiments/posthoc.toml",
+            "--profile",
+            "quick",
+            "--methods",
+            "Ens+conformal",
+            "--quiet",
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        args.extend(extra);
+        let o = uqbench(&args);
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    let spec = std::fs::read_to_string(out.join("spec.resolved.toml")).unwrap();
+    assert!(spec.contains("[methods.Ens]"), "{spec}");
+    assert!(!spec.contains("[methods.EnsNLL]"), "{spec}");
+}
+
+#[test]
 fn bad_posthoc_tables_are_clear_errors() {
     let tmp = tempfile::tempdir().unwrap();
     let text = std::fs::read_to_string(root().join("experiments/cubic.toml")).unwrap();
