@@ -48,6 +48,11 @@ fn the_posthoc_study_runs_and_reports_what_it_promises() {
     assert!(all("CQR", "kl_anchor").is_none() && all("QR", "kl_anchor").is_none());
     assert!(all("Laplace", "prior_precision").unwrap() > 0.0);
     assert!(all("SWAG", "swa_snapshots").unwrap() >= 2.0);
+    // Jackknife+-after-bootstrap: most points are out of some member's bag, and its PI keeps
+    // its guarantee of at least 1 − 2α (here 0.8; each repetition's PICP is a mean over 500
+    // inputs of exact coverage probabilities).
+    assert!(all("JackknifeAB", "out_of_bag_points").unwrap() > 500.0);
+    assert!(all("JackknifeAB", "picp_0.9").unwrap() >= 0.8);
     // Wall times per method, outside the reproducible summaries.
     let timings = std::fs::read_to_string(out.join("timings.csv")).unwrap();
     for m in methods.keys() {
@@ -130,6 +135,10 @@ fn bad_posthoc_tables_are_clear_errors() {
         (
             "[methods.C]\nkind = \"SWAG\"\nswa_start = 5\n",
             vec!["C.swa_start", "5", "at least 2"],
+        ),
+        (
+            "[methods.C]\nkind = \"Ens\"\njackknife_plus = true\n",
+            vec!["C.jackknife_plus", "EnsBSClassic"],
         ),
     ] {
         let spec = tmp.path().join("bad.toml");

@@ -30,7 +30,7 @@ pub mod seed;
 pub mod task;
 pub mod temperature;
 
-pub use calibration::{Calibration, CalibrationRule, QuantileBand};
+pub use calibration::{Calibration, CalibrationRule, Jackknife, QuantileBand};
 pub use error::MethodError;
 pub use noise::{fixed_noise_sd, KnownSigma, Tau};
 pub use parallel::par_map;

@@ -446,6 +446,7 @@ impl Calibrated {
                 _ => None,
             },
             bands: Vec::new(),
+            jackknife: None,
         };
         out.scalars
             .insert("calibration_points".into(), calibration.points() as f64);
@@ -493,6 +494,7 @@ impl Calibrated {
             scale: Vec::new(),
             dof: None,
             bands,
+            jackknife: None,
         };
         out.scalars
             .insert("calibration_points".into(), calibration.points() as f64);

@@ -271,6 +271,7 @@ impl ChunkTrainer for AutodiffTrainer<'_> {
         Ok(ChunkOut {
             weights: Vec::new(),
             swa: Vec::new(),
+            resamples: Vec::new(),
             pred,
             train_pred: train,
             objective,

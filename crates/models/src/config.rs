@@ -139,6 +139,7 @@ impl OptimConfig {
             keep_weights: false,
             swa: None,
             quantiles: None,
+            keep_resample: false,
         }
     }
 }

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::MethodConfig;
 use crate::engine::{self, Batching, Resources, TrainSettings};
+use crate::jackknife::{jackknife_plus, BagMember};
 use uqbench_core::MethodError;
 use uqbench_core::{
     combine_members, Compute, Family, IntervalSetting, Likelihood, Member, Method, Prediction, Task,
@@ -63,6 +64,9 @@ pub struct EnsembleSettings {
     /// prediction intervals f̂ ± t·sqrt(σ̂_ω² + σ̂²) take σ̂ from the run's noise source
     /// (`run.noise = "validation"` is [004]'s estimate).
     pub student_t: bool,
+    /// Prediction intervals of y by jackknife+-after-bootstrap (Kim et al. 2020) from the
+    /// members' out-of-bag predictions (the classic bootstrap only; no extra training).
+    pub jackknife_plus: bool,
 }
 
 impl Default for EnsembleSettings {
@@ -76,6 +80,7 @@ impl Default for EnsembleSettings {
             intervals: IntervalSetting::Normal,
             heteroscedastic: false,
             student_t: false,
+            jackknife_plus: false,
         }
     }
 }
@@ -105,6 +110,16 @@ impl Ensemble {
                 format!("{name}.members"),
                 0,
                 "at least 1",
+            ));
+        }
+        if config.jackknife_plus
+            && (kind != EnsembleKind::Bootstrap || config.bootstrap != BootstrapScheme::Classic)
+        {
+            return Err(MethodError::invalid(
+                format!("{name}.jackknife_plus"),
+                true,
+                "false, or kind = \"EnsBSClassic\" (or NaiveBootstrap): jackknife+ needs each \
+                 member's resample of the N points",
             ));
         }
         if config.student_t && config.members < 2 {
@@ -169,6 +184,7 @@ impl Ensemble {
                 .collect()
         });
         TrainSettings {
+            keep_resample: c.jackknife_plus,
             batching,
             adversarial,
             heteroscedastic: c.heteroscedastic,
@@ -285,6 +301,22 @@ impl Method for Ensemble {
                         .unzip();
                     o.noise_std = Some(noise);
                     o.predictive_std = Some(predictive);
+                }
+                if let (Some(resamples), false) = (&out.resamples, o.diverged) {
+                    let bag: Vec<BagMember<'_>> = replicas
+                        .clone()
+                        .filter(|&r| !out.diverged[r])
+                        .map(|r| BagMember {
+                            test: &means[r * mt..(r + 1) * mt],
+                            train: &out.train_pred[r * n..(r + 1) * n],
+                            resample: &resamples[r],
+                        })
+                        .collect();
+                    o.calibration = jackknife_plus(&bag, &task.y_train[k]);
+                    if let Some(c) = &o.calibration {
+                        o.scalars
+                            .insert("out_of_bag_points".into(), c.points() as f64);
+                    }
                 }
                 o
             })

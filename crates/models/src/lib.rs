@@ -12,6 +12,7 @@ pub mod ens_mcd;
 pub mod ensemble;
 pub mod hmc;
 pub mod host_net;
+pub mod jackknife;
 pub mod kernels;
 pub mod laplace;
 pub mod layers;

@@ -504,6 +504,7 @@ impl ChunkTrainer for MfviTrainer<'_> {
         Ok(ChunkOut {
             weights: Vec::new(),
             swa: Vec::new(),
+            resamples: Vec::new(),
             pred,
             train_pred: train,
             objective: final_objective,

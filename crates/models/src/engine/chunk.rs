@@ -132,7 +132,8 @@ impl<'a> Trainer<'a> {
         let io = ChunkIo::default();
         let (mut s, data) = self.prepare(range, &io);
         let mut swa = vec![super::swa::SwaMoments::default(); data.rc];
-        let steps = self.train_steps(&mut s, &data, &io, &mut swa);
+        let mut resamples = Vec::new();
+        let steps = self.train_steps(&mut s, &data, &io, &mut swa, &mut resamples);
 
         // Final objective on all N points with the dropout layer at its expectation, on the
         // device in f32 like the training loss itself: an overflow or NaN there is what
@@ -161,6 +162,7 @@ impl<'a> Trainer<'a> {
         };
         ChunkOut {
             weights,
+            resamples,
             swa: if self.settings.swa.is_some() {
                 swa
             } else {
@@ -248,6 +250,7 @@ impl<'a> Trainer<'a> {
         data: &ChunkData<'_>,
         io: &ChunkIo,
         swa: &mut [super::swa::SwaMoments],
+        resamples: &mut Vec<Vec<u32>>,
     ) -> u64 {
         let (rc, n, d) = (data.rc, self.job.n_train(), self.job.shape.d_in);
         let dev = &self.device;
@@ -281,6 +284,19 @@ impl<'a> Trainer<'a> {
             Batching::Resample { .. } => Some(batch_rng.as_ref().expect("batching").below(0, n, n)),
             _ => None,
         };
+        if let (Some(idx), true) = (&resample, self.settings.keep_resample) {
+            io.reads.set(io.reads.get() + 1);
+            let flat: Vec<i64> = idx
+                .clone()
+                .into_data()
+                .convert::<i64>()
+                .iter::<i64>()
+                .collect();
+            resamples.extend(
+                flat.chunks(n)
+                    .map(|r| r.iter().map(|&v| v as u32).collect()),
+            );
+        }
         let resampled = match self.settings.batching {
             Batching::Resample { size: None } => {
                 Some(gather(resample.clone().expect("drawn above")))

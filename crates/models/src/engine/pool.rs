@@ -41,6 +41,9 @@ pub struct TrainOutput {
     pub weights: Option<Vec<Vec<f32>>>,
     /// With `swa`: per replica its collected moments.
     pub swa: Option<Vec<super::swa::SwaMoments>>,
+    /// With `keep_resample` and the classic bootstrap: per replica its resample, N indices
+    /// into the training points.
+    pub resamples: Option<Vec<Vec<u32>>>,
 }
 impl TrainOutput {
     /// Replica `replica` as an ensemble member, for one output per point (`d_out` = 1): its
@@ -100,6 +103,8 @@ pub struct ChunkOut {
     pub weights: Vec<Vec<f32>>,
     /// Per replica of the chunk, its SWA moments; empty unless asked for.
     pub swa: Vec<super::swa::SwaMoments>,
+    /// Per replica of the chunk, its resample; empty unless asked for.
+    pub resamples: Vec<Vec<u32>>,
 }
 
 /// A model the trainer can run chunk by chunk.
@@ -153,6 +158,7 @@ pub fn run_chunks(
         None::<MethodError>,
         vec![Vec::<f32>::new(); r],
         vec![super::swa::SwaMoments::default(); r],
+        vec![Vec::<u32>::new(); r],
     ));
     let counts = Mutex::new(Transfers::default());
     let next = AtomicUsize::new(0);
@@ -184,6 +190,9 @@ pub fn run_chunks(
                     for (slot, m) in guard.6[range.clone()].iter_mut().zip(chunk_out.swa) {
                         *slot = m;
                     }
+                    for (slot, m) in guard.7[range.clone()].iter_mut().zip(chunk_out.resamples) {
+                        *slot = m;
+                    }
                     if !chunk_out.rates.is_empty() {
                         guard.2[range.clone()].copy_from_slice(&chunk_out.rates);
                     }
@@ -207,7 +216,7 @@ pub fn run_chunks(
             }
         });
     }
-    let (test_out, final_objective, rates, train_pred, error, weights, swa) =
+    let (test_out, final_objective, rates, train_pred, error, weights, swa, resamples) =
         out.into_inner().expect("workers finished");
     if let Some(e) = error {
         return Err(e);
@@ -236,5 +245,6 @@ pub fn run_chunks(
         transfers: counts.into_inner().expect("workers finished"),
         weights: weights.iter().any(|w| !w.is_empty()).then_some(weights),
         swa: swa.iter().any(|m| m.n > 0).then_some(swa),
+        resamples: resamples.iter().any(|m| !m.is_empty()).then_some(resamples),
     })
 }

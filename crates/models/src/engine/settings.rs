@@ -74,6 +74,9 @@ pub struct TrainSettings {
     pub swa: Option<super::swa::Swa>,
     /// A pinball head at these quantile levels instead of the likelihood's (CQR's networks).
     pub quantiles: Option<super::head::Taus>,
+    /// Return every replica's bootstrap resample ([`super::TrainOutput::resamples`]): what
+    /// jackknife+-after-bootstrap needs (which points each member left out).
+    pub keep_resample: bool,
 }
 
 impl TrainSettings {
@@ -96,6 +99,7 @@ impl TrainSettings {
             keep_weights: false,
             swa: None,
             quantiles: None,
+            keep_resample: false,
         }
     }
 

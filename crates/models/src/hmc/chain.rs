@@ -490,6 +490,7 @@ impl ChunkTrainer for HmcTrainer<'_> {
         Ok(ChunkOut {
             weights: Vec::new(),
             swa: Vec::new(),
+            resamples: Vec::new(),
             pred: draws.pred,
             train_pred: train,
             // The final potential per data point (a chain whose state became non-finite is

@@ -340,6 +340,7 @@ impl HmcTrainer<'_> {
         Ok(ChunkOut {
             weights: Vec::new(),
             swa: Vec::new(),
+            resamples: Vec::new(),
             pred,
             train_pred: train,
             objective,
