@@ -37,6 +37,7 @@ fn the_classification_track_runs_end_to_end() {
             "EnsAdvA",
             "EnsMCD",
             "HMC",
+            "Laplace",
             "MFVI",
             "VD"
         ]

@@ -25,7 +25,7 @@ use crate::config::MethodConfig;
 use crate::engine::{self, Resources, TrainOutput};
 use crate::host_net::{HostNet, Subset};
 use curvature::Posterior;
-use uqbench_core::{Compute, Family, Method, MethodError, Prediction, Task, Tau};
+use uqbench_core::{Compute, Family, Likelihood, Method, MethodError, Prediction, Task, Tau};
 
 /// The noise sd at the training and at the test inputs.
 type Sigmas = (Vec<f64>, Vec<f64>);
@@ -85,8 +85,10 @@ pub struct LaplaceSettings {
     pub prior_precision: PriorPrecision,
     /// σ of the likelihood; estimated when left out.
     pub noise_sd: Option<Tau>,
-    /// Solve the last layer exactly before the approximation.
+    /// Solve the last layer exactly before the approximation (regression).
     pub refine: bool,
+    /// Draws of the linearised logits per test input on the classification track (100).
+    pub samples: usize,
 }
 
 impl Default for LaplaceSettings {
@@ -97,6 +99,7 @@ impl Default for LaplaceSettings {
             prior_precision: PriorPrecision::Fitted(Marglik::Marglik),
             noise_sd: None,
             refine: true,
+            samples: 100,
         }
     }
 }
@@ -118,6 +121,13 @@ impl Laplace {
         if let PriorPrecision::Value(d) = config.prior_precision {
             MethodError::non_negative(&format!("{name}.prior_precision"), d)?;
         }
+        if config.samples < 2 {
+            return Err(MethodError::invalid(
+                format!("{name}.samples"),
+                config.samples,
+                "at least 2 draws of the linearised logits",
+            ));
+        }
         if let Some(Tau::Value(s)) = config.noise_sd {
             MethodError::positive(&format!("{name}.noise_sd"), s)?;
         }
@@ -130,6 +140,18 @@ impl Laplace {
     /// The noise sd at the training and test inputs, when fixed by the settings.
     fn fixed_sigma(&self, task: &Task<'_>) -> Result<Option<Sigmas>, MethodError> {
         let (n, m) = (task.n_train(), task.n_test());
+        if task.likelihood == Likelihood::Bernoulli {
+            return match self.config.noise_sd {
+                // Labels have no noise sd: the curvature is the logistic's.
+                None => Ok(Some((vec![1.0; n], vec![1.0; m]))),
+                Some(t) => Err(MethodError::invalid(
+                    format!("{}.noise_sd", self.name),
+                    format!("{t:?}"),
+                    "left out for a classification problem: a Bernoulli likelihood has no \
+                     noise sd",
+                )),
+            };
+        }
         match self.config.noise_sd {
             None => Ok(None),
             Some(Tau::Value(s)) => Ok(Some((vec![s; n], vec![s; m]))),
@@ -165,7 +187,6 @@ impl Method for Laplace {
         _keep_samples: bool,
         progress: &(dyn Fn(usize) + Sync),
     ) -> Result<Vec<Prediction>, MethodError> {
-        task.require_gaussian(&self.name)?;
         let c = &self.config;
         let shape = c.net.shape(task.d, 1);
         let mut dims = vec![task.d];
@@ -189,6 +210,7 @@ impl Method for Laplace {
         }
         let settings = crate::engine::TrainSettings {
             keep_weights: true,
+            likelihood: task.likelihood,
             ..c.optim.settings(task.epochs, task.n_train())
         };
         let resources = &Resources::of(compute)?;
@@ -210,6 +232,46 @@ impl Method for Laplace {
         uqbench_core::par_map(task.repetitions.len(), per_rep)
             .into_iter()
             .collect()
+    }
+}
+
+/// The log-likelihood of the targets at the fit `f`, and per point the sd whose inverse square
+/// weighs its row of the GGN: 1/σᵢ² for a Gaussian likelihood, the logistic's curvature
+/// pᵢ(1 − pᵢ) for labels (floored at 1e-12).
+fn likelihood_terms(
+    likelihood: Likelihood,
+    f: &[f64],
+    y: &[f64],
+    sigma: &[f64],
+) -> (f64, Vec<f64>) {
+    match likelihood {
+        Likelihood::Gaussian => (
+            f.iter()
+                .zip(y)
+                .zip(sigma)
+                .map(|((f, y), s)| {
+                    -0.5 * ((y - f) / s).powi(2) - s.ln() - 0.5 * std::f64::consts::TAU.ln()
+                })
+                .sum(),
+            sigma.to_vec(),
+        ),
+        Likelihood::Bernoulli => {
+            // log σ(f) = −softplus(−f), log(1 − σ(f)) = −softplus(f).
+            let softplus = |v: f64| v.max(0.0) + (-v.abs()).exp().ln_1p();
+            let ll = f
+                .iter()
+                .zip(y)
+                .map(|(f, y)| -y * softplus(-f) - (1.0 - y) * softplus(*f))
+                .sum();
+            let sd = f
+                .iter()
+                .map(|f| {
+                    let p = 1.0 / (1.0 + (-f).exp());
+                    1.0 / (p * (1.0 - p)).max(1e-12).sqrt()
+                })
+                .collect();
+            (ll, sd)
+        }
     }
 }
 
@@ -287,23 +349,18 @@ impl Laplace {
             PriorPrecision::Fitted(_) => 1e-4,
         };
         let (mut s_train, mut s_test) = sigmas(&net);
+        let bernoulli = task.likelihood == Likelihood::Bernoulli;
         let mut rounds = 0;
         let (posterior, log_ml) = loop {
-            if c.refine {
+            // The logistic MAP has no closed form: for labels the optimiser's MAP stays.
+            if c.refine && !bernoulli {
                 net.solve_last_layer(x, y, &s_train, delta)?;
                 (s_train, s_test) = sigmas(&net);
             }
             let jac: Vec<Vec<f64>> = x.iter().map(|xi| net.jacobian(xi, subset).1).collect();
-            let g = curvature::ggn(&jac, &s_train);
             let f = fit(&net);
-            let log_lik: f64 = f
-                .iter()
-                .zip(y)
-                .zip(&s_train)
-                .map(|((f, y), s)| {
-                    -0.5 * ((y - f) / s).powi(2) - s.ln() - 0.5 * std::f64::consts::TAU.ln()
-                })
-                .sum();
+            let (log_lik, curvature_sd) = likelihood_terms(task.likelihood, &f, y, &s_train);
+            let g = curvature::ggn(&jac, &curvature_sd);
             let theta_sq: f64 = net.params(subset).iter().map(|v| v * v).sum();
             let spectrum = curvature::spectrum(&g, diag);
             let fitted = matches!(c.prior_precision, PriorPrecision::Fitted(_));
@@ -323,11 +380,26 @@ impl Laplace {
         let (mean, jac): (Vec<f64>, Vec<Vec<f64>>) =
             x_test.iter().map(|xi| net.jacobian(xi, subset)).unzip();
         let std: Vec<f64> = posterior.variances(&jac).iter().map(|v| v.sqrt()).collect();
+        // Labels: the linearised logits' draws, which the classification track averages
+        // through the logistic (MC over the GLM predictive, laplace-torch's `link_approx="mc"`).
+        let samples = bernoulli.then(|| {
+            let purpose = format!("{}/predictive", self.name);
+            let mut rng = uqbench_core::Rng::new(task.seeds.seed(task.repetitions[k], 0, &purpose));
+            (0..c.samples)
+                .map(|_| {
+                    mean.iter()
+                        .zip(&std)
+                        .map(|(m, s)| m + s * rng.normal())
+                        .collect()
+                })
+                .collect()
+        });
         let mut pred = Prediction {
             mean,
             std,
-            noise_std: Some(s_test),
+            noise_std: (!bernoulli).then_some(s_test),
             family: Family::Normal,
+            samples,
             train_mean: Some(fit(&net)),
             ..Prediction::default()
         };
@@ -339,5 +411,26 @@ impl Laplace {
         pred.scalars
             .insert("final_objective".into(), out.final_objective[k]);
         Ok(pred)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_logistic_curvature_and_log_likelihood() {
+        // f = 0: p = ½, curvature p(1 − p) = ¼, so the row sd is 2; log p = log ½.
+        // f = 3, y = 0: log(1 − σ(3)) = −log(1 + e³); curvature σ(3)(1 − σ(3)).
+        let (ll, sd) = likelihood_terms(Likelihood::Bernoulli, &[0.0, 3.0], &[1.0, 0.0], &[1.0; 2]);
+        let want = 0.5f64.ln() - (1.0 + 3f64.exp()).ln();
+        assert!((ll - want).abs() < 1e-12, "{ll} vs {want}");
+        let p = 1.0 / (1.0 + (-3f64).exp());
+        assert!((sd[0] - 2.0).abs() < 1e-12);
+        assert!((sd[1] - 1.0 / (p * (1.0 - p)).sqrt()).abs() < 1e-9);
+        // Gaussian: the normal log density, and σ itself.
+        let (ll, sd) = likelihood_terms(Likelihood::Gaussian, &[1.0], &[2.0], &[0.5]);
+        let want = -0.5 * 4.0 - 0.5f64.ln() - 0.5 * std::f64::consts::TAU.ln();
+        assert!((ll - want).abs() < 1e-12 && sd == vec![0.5]);
     }
 }
