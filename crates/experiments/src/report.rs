@@ -121,7 +121,9 @@ pub fn write(
          training region. Deviation / BLR: the mean in-distribution deviation over the anchor's \
          (flagged ⚠ above {UNDERFIT_FACTOR}: the nets do not fit the data). Fit ratio: the mean \
          over repetitions of mean_i (ŷ(x_i) − y_i)²/σ(x_i)² at the training inputs, about \
-         1 − p_eff/N for a good fit (the anchor: 1 − p/N) and ≫ 1 for an underfit. Diverged \
+         1 − p_eff/N for a good fit (the anchor: 1 − p/N) and ≫ 1 for an underfit. W2 to BLR: \
+         the mean over test inputs of the 2-Wasserstein distance from the method's predictive \
+         distribution of f to the anchor's in the same repetition. Diverged \
          repetitions are counted and left out of every metric.\n"
     );
     for s in &summary.settings {
@@ -151,10 +153,11 @@ fn regression_table(md: &mut String, methods: &[String], s: &SettingSummary) {
     let _ = writeln!(
         md,
         " deviation | deviation / BLR | uncertainty | uncertainty / BLR | fit ratio | \
-         CICF Brier 0.95 | learned rate |"
+         CICF Brier 0.95 | W2 to BLR | learned rate |"
     );
-    let _ = writeln!(md, "|{}", "---|".repeat(10 + regions.len()));
+    let _ = writeln!(md, "|{}", "---|".repeat(11 + regions.len()));
     let mut flags = Vec::new();
+    let mut notes = Vec::new();
     for (name, m) in methods
         .iter()
         .filter_map(|n| s.methods.get(n).map(|m| (n, m)))
@@ -185,20 +188,31 @@ fn regression_table(md: &mut String, methods: &[String], s: &SettingSummary) {
         }
         let _ = writeln!(
             md,
-            " {} | {} | {} | {} | {} | {} | {} |",
+            " {} | {} | {} | {} | {} | {} | {} | {} |",
             cell(get(names::DEVIATION)),
             cell(ratio),
             cell(get(names::UNCERTAINTY)),
             cell(get(names::UNCERTAINTY_RATIO)),
             cell(get(names::FIT_RATIO)),
             cell(get(&names::at(names::CICF_BRIER, 0.95))),
+            cell(get(names::W2_ANCHOR)),
             rate.unwrap_or_else(|| "–".to_string())
         );
+        if let Some(p) = get("calibration_points") {
+            notes.push(format!(
+                "- **{name}** held out {} of each repetition's training points for calibration \
+                 (its base trained on the rest).",
+                p.value
+            ));
+        }
         for f in &m.flags {
             flags.push(format!("- ⚠ **{name}**: {f}"));
         }
     }
     let _ = writeln!(md);
+    if !notes.is_empty() {
+        let _ = writeln!(md, "{}\n", notes.join("\n"));
+    }
     if !flags.is_empty() {
         let _ = writeln!(md, "{}\n", flags.join("\n"));
     }
