@@ -44,8 +44,9 @@ fn linear_networks_reach_the_exact_posterior() {
     // exact posterior precision, so its std equals the anchor's to 1% (measured: 1e-15), and
     // its refined MAP is the least-squares solution, so its mean is within 0.1 of the
     // anchor's sd (measured: 2e-14). LaplaceAll takes the Jacobian of every parameter, which
-    // for a network without hidden layers is the same.
-    for method in ["Laplace", "LaplaceAll"] {
+    // for a network without hidden layers is the same, and LaplaceKron its Kronecker factors,
+    // exact for one linear layer with one output and a constant σ.
+    for method in ["Laplace", "LaplaceAll", "LaplaceKron"] {
         for (a, l) in anchor.iter().zip(reps(dir.path(), method)) {
             let (am, asd) = (column(a, "mean"), column(a, "std"));
             let (lm, lsd) = (column(&l, "mean"), column(&l, "std"));

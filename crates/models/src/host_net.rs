@@ -19,7 +19,10 @@ pub struct HostNet {
     pub slope: f64,
 }
 
-/// Which parameters the approximation covers.
+/// One layer's Jacobian factors at an input: the layer's input a and δ = ∂f/∂z.
+pub type LayerFactors = (Vec<f64>, Vec<f64>);
+
+/// Which parameters a Jacobian covers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Subset {
     /// The last layer's weights and bias.
@@ -81,54 +84,57 @@ impl HostNet {
     }
 
     /// The output f(x) and its gradient with respect to the subset's parameters (layer by
-    /// layer W row-major then b) at input `x`.
+    /// layer W row-major then b) at input `x`: per layer the outer product of the layer's
+    /// input and δ = ∂f/∂z, then δ (see [`HostNet::factors`]).
     pub fn jacobian(&self, x: &[f64], subset: Subset) -> (f64, Vec<f64>) {
+        let (f, factors) = self.factors(x, subset);
+        let mut j = Vec::with_capacity(self.count(subset));
+        for (a, g) in &factors {
+            for ar in a {
+                j.extend(g.iter().map(|gc| ar * gc));
+            }
+            j.extend_from_slice(g);
+        }
+        (f, j)
+    }
+
+    /// The output f(x) and, per layer of the subset, its input a and δ = ∂f/∂z at its
+    /// pre-activation z (the Kronecker factors of its Jacobian: ∂f/∂W = a ⊗ δ, ∂f/∂b = δ).
+    pub fn factors(&self, x: &[f64], subset: Subset) -> (f64, Vec<LayerFactors>) {
         let layers = self.dims.len() - 1;
-        // Forward: the activations entering each layer and the pre-activations of hidden ones.
+        // Forward: the activations entering each layer and the pre-activations.
         let mut acts: Vec<Vec<f64>> = vec![x.to_vec()];
         let mut pre: Vec<Vec<f64>> = Vec::new();
         for l in 0..layers {
-            let (i, o) = (self.dims[l], self.dims[l + 1]);
-            let h = &acts[l];
+            let o = self.dims[l + 1];
             let mut z = self.b[l].clone();
-            for (a, row) in h.iter().zip(self.w[l].chunks(o)) {
+            for (a, row) in acts[l].iter().zip(self.w[l].chunks(o)) {
                 for (zj, wj) in z.iter_mut().zip(row) {
                     *zj += a * wj;
                 }
             }
-            debug_assert_eq!(h.len(), i);
             if l + 1 < layers {
-                let act = z
-                    .iter()
-                    .map(|&v| if v > 0.0 { v } else { self.slope * v })
-                    .collect();
-                pre.push(z);
-                acts.push(act);
-            } else {
-                pre.push(z);
+                acts.push(
+                    z.iter()
+                        .map(|&v| if v > 0.0 { v } else { self.slope * v })
+                        .collect(),
+                );
             }
+            pre.push(z);
         }
         let f = pre[layers - 1][0];
-        // Backward: δ_l = ∂f/∂z_l; ∂f/∂W_l = h_{l−1} ⊗ δ_l, ∂f/∂b_l = δ_l.
+        // Backward: δ_L = 1; δ_{l−1} = (W_l δ_l) ⊙ leaky'(z_{l−1}).
         let from = if subset == Subset::LastLayer {
             layers - 1
         } else {
             0
         };
-        let mut blocks: Vec<Vec<f64>> = Vec::with_capacity(layers - from);
+        let mut out: Vec<LayerFactors> = Vec::with_capacity(layers - from);
         let mut delta = vec![1.0];
         for l in (from..layers).rev() {
             let o = self.dims[l + 1];
-            let mut g = Vec::with_capacity(acts[l].len() * o + o);
-            for a in &acts[l] {
-                g.extend(delta.iter().map(|d| a * d));
-            }
-            g.extend_from_slice(&delta);
-            blocks.push(g);
-            if l > from {
-                // δ_{l−1} = (W_l δ_l) ⊙ leaky'(z_{l−1}).
-                let i = self.dims[l];
-                delta = (0..i)
+            let next = (l > from).then(|| {
+                (0..self.dims[l])
                     .map(|r| {
                         let s: f64 = self.w[l][r * o..(r + 1) * o]
                             .iter()
@@ -141,11 +147,16 @@ impl HostNet {
                             self.slope * s
                         }
                     })
-                    .collect();
+                    .collect()
+            });
+            out.push((acts[l].clone(), delta));
+            match next {
+                Some(d) => delta = d,
+                None => break,
             }
         }
-        blocks.reverse();
-        (f, blocks.concat())
+        out.reverse();
+        (f, out)
     }
 
     /// The output f(x).

@@ -7,7 +7,9 @@
 //! for a network linear in θ (the last layer; every parameter of a network without hidden
 //! layers) it is the exact Hessian of the negative log likelihood.
 
-use nalgebra::DMatrix;
+use nalgebra::{DMatrix, DVector};
+
+use crate::host_net::LayerFactors;
 
 use uqbench_core::MethodError;
 
@@ -30,6 +32,98 @@ pub fn ggn(jac: &[Vec<f64>], sigma: &[f64]) -> DMatrix<f64> {
         }
     }
     j.transpose() * j
+}
+
+/// One layer's Kronecker-factored GGN (K-FAC; Ritter et al. 2018, laplace-torch's `kron`):
+/// A ⊗ G with A = Σₙ āₙāₙᵀ/N over the layer's augmented inputs ā = [a; 1] and
+/// G = Σₙ wₙ δₙδₙᵀ over its output gradients δ = ∂f/∂z, wₙ the point's likelihood curvature
+/// (1/σₙ², or p(1 − p)); both eigendecomposed, so A ⊗ G + δI has the eigenvalues λᵃᵢλᵍⱼ + δ.
+/// Exact where A ⊗ G is: a single linear layer with one output.
+pub struct KronLayer {
+    qa: DMatrix<f64>,
+    la: Vec<f64>,
+    qg: DMatrix<f64>,
+    lg: Vec<f64>,
+}
+
+/// The Kronecker factors of every layer from the per-point factors (a, δ) of
+/// `HostNet::factors` and the points' curvature weights.
+pub fn kron(factors: &[Vec<LayerFactors>], weights: &[f64]) -> Vec<KronLayer> {
+    let n = factors.len() as f64;
+    let layers = factors[0].len();
+    (0..layers)
+        .map(|l| {
+            let (ia, og) = (factors[0][l].0.len() + 1, factors[0][l].1.len());
+            let mut a = DMatrix::<f64>::zeros(ia, ia);
+            let mut g = DMatrix::<f64>::zeros(og, og);
+            for (point, w) in factors.iter().zip(weights) {
+                let (x, d) = &point[l];
+                let xa = DVector::from_iterator(ia, x.iter().copied().chain([1.0]));
+                let dv = DVector::from_column_slice(d);
+                a += &xa * xa.transpose() / n;
+                g += &dv * dv.transpose() * *w;
+            }
+            let ea = a.symmetric_eigen();
+            let eg = g.symmetric_eigen();
+            KronLayer {
+                la: ea.eigenvalues.iter().map(|v| v.max(0.0)).collect(),
+                qa: ea.eigenvectors,
+                lg: eg.eigenvalues.iter().map(|v| v.max(0.0)).collect(),
+                qg: eg.eigenvectors,
+            }
+        })
+        .collect()
+}
+
+/// The eigenvalues of the Kronecker-factored GGN: every λᵃᵢλᵍⱼ of every layer.
+pub fn kron_spectrum(layers: &[KronLayer]) -> Vec<f64> {
+    layers
+        .iter()
+        .flat_map(|k| {
+            k.la.iter()
+                .flat_map(move |a| k.lg.iter().map(move |g| a * g))
+        })
+        .collect()
+}
+
+/// The linearised predictive variance under (A ⊗ G + δI)⁻¹ per layer at every test input,
+/// from its factors: Σ over layers and eigenpairs of ((qᵃᵢ·ā)(qᵍⱼ·δ))² / (λᵃᵢλᵍⱼ + δ).
+pub fn kron_variances(
+    layers: &[KronLayer],
+    delta: f64,
+    factors: &[Vec<LayerFactors>],
+) -> Result<Vec<f64>, MethodError> {
+    if delta <= 0.0 {
+        let spectrum = kron_spectrum(layers);
+        let top = spectrum.iter().fold(0.0, |m: f64, x| x.max(m));
+        if spectrum.iter().any(|v| *v <= 1e-12 * top) {
+            return Err(singular(
+                "the Kronecker-factored posterior precision",
+                spectrum.len(),
+            ));
+        }
+    }
+    Ok(factors
+        .iter()
+        .map(|point| {
+            layers
+                .iter()
+                .zip(point)
+                .map(|(k, (x, d))| {
+                    let xa = DVector::from_iterator(k.la.len(), x.iter().copied().chain([1.0]));
+                    let pa = k.qa.transpose() * xa;
+                    let pg = k.qg.transpose() * DVector::from_column_slice(d);
+                    let mut v = 0.0;
+                    for (i, la) in k.la.iter().enumerate() {
+                        for (j, lg) in k.lg.iter().enumerate() {
+                            v += (pa[i] * pg[j]).powi(2) / (la * lg + delta);
+                        }
+                    }
+                    v
+                })
+                .sum()
+        })
+        .collect())
 }
 
 /// The posterior of the subset's parameters, N(θ*, (GGN + δI)⁻¹), full or diagonal.
@@ -157,6 +251,36 @@ pub fn fit_prior_precision(log_lik: f64, spectrum: &[f64], theta_sq: f64) -> f64
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kron_is_exact_for_one_linear_layer() {
+        // One linear layer with one output: the GGN Σ wₙ āₙāₙᵀ equals A ⊗ G with
+        // A = Σ āāᵀ/N and G = Σ wₙ only when the weights are equal; here w = 4 (σ = 0.5).
+        let factors: Vec<Vec<LayerFactors>> = [[0.3, -1.0], [1.2, 0.4], [-0.7, 0.9]]
+            .iter()
+            .map(|x| vec![(x.to_vec(), vec![1.0])])
+            .collect();
+        let w = [4.0; 3];
+        let layers = kron(&factors, &w);
+        let jac: Vec<Vec<f64>> = factors
+            .iter()
+            .map(|p| [p[0].0.clone(), vec![1.0]].concat())
+            .collect();
+        let full = ggn(&jac, &[0.5; 3]);
+        let test = vec![vec![(vec![0.5, 0.5], vec![1.0])]];
+        let kv = kron_variances(&layers, 0.1, &test).unwrap();
+        let fv = Posterior::new(&full, 0.1, false)
+            .unwrap()
+            .variances(&[vec![0.5, 0.5, 1.0]]);
+        assert!((kv[0] / fv[0] - 1.0).abs() < 1e-10, "{kv:?} vs {fv:?}");
+        let mut a = kron_spectrum(&layers);
+        let mut b = spectrum(&full, false);
+        a.sort_by(f64::total_cmp);
+        b.sort_by(f64::total_cmp);
+        for (x, y) in a.iter().zip(&b) {
+            assert!((x - y).abs() < 1e-9 * b[2], "{a:?} vs {b:?}");
+        }
+    }
 
     #[test]
     fn prior_precision_maximises_the_evidence_of_a_conjugate_model() {

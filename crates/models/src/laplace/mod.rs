@@ -24,7 +24,13 @@ use serde::{Deserialize, Serialize};
 use crate::config::MethodConfig;
 use crate::engine::{self, Resources, TrainOutput};
 use crate::host_net::{HostNet, Subset};
-use curvature::Posterior;
+use curvature::{KronLayer, Posterior};
+
+/// A fitted posterior: dense (full or diagonal) or Kronecker-factored with its δ.
+enum Fitted {
+    Dense(Posterior),
+    Kron(Vec<KronLayer>, f64),
+}
 use uqbench_core::{Compute, Family, Likelihood, Method, MethodError, Prediction, Task, Tau};
 
 /// The noise sd at the training and at the test inputs.
@@ -53,6 +59,8 @@ pub enum Hessian {
     Full,
     /// Its diagonal.
     Diag,
+    /// Per layer the Kronecker product of two small factors (K-FAC).
+    Kron,
 }
 
 /// δ: a number or `"marglik"`.
@@ -275,6 +283,47 @@ fn likelihood_terms(
     }
 }
 
+/// The GGN over the training inputs `x`: dense from the Jacobians, or per layer from their
+/// Kronecker factors, each point weighted by 1/sd².
+#[allow(clippy::type_complexity)]
+fn build_ggn(
+    net: &HostNet,
+    x: &[Vec<f64>],
+    subset: Subset,
+    sd: &[f64],
+    kron: bool,
+) -> (Option<nalgebra::DMatrix<f64>>, Option<Vec<KronLayer>>) {
+    if kron {
+        let factors: Vec<_> = x.iter().map(|xi| net.factors(xi, subset).1).collect();
+        let w: Vec<f64> = sd.iter().map(|s| 1.0 / (s * s)).collect();
+        (None, Some(curvature::kron(&factors, &w)))
+    } else {
+        let jac: Vec<Vec<f64>> = x.iter().map(|xi| net.jacobian(xi, subset).1).collect();
+        (Some(curvature::ggn(&jac, sd)), None)
+    }
+}
+
+/// The MAP's output and the linearised predictive variance at every test input.
+fn linearised(
+    posterior: &Fitted,
+    net: &HostNet,
+    x_test: &[Vec<f64>],
+    subset: Subset,
+) -> Result<(Vec<f64>, Vec<f64>), MethodError> {
+    Ok(match posterior {
+        Fitted::Dense(p) => {
+            let (mean, jac): (Vec<f64>, Vec<Vec<f64>>) =
+                x_test.iter().map(|xi| net.jacobian(xi, subset)).unzip();
+            (mean, p.variances(&jac))
+        }
+        Fitted::Kron(layers, d) => {
+            let (mean, factors): (Vec<f64>, Vec<_>) =
+                x_test.iter().map(|xi| net.factors(xi, subset)).unzip();
+            (mean, curvature::kron_variances(layers, *d, &factors)?)
+        }
+    })
+}
+
 fn count_all(dims: &[usize]) -> usize {
     dims.windows(2).map(|w| w[0] * w[1] + w[1]).sum()
 }
@@ -343,6 +392,7 @@ impl Laplace {
             }
         };
         let diag = c.hessian == Hessian::Diag;
+        let kron = c.hessian == Hessian::Kron;
         let mut delta = match c.prior_precision {
             PriorPrecision::Value(d) => d,
             // The start of the evidence search: a weak prior.
@@ -357,12 +407,15 @@ impl Laplace {
                 net.solve_last_layer(x, y, &s_train, delta)?;
                 (s_train, s_test) = sigmas(&net);
             }
-            let jac: Vec<Vec<f64>> = x.iter().map(|xi| net.jacobian(xi, subset).1).collect();
             let f = fit(&net);
             let (log_lik, curvature_sd) = likelihood_terms(task.likelihood, &f, y, &s_train);
-            let g = curvature::ggn(&jac, &curvature_sd);
+            let (dense, layers) = build_ggn(&net, x, subset, &curvature_sd, kron);
             let theta_sq: f64 = net.params(subset).iter().map(|v| v * v).sum();
-            let spectrum = curvature::spectrum(&g, diag);
+            let spectrum = match (&dense, &layers) {
+                (Some(g), _) => curvature::spectrum(g, diag),
+                (None, Some(k)) => curvature::kron_spectrum(k),
+                (None, None) => unreachable!("one of the two is built"),
+            };
             let fitted = matches!(c.prior_precision, PriorPrecision::Fitted(_));
             if fitted && rounds < 2 {
                 let next = curvature::fit_prior_precision(log_lik, &spectrum, theta_sq);
@@ -375,11 +428,15 @@ impl Laplace {
                 delta = next;
             }
             let lml = curvature::log_marginal_likelihood(log_lik, &spectrum, theta_sq, delta);
-            break (Posterior::new(&g, delta, diag)?, lml);
+            let fitted = match (dense, layers) {
+                (Some(g), _) => Fitted::Dense(Posterior::new(&g, delta, diag)?),
+                (None, Some(k)) => Fitted::Kron(k, delta),
+                (None, None) => unreachable!("one of the two is built"),
+            };
+            break (fitted, lml);
         };
-        let (mean, jac): (Vec<f64>, Vec<Vec<f64>>) =
-            x_test.iter().map(|xi| net.jacobian(xi, subset)).unzip();
-        let std: Vec<f64> = posterior.variances(&jac).iter().map(|v| v.sqrt()).collect();
+        let (mean, variances) = linearised(&posterior, &net, x_test, subset)?;
+        let std: Vec<f64> = variances.iter().map(|v| v.sqrt()).collect();
         // Labels: the linearised logits' draws, which the classification track averages
         // through the logistic (MC over the GLM predictive, laplace-torch's `link_approx="mc"`).
         let samples = bernoulli.then(|| {
