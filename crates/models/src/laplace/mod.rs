@@ -3,9 +3,9 @@
 //! then on the host in f64 a Gaussian N(θ*, (GGN + δI)⁻¹) over a parameter subset and the
 //! linearised (GLM) predictive f(x*) ~ N(f_θ*(x*), J*ᵀ Σ J*), with y ~ N(f, Jᵀ Σ J + σ²).
 //!
-//! - `subset = "last_layer"` (laplace-torch's default) or `"all"`; `hessian = "full"` or
-//!   `"diag"` (the Kronecker-factored GGN is not implemented: for the networks here the full
-//!   GGN of every parameter is affordable up to [`MAX_FULL`] parameters).
+//! - `subset = "last_layer"` (laplace-torch's default) or `"all"`; `hessian = "full"` (up to
+//!   [`MAX_FULL`] parameters), `"kron"` (K-FAC: per layer A ⊗ G, eigendecomposed) or
+//!   `"diag"`.
 //! - `prior_precision`: δ ≥ 0 on every parameter of the subset (0 is the flat prior), or
 //!   `"marglik"`: per repetition the δ that maximises laplace-torch's log marginal likelihood
 //!   log p(D | θ*) − ½(log det(GGN + δI) − P log δ + δ‖θ*‖²).
