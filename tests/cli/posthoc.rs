@@ -67,6 +67,38 @@ fn the_posthoc_study_runs_and_reports_what_it_promises() {
 }
 
 #[test]
+fn the_posthoc_profiles_of_e1_and_cubic_run() {
+    // Issue 26's study on [000]'s E1 (N = 50: 20 points held out) and [004]'s cubic (with its
+    // validation-set noise estimate, whose inputs are predicted after the test inputs).
+    let dir = tempfile::tempdir().unwrap();
+    for spec in ["e1", "cubic"] {
+        let out = dir.path().join(spec);
+        let o = uqbench(&[
+            "run",
+            &format!("experiments/{spec}.toml"),
+            "--profile",
+            "quick,posthoc",
+            "--quiet",
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{spec}: {}", stderr(&o));
+        let s: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap())
+                .unwrap();
+        let methods = s["settings"][0]["methods"].as_object().unwrap();
+        assert!(
+            methods.contains_key("CQR") && methods.contains_key("JackknifeAB"),
+            "{spec}"
+        );
+        let held = methods["Ens+conformal"]["aggregate"]["all"]["calibration_points"]["value"]
+            .as_f64()
+            .unwrap();
+        assert_eq!(held, if spec == "e1" { 20.0 } else { 250.0 }, "{spec}");
+    }
+}
+
+#[test]
 fn a_post_hoc_method_runs_alone_with_its_base_table() {
     // `--methods Ens+conformal` keeps the base's table (Ens) in the recorded spec, so the run
     // and its resume both build it.

@@ -143,6 +143,22 @@ fn kth_smallest(v: &[f64], k: usize) -> f64 {
 }
 
 impl Calibration {
+    /// Keeps the per-test-input parts for the first `m` test inputs only (inputs after them
+    /// were appended by a caller: validation points).
+    pub fn truncate(&mut self, m: usize) {
+        if self.scale.len() > m {
+            self.scale.truncate(m);
+        }
+        for (band, _) in &mut self.bands {
+            band.lower.truncate(m);
+            band.upper.truncate(m);
+        }
+        if let Some(j) = &mut self.jackknife {
+            j.lower.truncate(m);
+            j.upper.truncate(m);
+        }
+    }
+
     /// The number of held-out points.
     pub fn points(&self) -> usize {
         if let Some(j) = &self.jackknife {
@@ -229,7 +245,15 @@ impl Calibration {
                 .lower
                 .iter()
                 .zip(&band.upper)
-                .map(|(l, u)| (l - q, u + q))
+                .map(|(l, u)| {
+                    // A negative correction can cross a narrow band's ends: it then shrinks
+                    // to its midpoint.
+                    if l - q > u + q {
+                        ((l + u) / 2.0, (l + u) / 2.0)
+                    } else {
+                        (l - q, u + q)
+                    }
+                })
                 .unzip());
         }
         let (a, b) = self.offsets(level)?;
@@ -276,6 +300,10 @@ impl Calibration {
     }
 
     fn quantile(&self, p: f64) -> f64 {
+        // A PIT of exactly 0 or 1 (a residual beyond ≈ 8.3 of the base's sds: the base is
+        // far too confident) would map to ∓∞; the isotonic map works in PIT space, so it is
+        // clamped to [ε, 1 − ε] and the recalibrated interval stops at about ±8 sds there.
+        let p = p.clamp(f64::EPSILON, 1.0 - f64::EPSILON);
         match self.dof {
             None => Normal::standard().inverse_cdf(p),
             Some(nu) => StudentsT::new(0.0, 1.0, nu).map_or(f64::NAN, |t| t.inverse_cdf(p)),
@@ -384,6 +412,22 @@ mod tests {
         // Without recalibration the base's ±1.2816 covers only about 37% of the shifted draws.
         let raw = fresh.iter().filter(|&&z| z.abs() < 1.2816).count() as f64 / 20_000.0;
         assert!(raw < 0.45, "{raw}");
+    }
+
+    #[test]
+    fn isotonic_recalibration_of_a_saturated_base_stays_finite() {
+        // Residuals of 10⁴ base sds have PITs of exactly 0 or 1: the interval is finite (at
+        // about ±8 sds) rather than infinite.
+        let z: Vec<f64> = (0..20)
+            .map(|i| if i % 2 == 0 { 1e4 } else { -1e4 })
+            .collect();
+        let (a, b) = calibration(CalibrationRule::Isotonic, z)
+            .offsets(0.9)
+            .unwrap();
+        assert!(
+            a.is_finite() && b.is_finite() && a < 0.0 && b > 0.0,
+            "{a} {b}"
+        );
     }
 
     #[test]

@@ -101,6 +101,9 @@ impl Prediction {
     /// them: mean, std, noise and predictive sd, and samples; the per-draw noise sds stay
     /// with both.
     pub fn split_tail(&mut self, m: usize) -> Prediction {
+        if let Some(c) = &mut self.calibration {
+            c.truncate(m);
+        }
         let tail = |v: &mut Option<Vec<f64>>| v.as_mut().map(|v| v.split_off(m));
         Prediction {
             mean: self.mean.split_off(m),

@@ -237,6 +237,40 @@ fn default_block() -> u64 {
     10
 }
 
+/// A profile that sets `run.methods` runs a different set of methods: the method tables it
+/// does not run (listed, or the `base` of a listed post-hoc method, transitively) are dropped,
+/// so that the check that every table is run still catches a misspelt name in the spec itself.
+fn prune_methods(table: &mut toml::Table) {
+    let listed: Vec<String> = table
+        .get("run")
+        .and_then(|r| r.get("methods"))
+        .and_then(|m| m.as_array())
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default();
+    let Some(toml::Value::Table(methods)) = table.get_mut("methods") else {
+        return;
+    };
+    let mut keep = listed;
+    let mut i = 0;
+    while i < keep.len() {
+        if let Some(base) = methods
+            .get(&keep[i])
+            .and_then(|t| t.get("base"))
+            .and_then(|b| b.as_str())
+        {
+            if !keep.iter().any(|k| k == base) {
+                keep.push(base.to_string());
+            }
+        }
+        i += 1;
+    }
+    methods.retain(|k, _| keep.iter().any(|m| m == k));
+}
+
 /// Merges `over` into `base`: tables merge key by key, everything else is replaced.
 fn merge(base: &mut toml::Table, over: &toml::Table) {
     for (k, v) in over {
@@ -287,6 +321,13 @@ impl ExperimentSpec {
                     );
                 };
                 merge(&mut table, over);
+                if over
+                    .get("run")
+                    .and_then(|r| r.as_table())
+                    .is_some_and(|r| r.contains_key("methods"))
+                {
+                    prune_methods(&mut table);
+                }
             }
         }
         let spec: ExperimentSpec = toml::Value::Table(table)
