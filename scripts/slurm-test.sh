@@ -136,9 +136,9 @@ wait_jobs() {
 }
 job_of() { sed -n "s/.*\"$2\": \"\\([0-9]*\\)\".*/\\1/p" "$1/slurm/slurm.json"; }
 same_as_single() {
-    diff -r -x run.json -x slurm "$work/single" "$1" >/dev/null || {
+    diff -r -x run.json -x slurm -x timings -x timings.csv "$work/single" "$1" >/dev/null || {
         echo "slurm-test: $1 differs from the single-process run:" >&2
-        diff -rq -x run.json -x slurm "$work/single" "$1" >&2 || true
+        diff -rq -x run.json -x slurm -x timings -x timings.csv "$work/single" "$1" >&2 || true
         exit 1
     }
 }
