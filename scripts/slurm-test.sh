@@ -7,7 +7,7 @@
 #   2. runs it as a 3-task job array plus the merge job (`uqbench slurm --submit`) and checks
 #      that the merged run equals the single process's, byte for byte (summaries, aggregate,
 #      report, figures, every repetition file; run.json differs by design: it records the
-#      merge);
+#      merge, and so do the wall times in timings/ and timings.csv);
 #   3. runs it again, cancels one array task mid-run (`scancel JOB_1`), checks that
 #      `uqbench status` names that task, resubmits it with the command status prints, and
 #      checks that the merged result is still identical.
