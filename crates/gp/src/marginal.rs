@@ -197,8 +197,8 @@ pub(crate) fn evaluate(
         0.5 * y.dot(&alpha) + log_det_half + 0.5 * n as f64 * (2.0 * std::f64::consts::PI).ln();
     let mut grad = [0.0; 4];
     if let Some((gs, gl)) = grads {
-        // ½ tr((ααᵀ − K⁻¹) ∂K) = ½ (αᵀ ∂K α − tr(K⁻¹ ∂K)); K⁻¹ by Cholesky solves.
-        let k_inv = chol.solve(&DMatrix::identity(n, n));
+        // ½ tr((ααᵀ − K⁻¹) ∂K) = ½ (αᵀ ∂K α − tr(K⁻¹ ∂K)); K⁻¹ = L⁻ᵀL⁻¹.
+        let k_inv = inverse_from_cholesky(chol.l_dirty());
         let term = |dk: &DMatrix<f64>| -> f64 {
             let quad = alpha.dot(&(dk * &alpha));
             let trace: f64 = k_inv.component_mul(dk).sum();
@@ -220,6 +220,36 @@ pub(crate) fn evaluate(
         chol,
         alpha,
     })
+}
+
+/// K⁻¹ = L⁻ᵀL⁻¹ from the Cholesky factor L of K (only its lower triangle is read): L⁻¹ by
+/// forward substitution on the identity's columns, skipping their leading zeros (n³/6
+/// multiply-adds, against 2n³ for two full triangular solves with n right-hand sides), then one
+/// matrix product. Profiled on quartic_gap's GP, the two solves took 58% of its fit.
+fn inverse_from_cholesky(l: &DMatrix<f64>) -> DMatrix<f64> {
+    let n = l.nrows();
+    // Lᵀ in column-major order: row i of L is the contiguous slice lt[i·n .. (i + 1)·n].
+    let lt = l.transpose();
+    let lt = lt.as_slice();
+    let mut inv = DMatrix::<f64>::zeros(n, n);
+    let mut c = vec![0.0; n];
+    for j in 0..n {
+        // Column j of L⁻¹: zero above j, then forward substitution.
+        c[j] = 1.0 / lt[j * n + j];
+        for i in (j + 1)..n {
+            let s: f64 = lt[i * n + j..i * n + i]
+                .iter()
+                .zip(&c[j..i])
+                .map(|(a, b)| a * b)
+                .sum();
+            c[i] = -s / lt[i * n + i];
+        }
+        inv.column_mut(j)
+            .rows_mut(j, n - j)
+            .copy_from_slice(&c[j..]);
+    }
+    // K⁻¹ = L⁻ᵀL⁻¹, through the general product (nalgebra's blocked gemm).
+    inv.transpose() * &inv
 }
 
 /// The objective argmin minimises: −log p(y | θ) − log p(θ) over the free components of θ.
@@ -281,6 +311,16 @@ impl Gradient for Objective<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_inverse_from_the_cholesky_factor_is_the_inverse() {
+        // A random SPD matrix: K·K⁻¹ = I to 1e-10.
+        let mut rng = uqbench_core::Rng::new(4);
+        let a = DMatrix::from_fn(30, 30, |_, _| rng.normal());
+        let k = &a * a.transpose() + DMatrix::identity(30, 30);
+        let inv = inverse_from_cholesky(&Cholesky::new(k.clone()).unwrap().l());
+        assert!((&k * inv - DMatrix::<f64>::identity(30, 30)).amax() < 1e-10);
+    }
     use uqbench_core::Rng;
 
     #[test]
