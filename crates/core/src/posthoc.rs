@@ -80,8 +80,11 @@ pub struct RecalibratedConfig {
     pub recalibration: Recalibration,
 }
 
+/// The share of each repetition's training points a post-hoc method holds out by default.
+pub const DEFAULT_CALIBRATION_FRACTION: f64 = 0.25;
+
 fn default_fraction() -> f64 {
-    0.25
+    DEFAULT_CALIBRATION_FRACTION
 }
 
 /// A base method whose prediction interval of y is calibrated on held-out training points.
@@ -274,6 +277,17 @@ fn predictive_sd(p: &Prediction, sigma: &[f64], residual_sd: Option<f64>) -> Vec
         .collect()
 }
 
+/// Attaches a repetition's calibration with its scalars: the held-out points and the rule's
+/// summary.
+fn attach(out: &mut Prediction, calibration: Calibration) {
+    out.scalars
+        .insert("calibration_points".into(), calibration.points() as f64);
+    if let Some((name, v)) = calibration.summary_scalar() {
+        out.scalars.insert(name.into(), v);
+    }
+    out.calibration = Some(calibration);
+}
+
 /// The training fit over all N points: the base's fit where it trained, its prediction where
 /// a point was held out.
 fn full_fit(n: usize, split: &Split, out: &mut Prediction, cal: &Prediction) {
@@ -448,12 +462,7 @@ impl Calibrated {
             bands: Vec::new(),
             jackknife: None,
         };
-        out.scalars
-            .insert("calibration_points".into(), calibration.points() as f64);
-        if let Some((name, v)) = calibration.summary_scalar() {
-            out.scalars.insert(name.into(), v);
-        }
-        out.calibration = Some(calibration);
+        attach(out, calibration);
         Ok(())
     }
 
@@ -496,12 +505,7 @@ impl Calibrated {
             bands,
             jackknife: None,
         };
-        out.scalars
-            .insert("calibration_points".into(), calibration.points() as f64);
-        if let Some((name, v)) = calibration.summary_scalar() {
-            out.scalars.insert(name.into(), v);
-        }
-        out.calibration = Some(calibration);
+        attach(out, calibration);
         Ok(())
     }
 }

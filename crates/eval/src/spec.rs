@@ -254,21 +254,26 @@ fn prune_methods(table: &mut toml::Table) {
     let Some(toml::Value::Table(methods)) = table.get_mut("methods") else {
         return;
     };
-    let mut keep = listed;
+    let keep = with_bases(&listed, |m| {
+        methods.get(m)?.get("base")?.as_str().map(String::from)
+    });
+    methods.retain(|k, _| keep.iter().any(|m| m == k));
+}
+
+/// The method tables `listed` methods use: themselves and, transitively, the `base` of each
+/// post-hoc one (`base_of` reads a table's `base`).
+fn with_bases(listed: &[String], base_of: impl Fn(&str) -> Option<String>) -> Vec<String> {
+    let mut keep = listed.to_vec();
     let mut i = 0;
     while i < keep.len() {
-        if let Some(base) = methods
-            .get(&keep[i])
-            .and_then(|t| t.get("base"))
-            .and_then(|b| b.as_str())
-        {
-            if !keep.iter().any(|k| k == base) {
-                keep.push(base.to_string());
+        if let Some(base) = base_of(&keep[i]) {
+            if !keep.contains(&base) {
+                keep.push(base);
             }
         }
         i += 1;
     }
-    methods.retain(|k, _| keep.iter().any(|m| m == k));
+    keep
 }
 
 /// Merges `over` into `base`: tables merge key by key, everything else is replaced.
@@ -284,6 +289,14 @@ fn merge(base: &mut toml::Table, over: &toml::Table) {
 }
 
 impl ExperimentSpec {
+    /// The method tables the `listed` methods use: themselves and, transitively, the `base`
+    /// of each post-hoc one.
+    pub fn tables_used(&self, listed: &[String]) -> Vec<String> {
+        with_bases(listed, |m| {
+            self.methods.get(m)?.get("base")?.as_str().map(String::from)
+        })
+    }
+
     /// Reads and validates a spec file.
     pub fn load(path: &Path) -> Result<ExperimentSpec> {
         Self::load_profile(path, None)

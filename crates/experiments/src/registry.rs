@@ -4,7 +4,9 @@
 use anyhow::{bail, Context, Result};
 use uqbench_anchor::{Blr, Setting, ANCHOR};
 use uqbench_core::inputs::FeatureInputs;
-use uqbench_core::posthoc::{Calibrated, ConformalConfig, RecalibratedConfig};
+use uqbench_core::posthoc::{
+    Calibrated, ConformalConfig, RecalibratedConfig, DEFAULT_CALIBRATION_FRACTION,
+};
 use uqbench_core::Method;
 use uqbench_eval::spec::ExperimentSpec;
 use uqbench_gp::Gp;
@@ -19,6 +21,14 @@ fn config<T: serde::de::DeserializeOwned>(name: &str, settings: toml::Value) -> 
     settings
         .try_into()
         .with_context(|| format!("[methods.{name}]"))
+}
+
+/// A method's settings as a table (empty when it has none).
+fn table_of(s: toml::Value) -> toml::Table {
+    match s {
+        toml::Value::Table(t) => t,
+        _ => toml::Table::new(),
+    }
 }
 
 fn ensemble(name: &str, s: toml::Value, kind: EnsembleKind) -> Result<Box<dyn Method>> {
@@ -40,10 +50,7 @@ fn naive_bootstrap(name: &str, s: toml::Value) -> Result<Box<dyn Method>> {
 /// [003]'s deterministic baseline: one network, no sampling (an ensemble of one member, so it
 /// trains exactly like an Ens member). Its interval of P(y = 1 | x) has width 0.
 fn deterministic(name: &str, s: toml::Value) -> Result<Box<dyn Method>> {
-    let mut table = match s {
-        toml::Value::Table(t) => t,
-        _ => toml::Table::new(),
-    };
+    let mut table = table_of(s);
     match table.get("members") {
         None => {
             table.insert("members".into(), toml::Value::Integer(1));
@@ -58,10 +65,7 @@ fn deterministic(name: &str, s: toml::Value) -> Result<Box<dyn Method>> {
 
 /// MultiSWAG (Wilson & Izmailov 2020): SWAG members of an ensemble, 10 unless set.
 fn multi_swag(name: &str, s: toml::Value) -> Result<Box<dyn Method>> {
-    let mut table = match s {
-        toml::Value::Table(t) => t,
-        _ => toml::Table::new(),
-    };
+    let mut table = table_of(s);
     table.entry("members").or_insert(toml::Value::Integer(10));
     Ok(Box::new(Swag::new(
         name,
@@ -72,12 +76,9 @@ fn multi_swag(name: &str, s: toml::Value) -> Result<Box<dyn Method>> {
 /// CQR (Romano et al. 2019): a quantile network trained on all but `calibration_fraction`
 /// (0.25) of the training points, its bands conformalised on the rest.
 fn cqr(name: &str, s: toml::Value) -> Result<Box<dyn Method>> {
-    let mut table = match s {
-        toml::Value::Table(t) => t,
-        _ => toml::Table::new(),
-    };
+    let mut table = table_of(s);
     let fraction = match table.remove("calibration_fraction") {
-        None => 0.25,
+        None => DEFAULT_CALIBRATION_FRACTION,
         Some(v) => v
             .as_float()
             .or(v.as_integer().map(|i| i as f64))

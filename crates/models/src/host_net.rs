@@ -196,11 +196,8 @@ impl HostNet {
         sigma: &[f64],
         delta: f64,
     ) -> Result<(), MethodError> {
-        let k = *self
-            .dims
-            .last()
-            .map(|_| &self.dims[self.dims.len() - 2])
-            .unwrap();
+        // The last hidden width (the input dimension without hidden layers).
+        let k = self.dims[self.dims.len() - 2];
         let n = x.len();
         let mut a = DMatrix::<f64>::zeros(n, k + 1);
         let mut rhs = DVector::<f64>::zeros(n);

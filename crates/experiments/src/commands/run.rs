@@ -190,22 +190,7 @@ pub fn plan_of(args: &RunArgs) -> Result<(Plan, Option<std::ops::Range<u64>>)> {
             .collect();
     }
     // The tables kept: the methods run and, transitively, the bases of post-hoc ones.
-    let mut keep: Vec<String> = plan.methods.clone();
-    let mut i = 0;
-    while i < keep.len() {
-        if let Some(base) = plan
-            .spec
-            .methods
-            .get(&keep[i])
-            .and_then(|t| t.get("base"))
-            .and_then(|b| b.as_str())
-        {
-            if !keep.iter().any(|k| k == base) {
-                keep.push(base.to_string());
-            }
-        }
-        i += 1;
-    }
+    let keep = plan.spec.tables_used(&plan.methods);
     plan.spec.methods.retain(|k, _| keep.contains(k));
     Ok((plan, reps))
 }

@@ -97,13 +97,9 @@ impl Plan {
             }
         }
         // Tables a listed post-hoc method uses as its base need not be listed themselves.
-        let bases: Vec<String> = spec
-            .methods
-            .values()
-            .filter_map(|t| t.get("base").and_then(|b| b.as_str()).map(String::from))
-            .collect();
+        let used = spec.tables_used(&run.methods);
         for name in spec.methods.keys() {
-            if !run.methods.contains(name) && !bases.contains(name) {
+            if !used.contains(name) {
                 bail!(
                     "[methods.{name}] configures a method that run.methods does not list ({})",
                     run.methods.join(", ")

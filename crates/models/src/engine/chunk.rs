@@ -73,7 +73,9 @@ impl<'a> Trainer<'a> {
 
     /// One optimiser step on a batch: forward, head, backward (plus the adversarial pass on
     /// x' = x + ε·sign(∇ₓ loss) for EnsAdvA, whose loss adds to the step's), then Adam.
-    /// Step t's noise is draw 2t of the noise stream (2t + 1 for the adversarial pass).
+    /// Step t's noise is draw 2t of the noise stream (2t + 1 for the adversarial pass); `lr` is
+    /// the epoch's learning rate.
+    #[allow(clippy::too_many_arguments)]
     fn step(
         &self,
         s: &mut State,
@@ -81,6 +83,7 @@ impl<'a> Trainer<'a> {
         y: &Tensor<3>,
         eps: Option<&Tensor<3>>,
         t: u64,
+        lr: f64,
         rng: Option<&DeviceRng>,
     ) {
         let n = x.dims()[1];
@@ -96,35 +99,8 @@ impl<'a> Trainer<'a> {
             grads.add(g2);
         }
         let st = self.settings;
-        let step = AdamStep::new(
-            self.lr_at(t),
-            st.beta1,
-            st.beta2,
-            st.eps,
-            t,
-            st.weight_decay,
-        );
+        let step = AdamStep::new(lr, st.beta1, st.beta2, st.eps, t, st.weight_decay);
         s.adam_step(grads, self.net.path, &step);
-    }
-
-    /// Optimiser steps per epoch of the batching scheme.
-    fn steps_per_epoch(&self) -> u64 {
-        let n = self.job.n_train();
-        match &self.settings.batching {
-            Batching::Full | Batching::Resample { size: None } => 1,
-            Batching::Shuffled { size } | Batching::Resample { size: Some(size) } => {
-                n.div_ceil(*size) as u64
-            }
-            Batching::WithReplacement { per_epoch, .. } => *per_epoch as u64,
-        }
-    }
-
-    /// The learning rate of step `t` (1-based): SWA's from its first epoch on.
-    fn lr_at(&self, t: u64) -> f64 {
-        match self.settings.swa {
-            Some(swa) if (t - 1) / self.steps_per_epoch() >= swa.start as u64 => swa.lr,
-            _ => self.settings.lr,
-        }
     }
 
     /// Trains replicas `range` of the job, then predicts the test inputs.
@@ -306,15 +282,20 @@ impl<'a> Trainer<'a> {
 
         let mut t = 0u64;
         for epoch in 0..self.settings.epochs as u64 {
+            // SWA's learning rate from its first epoch on.
+            let lr = match self.settings.swa {
+                Some(c) if epoch as usize >= c.start => c.lr,
+                _ => self.settings.lr,
+            };
             match &self.settings.batching {
                 Batching::Full => {
                     t += 1;
-                    self.step(s, x_full.clone(), y_full, eps, t, rng);
+                    self.step(s, x_full.clone(), y_full, eps, t, lr, rng);
                 }
                 Batching::Resample { size: None } => {
                     let (xb, yb) = resampled.as_ref().expect("drawn above");
                     t += 1;
-                    self.step(s, xb.clone(), yb, eps, t, rng);
+                    self.step(s, xb.clone(), yb, eps, t, lr, rng);
                 }
                 Batching::Resample { size: Some(size) } => {
                     // The resample in a fresh order every epoch (draw epoch + 1: draw 0 made
@@ -328,7 +309,7 @@ impl<'a> Trainer<'a> {
                         let end = (start + size).min(n);
                         let (xb, yb) = gather(idx.clone().slice([0..rc, start..end]));
                         t += 1;
-                        self.step(s, xb, &yb, eps, t, rng);
+                        self.step(s, xb, &yb, eps, t, lr, rng);
                     }
                 }
                 Batching::WithReplacement { size, per_epoch } => {
@@ -336,7 +317,7 @@ impl<'a> Trainer<'a> {
                         t += 1;
                         let idx = batch_rng.as_ref().expect("batching").below(t, n, *size);
                         let (xb, yb) = gather(idx);
-                        self.step(s, xb, &yb, eps, t, rng);
+                        self.step(s, xb, &yb, eps, t, lr, rng);
                     }
                 }
                 Batching::Shuffled { size } => {
@@ -345,7 +326,7 @@ impl<'a> Trainer<'a> {
                         let end = (start + size).min(n);
                         let (xb, yb) = gather(perm.clone().slice([0..rc, start..end]));
                         t += 1;
-                        self.step(s, xb, &yb, eps, t, rng);
+                        self.step(s, xb, &yb, eps, t, lr, rng);
                     }
                 }
             }

@@ -373,9 +373,10 @@ impl Laplace {
         let flat = &out.weights.as_ref().expect("weights were kept")[k];
         let mut net = HostNet::from_flat(flat, dims, c.net.negative_slope);
         let y = &task.y_train[k];
+        // The output alone (the last layer's factors, no Jacobian vector).
         let fit = |net: &HostNet| -> Vec<f64> {
             x.iter()
-                .map(|xi| net.jacobian(xi, Subset::LastLayer).0)
+                .map(|xi| net.factors(xi, Subset::LastLayer).0)
                 .collect()
         };
         let ml_sd = |f: &[f64]| -> f64 {
