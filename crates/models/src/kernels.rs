@@ -7,10 +7,15 @@
 //! tensor operations (each a pass over memory and usually an allocation) with one pass.
 //! Both versions compute the same formulas per element, so results agree to rounding; each
 //! is exactly per-element or per-replica, so a replica's numbers never depend on the others.
+//! The fused loops run through [`simd::dispatch`]: AVX2 where the CPU has it, the same bits.
 
 use burn::backend::flex::FlexTensor;
 use burn::backend::Flex;
 use burn::tensor::Tensor;
+
+use pulp::NullaryFnOnce;
+
+use crate::simd;
 
 /// Adam's hyper-parameters for one step (bias correction folded in).
 #[derive(Debug, Clone, Copy)]
@@ -77,7 +82,7 @@ fn view_mut(f: &mut FlexTensor) -> &mut [f32] {
     &mut f.storage_mut::<f32>()[s..e]
 }
 
-#[inline]
+#[inline(always)]
 fn leaky(v: f32, slope: f32) -> f32 {
     if v > 0.0 {
         v
@@ -113,20 +118,13 @@ pub fn bias_act(
             let bias = view(&bf);
             let out = view_mut(&mut zf);
             let slope = slope as f32;
-            for rep in 0..r {
-                let brow = &bias[rep * o..(rep + 1) * o];
-                for row in out[rep * n * o..(rep + 1) * n * o].chunks_exact_mut(o) {
-                    if activate {
-                        for (v, bb) in row.iter_mut().zip(brow) {
-                            *v = leaky(*v + bb, slope);
-                        }
-                    } else {
-                        for (v, bb) in row.iter_mut().zip(brow) {
-                            *v += bb;
-                        }
-                    }
-                }
-            }
+            simd::dispatch(BiasAct {
+                out,
+                bias,
+                shape: [r, n, o],
+                slope,
+                activate,
+            });
             from_flex(zf)
         }
     }
@@ -156,9 +154,7 @@ pub fn leaky_backward(
             let slope = slope as f32;
             // Branch-free: the sign of an activation is as good as random, so a branch would
             // mispredict about half the time.
-            for (dv, av) in d.iter_mut().zip(a) {
-                *dv *= if *av > 0.0 { 1.0 } else { slope };
-            }
+            simd::dispatch(LeakyBackward { d, a, slope });
             from_flex(df)
         }
     }
@@ -191,21 +187,107 @@ pub fn adam<const D: usize>(
             let mut vf = into_flex(v);
             let gf = into_flex(g);
             let gs = view(&gf);
-            let (b1, b2) = (s.beta1, s.beta2);
             {
                 let ps = view_mut(&mut pf);
                 let ms = view_mut(&mut mf);
                 let vs = view_mut(&mut vf);
-                for i in 0..ps.len() {
-                    let g = gs[i] + s.weight_decay * ps[i];
-                    let m = ms[i] * b1 + g * (1.0 - b1);
-                    let v = vs[i] * b2 + (g * g) * (1.0 - b2);
-                    ms[i] = m;
-                    vs[i] = v;
-                    ps[i] -= (m * s.lr_t) / (v.sqrt() + s.eps_t);
-                }
+                simd::dispatch(Adam {
+                    p: ps,
+                    m: ms,
+                    v: vs,
+                    g: gs,
+                    step: s,
+                });
             }
             (from_flex(pf), from_flex(mf), from_flex(vf))
         }
+    }
+}
+
+/// One Adam step on host slices, element by element (the flex path's loop, and the host
+/// trainers'): p, m and v updated in place from the gradient g, with λ·p added to g.
+#[inline(always)]
+pub fn adam_slice(p: &mut [f32], m: &mut [f32], v: &mut [f32], g: &[f32], s: &AdamStep) {
+    let n = p.len();
+    let (m, v, g) = (&mut m[..n], &mut v[..n], &g[..n]);
+    let (b1, b2, lr_t, eps_t, wd) = (s.beta1, s.beta2, s.lr_t, s.eps_t, s.weight_decay);
+    for i in 0..n {
+        let gi = g[i] + wd * p[i];
+        let mi = m[i] * b1 + gi * (1.0 - b1);
+        let vi = v[i] * b2 + (gi * gi) * (1.0 - b2);
+        m[i] = mi;
+        v[i] = vi;
+        p[i] -= (mi * lr_t) / (vi.sqrt() + eps_t);
+    }
+}
+
+// The fused loops as operations for [`simd::dispatch`]: structs rather than closures, because
+// a closure's body is compiled in a call shim that is not inlined into the AVX2 copy.
+
+/// z + b, then the leaky ReLU when `activate`, in place (`out`: `[r, n, o]`, `bias`: `[r, o]`).
+struct BiasAct<'a> {
+    out: &'a mut [f32],
+    bias: &'a [f32],
+    shape: [usize; 3],
+    slope: f32,
+    activate: bool,
+}
+
+impl NullaryFnOnce for BiasAct<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn call(self) {
+        let [r, n, o] = self.shape;
+        for rep in 0..r {
+            let brow = &self.bias[rep * o..(rep + 1) * o];
+            for row in self.out[rep * n * o..(rep + 1) * n * o].chunks_exact_mut(o) {
+                if self.activate {
+                    for (v, bb) in row.iter_mut().zip(brow) {
+                        *v = leaky(*v + bb, self.slope);
+                    }
+                } else {
+                    for (v, bb) in row.iter_mut().zip(brow) {
+                        *v += bb;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// δ·φ'(a) in place.
+struct LeakyBackward<'a> {
+    d: &'a mut [f32],
+    a: &'a [f32],
+    slope: f32,
+}
+
+impl NullaryFnOnce for LeakyBackward<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn call(self) {
+        for (dv, av) in self.d.iter_mut().zip(self.a) {
+            *dv *= if *av > 0.0 { 1.0 } else { self.slope };
+        }
+    }
+}
+
+/// [`adam_slice`] as an operation.
+struct Adam<'a> {
+    p: &'a mut [f32],
+    m: &'a mut [f32],
+    v: &'a mut [f32],
+    g: &'a [f32],
+    step: &'a AdamStep,
+}
+
+impl NullaryFnOnce for Adam<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn call(self) {
+        adam_slice(self.p, self.m, self.v, self.g, self.step);
     }
 }

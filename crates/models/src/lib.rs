@@ -10,6 +10,7 @@ pub mod dropout_method;
 pub mod engine;
 pub mod ens_mcd;
 pub mod ensemble;
+pub(crate) mod fused;
 pub mod hmc;
 pub mod host_net;
 pub mod jackknife;
@@ -20,6 +21,7 @@ pub mod mfvi;
 pub mod mlp;
 pub mod optim;
 pub mod quantile;
+pub mod simd;
 pub mod stochastic;
 pub mod swag;
 

@@ -77,6 +77,31 @@ impl MlpShape {
     pub fn params_per_replica(&self) -> usize {
         self.layers().iter().map(|(i, o)| i * o + o).sum()
     }
+
+    /// Whether the fused host loops (HMC's and MFVI's, one replica at a time over its points)
+    /// beat tensor operations over a chunk of replicas on the CPU: every layer has
+    /// in·out ≤ 800. Measured for HMC with `tcc --profile cpu --methods HMC` at one width
+    /// (2-W-W-W-1 networks, 20 repetitions × 4 chains of 300 + 300 iterations): host 49 s
+    /// against tensors 78 s at W = 20 (layers of 400), 165 s against 104 s at W = 40 (1 600);
+    /// the ratio grows about as W^1.3, crossing 1 near W = 28 (784). The host loops do a layer
+    /// as in·out passes over the points where the tensors do one gemm; [002]'s 1-W-1
+    /// networks (in·out = W) always run on the host.
+    pub fn host_sized(&self) -> bool {
+        self.layers().iter().all(|&(i, o)| i * o <= 800)
+    }
+}
+
+/// The environment variable that, set to `off`, keeps HMC and MFVI on their tensor routes on
+/// the CPU too (to compare the routes; docs/performance.md).
+pub const HOST_LOOPS_ENV: &str = "UQBENCH_HOST_LOOPS";
+
+/// Whether a method on a CPU backend may use its fused host loops for a network of `shape`:
+/// [`MlpShape::host_sized`], unless [`HOST_LOOPS_ENV`] is `off`.
+pub fn host_loops(shape: &MlpShape) -> bool {
+    static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let off = *OFF
+        .get_or_init(|| std::env::var(HOST_LOOPS_ENV).is_ok_and(|v| v.eq_ignore_ascii_case("off")));
+    !off && shape.host_sized()
 }
 
 /// Weights and biases of R replicas on the host, layer by layer: weights `[R, in, out]` and

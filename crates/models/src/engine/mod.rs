@@ -17,6 +17,8 @@
 //! - [`head`]: the loss on the output and its gradient;
 //! - [`swa`]: stochastic weight averaging's collection of the weights (SWAG);
 //! - `chunk`: the built-in network's training of one chunk;
+//! - `host`: the same for small networks on the CPU, as fused loops over one replica's
+//!   points (`crate::fused`), for the jobs that need no more than full batches and ½·MSE;
 //! - [`ops`]: counting the tensor operations a run issues, in burn's fusion server (GPU);
 //! - `probe` (tests): the objective's gradient against finite differences.
 //!
@@ -26,6 +28,7 @@
 
 pub(crate) mod chunk;
 pub mod head;
+mod host;
 pub mod job;
 pub mod memory;
 mod network;
@@ -60,6 +63,14 @@ pub fn train(
 ) -> Result<TrainOutput, MethodError> {
     job.validate()?;
     settings.validate(job.n_train(), job.shape)?;
+    if host::applies(job, settings, res) {
+        let trainer = host::Trainer {
+            job,
+            settings,
+            device: res.device.clone(),
+        };
+        return run_chunks(&trainer, res, progress);
+    }
     let trainer = chunk::Trainer {
         job,
         settings,

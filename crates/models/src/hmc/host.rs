@@ -9,207 +9,21 @@
 //! Arithmetic is f32 like the device's; the potential, SSE and energies are summed in f64.
 //! The floating-point order differs from the tensor version's, so chains follow other
 //! trajectories from the same seeds: the results are equal in distribution, not bit for bit
-//! (compared in docs/performance.md).
+//! (compared in docs/performance.md). A chain runs through [`simd::dispatch`]: compiled for
+//! AVX2 where the CPU has it, with the same bits as the baseline build.
 
 use std::ops::Range;
 
+use pulp::NullaryFnOnce;
 use uqbench_anchor::Rng;
 use uqbench_metrics::mcmc;
 
 use super::chain::{gamma_draw, ChainRecord, DualAveraging, HmcTrainer, PRIOR_A0, PRIOR_B0};
 use crate::engine::ChunkOut;
+use crate::fused::{dot, Net};
 use crate::mlp::xavier_init;
+use crate::simd;
 use uqbench_core::MethodError;
-
-/// One chain's network: layer shapes, flat parameter layout W₀ … W_L then b₀ … b_L (the
-/// order in which the tensor version draws momenta; W_l row-major `[in, out]`), and scratch
-/// for every layer's activations, feature-major (`[width, points]`, so that every inner loop
-/// runs over the points, contiguous and vectorised).
-struct Net {
-    /// (in, out) per layer.
-    layers: Vec<(usize, usize)>,
-    /// Offsets of W_l and b_l in the flat parameters.
-    w_at: Vec<usize>,
-    b_at: Vec<usize>,
-    dim: usize,
-    slope: f32,
-    /// Per layer, its input `[in, points]` (layer 0: empty; the data is read in place).
-    acts: Vec<Vec<f32>>,
-    /// Pre-activations per layer `[out, points]`.
-    pre: Vec<Vec<f32>>,
-    /// δ buffers `[width, points]`, two alternating.
-    delta: [Vec<f32>; 2],
-}
-
-/// y += a·x, element by element.
-#[inline(always)]
-fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
-    for (yi, &xi) in y.iter_mut().zip(x) {
-        *yi += a * xi;
-    }
-}
-
-/// Σ a_i·b_i with eight interleaved partial sums, added in a fixed order: the same result
-/// whatever the vector width the loop compiles to.
-#[inline(always)]
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0.0f32; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let (ra, rb) = (ca.remainder(), cb.remainder());
-    for (x, y) in ca.zip(cb) {
-        for i in 0..8 {
-            acc[i] += x[i] * y[i];
-        }
-    }
-    let mut tail = 0.0f32;
-    for (x, y) in ra.iter().zip(rb) {
-        tail += x * y;
-    }
-    ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])) + tail
-}
-
-/// Σ a_i, as [`dot`] with ones.
-#[inline(always)]
-fn sum(a: &[f32]) -> f32 {
-    let mut acc = [0.0f32; 8];
-    let ca = a.chunks_exact(8);
-    let ra = ca.remainder();
-    for x in ca {
-        for i in 0..8 {
-            acc[i] += x[i];
-        }
-    }
-    let tail: f32 = ra.iter().sum();
-    ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])) + tail
-}
-
-impl Net {
-    fn new(layers: Vec<(usize, usize)>, slope: f64, points: usize) -> Net {
-        let mut w_at = Vec::new();
-        let mut at = 0;
-        for &(i, o) in &layers {
-            w_at.push(at);
-            at += i * o;
-        }
-        let mut b_at = Vec::new();
-        for &(_, o) in &layers {
-            b_at.push(at);
-            at += o;
-        }
-        let widest = layers.iter().map(|&(i, o)| i.max(o)).max().unwrap_or(1);
-        Net {
-            acts: (layers.iter().enumerate())
-                .map(|(l, &(i, _))| {
-                    if l == 0 {
-                        Vec::new()
-                    } else {
-                        vec![0.0; points * i]
-                    }
-                })
-                .collect(),
-            pre: layers.iter().map(|&(_, o)| vec![0.0; points * o]).collect(),
-            delta: [vec![0.0; points * widest], vec![0.0; points * widest]],
-            layers,
-            w_at,
-            b_at,
-            dim: at,
-            slope: slope as f32,
-        }
-    }
-
-    /// f at `n` points (`xt`: feature-major `[d, n]`) into `out` (`[n]`), keeping the
-    /// activations.
-    #[inline(always)]
-    fn forward(&mut self, theta: &[f32], xt: &[f32], out: &mut [f32]) {
-        let n = out.len();
-        let last = self.layers.len() - 1;
-        for (l, &(din, dout)) in self.layers.iter().enumerate() {
-            let w = &theta[self.w_at[l]..self.w_at[l] + din * dout];
-            let b = &theta[self.b_at[l]..self.b_at[l] + dout];
-            let (before, after) = self.acts.split_at_mut(l + 1);
-            let input: &[f32] = if l == 0 { xt } else { &before[l] };
-            let z = &mut self.pre[l];
-            let slope = self.slope;
-            for j in 0..dout {
-                let zj = &mut z[j * n..(j + 1) * n];
-                if din == 1 && l < last {
-                    // One input (a 1-D problem's first layer): z and φ(z) in one pass; the
-                    // same numbers as the general loop (b + w·x, then φ).
-                    let (bj, wj) = (b[j], w[j]);
-                    let h = &mut after[0][j * n..(j + 1) * n];
-                    for ((zv, hv), &xv) in zj.iter_mut().zip(h.iter_mut()).zip(&input[..n]) {
-                        *zv = bj + wj * xv;
-                        *hv = if *zv > 0.0 { *zv } else { slope * *zv };
-                    }
-                    continue;
-                }
-                zj.fill(b[j]);
-                for k in 0..din {
-                    axpy(zj, w[k * dout + j], &input[k * n..(k + 1) * n]);
-                }
-                if l < last {
-                    for (h, &zv) in after[0][j * n..(j + 1) * n].iter_mut().zip(zj.iter()) {
-                        *h = if zv > 0.0 { zv } else { slope * zv };
-                    }
-                }
-            }
-        }
-        out.copy_from_slice(&self.pre[last][..n]);
-    }
-
-    /// ∇ of Σ_p δ_p·f(x_p) with respect to θ into `grad`, for δ at the output (`[n]`) and the
-    /// activations of the last [`Net::forward`] at the same inputs `xt`.
-    #[inline(always)]
-    fn backward(&mut self, theta: &[f32], xt: &[f32], delta_out: &[f32], grad: &mut [f32]) {
-        let n = delta_out.len();
-        let mut cur = 0usize;
-        self.delta[cur][..n].copy_from_slice(delta_out);
-        for l in (0..self.layers.len()).rev() {
-            let (din, dout) = self.layers[l];
-            let w = &theta[self.w_at[l]..self.w_at[l] + din * dout];
-            let [d0, d1] = &mut self.delta;
-            let (dl, dprev) = if cur == 0 { (&*d0, d1) } else { (&*d1, d0) };
-            let input: &[f32] = if l == 0 { xt } else { &self.acts[l] };
-            let gw = &mut grad[self.w_at[l]..self.w_at[l] + din * dout];
-            for k in 0..din {
-                let a = &input[k * n..(k + 1) * n];
-                for j in 0..dout {
-                    gw[k * dout + j] = dot(a, &dl[j * n..(j + 1) * n]);
-                }
-            }
-            let gb = &mut grad[self.b_at[l]..self.b_at[l] + dout];
-            for (j, g) in gb.iter_mut().enumerate() {
-                *g = sum(&dl[j * n..(j + 1) * n]);
-            }
-            if l > 0 {
-                // δ at the previous layer's output, times φ'(z) of its pre-activation.
-                let z = &self.pre[l - 1];
-                let slope = self.slope;
-                for k in 0..din {
-                    let dk = &mut dprev[k * n..(k + 1) * n];
-                    if dout == 1 {
-                        // One output (the last layer): w·δ·φ'(z) in one pass, the same
-                        // numbers as the general loop (0 + w·δ, then the mask).
-                        let wk = w[k];
-                        let (d0, zk) = (&dl[..n], &z[k * n..(k + 1) * n]);
-                        for ((d, &dv), &zv) in dk.iter_mut().zip(d0).zip(zk) {
-                            *d = wk * dv * if zv > 0.0 { 1.0 } else { slope };
-                        }
-                        continue;
-                    }
-                    dk.fill(0.0);
-                    for j in 0..dout {
-                        axpy(dk, w[k * dout + j], &dl[j * n..(j + 1) * n]);
-                    }
-                    for (d, &zv) in dk.iter_mut().zip(&z[k * n..(k + 1) * n]) {
-                        *d *= if zv > 0.0 { 1.0 } else { slope };
-                    }
-                }
-            }
-            cur = 1 - cur;
-        }
-    }
-}
 
 /// One chain's state and what the potential needs.
 struct Chain<'a> {
@@ -227,6 +41,7 @@ struct Chain<'a> {
 
 impl Chain<'_> {
     /// U(θ) and the SSE (for labels: the NLL), with ∇U into `grad`, at 1/σ² `inv_s2`.
+    #[inline(always)]
     fn potential(&mut self, theta: &[f32], inv_s2: f64, grad: &mut [f32]) -> (f64, f64) {
         let mut f = std::mem::take(&mut self.f);
         self.net.forward(theta, self.x, &mut f);
@@ -277,6 +92,25 @@ impl Chain<'_> {
     }
 }
 
+/// One chain's run as an operation for [`simd::dispatch`] (a struct, not a closure: a
+/// closure's body would be compiled in a call shim outside the AVX2 copy).
+struct RunChain<'a, 'b, 'c> {
+    trainer: &'a HmcTrainer<'b>,
+    chain: &'a mut Chain<'c>,
+    theta: &'a mut [f32],
+    y: &'a [f32],
+    stream: &'a mut Rng,
+}
+
+impl NullaryFnOnce for RunChain<'_, '_, '_> {
+    type Output = (ChainRecord, f64, Vec<f32>, Vec<f32>);
+
+    #[inline(always)]
+    fn call(self) -> Self::Output {
+        (self.trainer).run_chain(self.chain, self.theta, self.y, self.stream)
+    }
+}
+
 impl HmcTrainer<'_> {
     /// [`crate::engine::ChunkTrainer::train_chunk`] on the host, chain by chain.
     pub(super) fn train_chunk_host(&self, range: Range<usize>) -> Result<ChunkOut, MethodError> {
@@ -324,8 +158,14 @@ impl HmcTrainer<'_> {
                 bernoulli: self.bernoulli,
             };
             let mut stream = Rng::new(self.stream[rep]);
-            let (record, u, draws_f, train_mean) =
-                self.run_chain(&mut chain, &mut theta, y, &mut stream);
+            // The whole chain compiled for the CPU's widest vectors (the same bits).
+            let (record, u, draws_f, train_mean) = simd::dispatch(RunChain {
+                trainer: self,
+                chain: &mut chain,
+                theta: &mut theta,
+                y,
+                stream: &mut stream,
+            });
             pred[r * c.draws * m..(r + 1) * c.draws * m].copy_from_slice(&draws_f);
             train[r * n..(r + 1) * n].copy_from_slice(&train_mean);
             objective[r] = u / n as f64;
@@ -352,7 +192,9 @@ impl HmcTrainer<'_> {
     }
 
     /// Every iteration of one chain: its record, its final potential, its draws of f at the
-    /// test inputs `[draws, M]` and its mean f at the training inputs.
+    /// test inputs `[draws, M]` and its mean f at the training inputs. Inlined into
+    /// [`RunChain`], with the potential.
+    #[inline(always)]
     fn run_chain(
         &self,
         chain: &mut Chain<'_>,
@@ -583,6 +425,86 @@ mod tests {
             assert_eq!(got.len(), want.len());
             for (i, (a, b)) in got.iter().zip(&want).enumerate() {
                 close(f64::from(*a), f64::from(*b), &format!("∂U/∂θ[{i}]"));
+            }
+        }
+    }
+
+    /// The potential at 1/σ² = 1.7 as an operation for [`simd::dispatch_at`].
+    struct Potential<'a, 'c> {
+        chain: &'a mut Chain<'c>,
+        theta: &'a [f32],
+        grad: &'a mut [f32],
+    }
+
+    impl NullaryFnOnce for Potential<'_, '_> {
+        type Output = (f64, f64);
+
+        #[inline(always)]
+        fn call(self) -> (f64, f64) {
+            self.chain.potential(self.theta, 1.7, self.grad)
+        }
+    }
+
+    #[test]
+    fn both_instruction_sets_give_the_same_bits() {
+        // [002]'s 1-20-1 network on 203 points (so that the eight-lane sums and their tails
+        // both run) and a 2-9-7-1 one, both likelihoods: the potential, the SSE and every
+        // gradient entry at the baseline and at AVX2 (`crate::simd`) agree bit for bit.
+        let net = |d_in: usize, hidden: Vec<usize>| MlpShape {
+            d_in,
+            hidden,
+            d_out: 1,
+            negative_slope: 0.01,
+        };
+        for (shape, n) in [(net(1, vec![20]), 203), (net(2, vec![9, 7]), 61)] {
+            let mut rng = Rng::new(11);
+            let d = shape.d_in;
+            let xt: Vec<f32> = (0..n * d)
+                .map(|_| rng.uniform_in(-2.0, 2.5) as f32)
+                .collect();
+            let host_w = xavier_init(&shape, &[3]);
+            let mut theta: Vec<f32> = host_w.layers.iter().flat_map(|(w, _)| w.clone()).collect();
+            theta.extend(host_w.layers.iter().flat_map(|(_, b)| b.clone()));
+            for bernoulli in [false, true] {
+                let y: Vec<f32> = (0..n)
+                    .map(|i| {
+                        if bernoulli {
+                            (i % 3 == 0) as u8 as f32
+                        } else {
+                            rng.normal() as f32
+                        }
+                    })
+                    .collect();
+                let run = |level: simd::Level| {
+                    let mut chain = Chain {
+                        net: Net::new(shape.layers(), 0.01, n),
+                        x: &xt,
+                        x_test: &xt,
+                        y: &y,
+                        f: vec![0.0; n],
+                        delta: vec![0.0; n],
+                        inv_p2: 0.01,
+                        bernoulli,
+                    };
+                    let mut grad = vec![0.0f32; chain.net.dim];
+                    let (u, sse) = simd::dispatch_at(
+                        level,
+                        Potential {
+                            chain: &mut chain,
+                            theta: &theta,
+                            grad: &mut grad,
+                        },
+                    );
+                    let mut bits = vec![u.to_bits(), sse.to_bits()];
+                    bits.extend(grad.iter().map(|g| u64::from(g.to_bits())));
+                    bits
+                };
+                assert_eq!(
+                    run(simd::Level::Baseline),
+                    run(simd::Level::Avx2),
+                    "{:?}, bernoulli {bernoulli}",
+                    shape.hidden
+                );
             }
         }
     }

@@ -40,7 +40,7 @@
 //!
 //! The chains' momenta and accept draws come from each replica's own host stream. Two
 //! implementations run the same sampler from the same draws: on a CPU backend, for networks
-//! whose layers are small ([`host_sized`]), `host.rs` (fused loops over one chain's points,
+//! whose layers are small ([`crate::mlp::MlpShape::host_sized`]), `host.rs` (fused loops over one chain's points,
 //! all of its iterations in cache, chain after chain; `uqbench bench hmc` measures it); on a
 //! GPU, and for larger layers, `chain.rs` (tensor operations over every chain
 //! of a chunk, momenta uploaded and H and SSE read back every iteration). Their
@@ -208,7 +208,7 @@ impl Method for Hmc {
         let y = task.replica_targets_f32(&replicas);
         let (x_train, x_test) = task.inputs_f32(c.net.standardize);
         let shape = c.net.shape(task.d, 1);
-        let host = !resources.backend.is_gpu() && host_sized(&shape);
+        let host = !resources.backend.is_gpu() && crate::mlp::host_loops(&shape);
         let trainer = HmcTrainer {
             config: c,
             shape,
@@ -361,16 +361,6 @@ impl Hmc {
             f64::from(u8::from(worst.reference_grade() && divergent == 0.0)),
         );
     }
-}
-
-/// Whether the host loops (`host.rs`) beat the tensor version on the CPU for this network:
-/// every layer's in·out at most 800. Measured with `tcc --profile cpu --methods HMC` at one
-/// width (2-W-W-W-1 networks, 20 repetitions × 4 chains of 300 + 300 iterations): host
-/// 49 s against tensors 78 s at W = 20 (layers of 400), 165 s against 104 s at W = 40
-/// (1 600); the ratio grows about as W^1.3, crossing 1 near W = 28 (784). [002]'s 1-W-1
-/// networks (in·out = W) always run on the host.
-fn host_sized(shape: &crate::mlp::MlpShape) -> bool {
-    shape.layers().iter().all(|&(i, o)| i * o <= 800)
 }
 
 /// The repetition's diagnostics at its worst test input, each taken separately: the largest

@@ -19,6 +19,13 @@
 //! Prediction: T passes at the test inputs, each drawing fresh ε; every pass is a sample of
 //! f(x*) under q, and the intervals are the empirical quantiles of the T samples
 //! ([`Family::Empirical`]). The noise sd σ_n enters the prediction intervals.
+//!
+//! Two routes train it: on a CPU backend, for networks whose layers are small
+//! ([`MlpShape::host_sized`]: [002]'s 1-W-1 networks), `host.rs`'s fused loops, one replica
+//! at a time over its points; on a GPU, and for larger layers, burn autodiff over a chunk of
+//! replicas (below). Both draw the same ε from each replica's stream and take the same Adam
+//! steps on the same objective; their floating-point order differs, so they agree in
+//! distribution, not bit for bit (docs/performance.md compares them).
 
 use std::ops::Range;
 
@@ -39,6 +46,8 @@ use uqbench_core::MethodError;
 use uqbench_core::{
     combine_members, Compute, Family, Likelihood, Member, Method, Prediction, Task,
 };
+
+mod host;
 
 /// MFVI's own settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -312,9 +321,11 @@ impl Method for Mfvi {
                 }
             })
             .collect();
+        let shape = c.net.shape(task.d, 1);
         let trainer = MfviTrainer {
             config: c,
-            shape: c.net.shape(task.d, 1),
+            host: !resources.backend.is_gpu() && crate::mlp::host_loops(&shape),
+            shape,
             x_train,
             x_test,
             y,
@@ -360,6 +371,8 @@ impl Method for Mfvi {
 /// [`BayesNet`] on the engine's trainer.
 struct MfviTrainer<'a> {
     config: &'a MfviConfig,
+    /// Train on the host (`host.rs`) instead of through autodiff.
+    host: bool,
     shape: MlpShape,
     x_train: Vec<f32>,
     x_test: Vec<f32>,
@@ -376,6 +389,29 @@ struct MfviTrainer<'a> {
     path: KernelPath,
     /// Labels: the data term is the Bernoulli NLL of the logit output.
     bernoulli: bool,
+}
+
+impl MfviTrainer<'_> {
+    /// The per-point negative ELBO per replica `[R, 1, 1]` at the network's output `out`
+    /// (module docs), for targets `y` `[R, N, 1]`.
+    fn objective(&self, model: &BayesNet, out: Tensor<3>, y: Tensor<3>, dev: &Device) -> Tensor<3> {
+        let [rc, n, _] = y.dims();
+        let inv_n = 1.0 / n as f64;
+        let kl = model.kl(self.config.prior_sd).mul_scalar(inv_n);
+        if self.bernoulli {
+            // The per-point negative ELBO for labels: the mean Bernoulli NLL (binary
+            // cross-entropy of the logit) plus KL/N, the same 1/N scaling as the Gaussian case
+            // below.
+            return Head::BernoulliLogit.value(out, &y) + kl;
+        }
+        let s = model.log_noise(self.noise.unwrap_or(1.0), rc, dev);
+        let data = (out - y)
+            .square()
+            .mean_dim(1)
+            .mul(s.clone().mul_scalar(-2.0).exp())
+            .mul_scalar(0.5);
+        data + s + kl
+    }
 }
 
 impl ChunkTrainer for MfviTrainer<'_> {
@@ -409,6 +445,9 @@ impl ChunkTrainer for MfviTrainer<'_> {
     }
 
     fn train_chunk(&self, range: Range<usize>) -> Result<ChunkOut, MethodError> {
+        if self.host {
+            return self.train_chunk_host(range);
+        }
         let c = self.config;
         let rc = range.len();
         let (n, m) = self.points();
@@ -441,26 +480,9 @@ impl ChunkTrainer for MfviTrainer<'_> {
             TensorData::new(self.y[range.start * n..range.end * n].to_vec(), [rc, n, 1]),
             &device,
         );
-        let inv_n = 1.0 / n as f64;
-        let fixed_noise = self.noise.unwrap_or(1.0);
-        let bernoulli = self.bernoulli;
-        let objective =
-            |model: &BayesNet, out: Tensor<3>, y: Tensor<3>, dev: &Device| -> Tensor<3> {
-                if bernoulli {
-                    // The per-point negative ELBO for labels: the mean Bernoulli NLL (binary
-                    // cross-entropy of the logit) plus KL/N, the same 1/N scaling as the
-                    // Gaussian case below.
-                    return Head::BernoulliLogit.value(out, &y)
-                        + model.kl(c.prior_sd).mul_scalar(inv_n);
-                }
-                let s = model.log_noise(fixed_noise, rc, dev);
-                let data = (out - y)
-                    .square()
-                    .mean_dim(1)
-                    .mul(s.clone().mul_scalar(-2.0).exp())
-                    .mul_scalar(0.5);
-                data + s + model.kl(c.prior_sd).mul_scalar(inv_n)
-            };
+        let objective = |model: &BayesNet, out: Tensor<3>, y: Tensor<3>, dev: &Device| {
+            self.objective(model, out, y, dev)
+        };
         for _ in 0..self.epochs {
             let eps = draw_eps(&mut streams, n, &widths, &device);
             let out = model.forward(x.clone(), Some(&eps));
@@ -484,10 +506,11 @@ impl ChunkTrainer for MfviTrainer<'_> {
         .into_iter()
         .map(f64::from)
         .collect();
-        let noise: Vec<f64> = download(model.log_noise(fixed_noise, rc, &plain).exp())?
-            .into_iter()
-            .map(f64::from)
-            .collect();
+        let noise: Vec<f64> =
+            download(model.log_noise(self.noise.unwrap_or(1.0), rc, &plain).exp())?
+                .into_iter()
+                .map(f64::from)
+                .collect();
         let x_test =
             Tensor::<3>::from_data(TensorData::new(self.x_test.clone(), [1, m, d]), &plain);
         let t = c.samples;

@@ -1,0 +1,278 @@
+//! The built-in network's training on the CPU for small networks: the same objective,
+//! initial weights, resample and Adam as `chunk.rs`, with the forward and backward passes as
+//! fused loops over one replica's points ([`crate::fused::Net`]) instead of batched tensor
+//! operations over a chunk. For [002]'s 1-W-1 networks a batched matrix product is in·out = W
+//! multiply-adds per point, too small for a gemm to pay for its packing and dispatch; one
+//! replica's parameters and activations (a few kB) stay in cache through all its epochs
+//! instead, nothing is allocated per step, and the loops run through
+//! [`crate::simd::dispatch`].
+//!
+//! It takes the jobs that need nothing else ([`applies`]): full batches (of the data or of a
+//! classic bootstrap resample), no stochastic layer, no adversarial pass, no SWA, the ½·MSE
+//! head, on a CPU backend, for layers with in·out ≤ 800 ([`crate::mlp::host_loops`]). The
+//! floating-point order differs from the tensors', so from the same seeds the replicas end
+//! at nearby, not identical, weights: equal in distribution (docs/performance.md compares
+//! them). A replica's numbers still depend on nothing but its own seeds.
+
+use std::ops::Range;
+
+use burn::tensor::Device;
+use pulp::NullaryFnOnce;
+
+use super::chunk::PURPOSE_BATCH;
+use super::job::Job;
+use super::memory::{bytes_per_replica, largest_tensor_per_replica, Resources};
+use super::pool::{ChunkOut, ChunkTrainer};
+use super::settings::{Batching, TrainSettings};
+use super::Head;
+use crate::device_rng::DeviceRng;
+use crate::fused::{dot, Net};
+use crate::kernels::{adam_slice, AdamStep};
+use crate::mlp::xavier_init;
+use crate::simd;
+
+/// Whether the host trainer takes this job (module docs).
+pub(crate) fn applies(job: &Job<'_>, settings: &TrainSettings, res: &Resources) -> bool {
+    !res.backend.is_gpu()
+        && job.shape.d_out == 1
+        && settings.dropout.is_none()
+        && settings.adversarial.is_none()
+        && settings.swa.is_none()
+        && settings.head() == Head::HalfMse
+        && matches!(
+            settings.batching,
+            Batching::Full | Batching::Resample { size: None }
+        )
+        && crate::mlp::host_loops(job.shape)
+}
+
+/// The host trainer for one job.
+pub(crate) struct Trainer<'a> {
+    pub job: &'a Job<'a>,
+    pub settings: &'a TrainSettings,
+    pub device: Device,
+}
+
+/// Feature-major `[d, points]` from row-major `[points, d]`.
+fn feature_major(x: &[f32], d: usize) -> Vec<f32> {
+    let points = x.len() / d;
+    (0..d * points)
+        .map(|i| x[(i % points) * d + i / points])
+        .collect()
+}
+
+impl Trainer<'_> {
+    /// Per replica of `range`, its classic bootstrap resample (N indices), drawn on the
+    /// device exactly as `chunk.rs` draws it; `None` without one.
+    fn resamples(&self, range: Range<usize>) -> Option<Vec<Vec<usize>>> {
+        if !matches!(self.settings.batching, Batching::Resample { .. }) {
+            return None;
+        }
+        let n = self.job.n_train();
+        let rng = DeviceRng::new(
+            &self.job.stream_seeds[range.clone()],
+            &self.job.replica_ids[range],
+            PURPOSE_BATCH,
+            &self.device,
+        );
+        let flat: Vec<i64> = (rng.below(0, n, n).into_data().convert::<i64>())
+            .iter::<i64>()
+            .collect();
+        Some(
+            flat.chunks(n)
+                .map(|r| r.iter().map(|&i| i as usize).collect())
+                .collect(),
+        )
+    }
+
+    /// One replica's epochs: full-batch steps on its (resampled) data `xt` (feature-major),
+    /// `y`, with Adam and λ on the weights (the first `n_weights` entries of θ).
+    #[inline(always)]
+    fn train_replica(
+        &self,
+        net: &mut Net,
+        theta: &mut [f32],
+        xt: &[f32],
+        y: &[f32],
+        n_weights: usize,
+    ) {
+        let st = self.settings;
+        let (n, dim) = (y.len(), theta.len());
+        let (mut m, mut v, mut grad) = (vec![0.0f32; dim], vec![0.0f32; dim], vec![0.0f32; dim]);
+        let (mut f, mut delta) = (vec![0.0f32; n], vec![0.0f32; n]);
+        let inv_n = 1.0 / n as f32;
+        for t in 1..=st.epochs as u64 {
+            net.forward(theta, xt, &mut f);
+            // δ = (f − y)/n, the ½·MSE head's gradient.
+            for ((d, &fp), &yp) in delta.iter_mut().zip(&f).zip(y) {
+                *d = (fp - yp) * inv_n;
+            }
+            net.backward(theta, xt, &delta, &mut grad);
+            let weights = AdamStep::new(st.lr, st.beta1, st.beta2, st.eps, t, st.weight_decay);
+            let biases = AdamStep {
+                weight_decay: 0.0,
+                ..weights
+            };
+            let (pw, pb) = theta.split_at_mut(n_weights);
+            let (mw, mb) = m.split_at_mut(n_weights);
+            let (vw, vb) = v.split_at_mut(n_weights);
+            let (gw, gb) = grad.split_at(n_weights);
+            adam_slice(pw, mw, vw, gw, &weights);
+            adam_slice(pb, mb, vb, gb, &biases);
+        }
+    }
+}
+
+/// One replica's training, fit and predictions as an operation for [`simd::dispatch`] (a
+/// struct, not a closure: a closure's body would be compiled in a call shim outside the AVX2
+/// copy). Returns the mean squared error of the fit at all N points, in f32.
+struct RunReplica<'a, 'b> {
+    trainer: &'a Trainer<'b>,
+    net: &'a mut Net,
+    theta: &'a mut [f32],
+    /// The (resampled) training data: inputs feature-major, targets.
+    data: (&'a [f32], &'a [f32]),
+    n_weights: usize,
+    /// All training inputs and the test inputs, feature-major.
+    x: (&'a [f32], &'a [f32]),
+    /// All training targets.
+    y: &'a [f32],
+    pred: &'a mut [f32],
+    train: &'a mut [f32],
+}
+
+impl NullaryFnOnce for RunReplica<'_, '_> {
+    type Output = f32;
+
+    #[inline(always)]
+    fn call(self) -> f32 {
+        let (net, theta) = (self.net, self.theta);
+        (self.trainer).train_replica(net, theta, self.data.0, self.data.1, self.n_weights);
+        // The fit at all N points (the final objective's data term) and the test predictions,
+        // every pass the same without a stochastic layer.
+        net.forward(theta, self.x.0, self.train);
+        let m = self.x.1.len() / (self.x.0.len() / self.train.len());
+        let (first, rest) = self.pred.split_at_mut(m);
+        net.forward(theta, self.x.1, first);
+        for pass in rest.chunks_exact_mut(m) {
+            pass.copy_from_slice(first);
+        }
+        // In f32 like the device's objective (`chunk.rs`): an overflow there is what
+        // divergence means.
+        let resid: Vec<f32> = (self.train.iter().zip(self.y))
+            .map(|(&f, &t)| f - t)
+            .collect();
+        dot(&resid, &resid) / self.train.len() as f32
+    }
+}
+
+impl ChunkTrainer for Trainer<'_> {
+    fn replicas(&self) -> usize {
+        self.job.replicas()
+    }
+
+    fn points(&self) -> (usize, usize) {
+        (self.job.n_train(), self.job.n_test())
+    }
+
+    fn outputs(&self) -> (usize, usize) {
+        (1, self.settings.mc_passes)
+    }
+
+    fn has_rates(&self) -> bool {
+        false
+    }
+
+    fn bytes_per_replica(&self) -> usize {
+        bytes_per_replica(
+            self.job.shape,
+            self.settings,
+            self.job.n_train(),
+            self.job.n_test(),
+        )
+    }
+
+    fn largest_tensor_per_replica(&self) -> usize {
+        largest_tensor_per_replica(
+            self.job.shape,
+            self.settings,
+            self.job.n_train(),
+            self.job.n_test(),
+        )
+    }
+
+    fn train_chunk(&self, range: Range<usize>) -> Result<ChunkOut, uqbench_core::MethodError> {
+        let job = self.job;
+        let (d, n, m) = (job.shape.d_in, job.n_train(), job.n_test());
+        let passes = self.settings.mc_passes;
+        let rc = range.len();
+        let layers = job.shape.layers();
+        let n_weights: usize = layers.iter().map(|&(i, o)| i * o).sum();
+        let (xt, xt_test) = (feature_major(job.x_train, d), feature_major(job.x_test, d));
+        let host = xavier_init(job.shape, &job.init_seeds[range.clone()]);
+        let resamples = self.resamples(range.clone());
+        let lambda = self.settings.weight_decay;
+        let mut out = ChunkOut {
+            pred: vec![0.0; rc * passes * m],
+            train_pred: vec![0.0; rc * n],
+            objective: vec![0.0; rc],
+            steps: self.settings.epochs as u64,
+            ..ChunkOut::default()
+        };
+        let mut net = Net::new(layers.clone(), job.shape.negative_slope, n.max(m));
+        for r in 0..rc {
+            // θ: the replica's Xavier weights, layer by layer, then its biases.
+            let mut theta: Vec<f32> = Vec::with_capacity(net.dim);
+            for (l, &(i, o)) in layers.iter().enumerate() {
+                theta.extend_from_slice(&host.layers[l].0[r * i * o..(r + 1) * i * o]);
+            }
+            for (l, &(_, o)) in layers.iter().enumerate() {
+                theta.extend_from_slice(&host.layers[l].1[r * o..(r + 1) * o]);
+            }
+            let y = &job.targets[job.replica_targets[range.start + r]];
+            // The resample's inputs and targets, or the data.
+            let (xr, yr): (Vec<f32>, Vec<f32>) = match &resamples {
+                Some(idx) => (
+                    (0..d)
+                        .flat_map(|k| idx[r].iter().map(move |&p| (k, p)))
+                        .map(|(k, p)| xt[k * n + p])
+                        .collect(),
+                    idx[r].iter().map(|&p| y[p]).collect(),
+                ),
+                None => (xt.clone(), y.clone()),
+            };
+            let train = &mut out.train_pred[r * n..(r + 1) * n];
+            let pred = &mut out.pred[r * passes * m..(r + 1) * passes * m];
+            let data = simd::dispatch(RunReplica {
+                trainer: self,
+                net: &mut net,
+                theta: &mut theta,
+                data: (&xr, &yr),
+                n_weights,
+                x: (&xt, &xt_test),
+                y,
+                pred,
+                train,
+            });
+            let l2 = dot(&theta[..n_weights], &theta[..n_weights]);
+            out.objective[r] = f64::from(0.5 * data + (0.5 * lambda) as f32 * l2);
+            if self.settings.keep_weights {
+                // Layer by layer its weights, then its biases (`TrainOutput::weights`).
+                let (mut w_at, mut b_at, mut flat) = (0, n_weights, Vec::with_capacity(net.dim));
+                for &(i, o) in &layers {
+                    flat.extend_from_slice(&theta[w_at..w_at + i * o]);
+                    flat.extend_from_slice(&theta[b_at..b_at + o]);
+                    (w_at, b_at) = (w_at + i * o, b_at + o);
+                }
+                out.weights.push(flat);
+            }
+        }
+        if let (Some(idx), true) = (resamples, self.settings.keep_resample) {
+            out.resamples = idx
+                .into_iter()
+                .map(|r| r.into_iter().map(|p| p as u32).collect())
+                .collect();
+        }
+        Ok(out)
+    }
+}

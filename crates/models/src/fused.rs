@@ -1,0 +1,200 @@
+//! The fused host loops: one replica's MLP (leaky-ReLU hidden layers, one linear output)
+//! forward and backward over its points, with activations stored feature-major
+//! (`[width, points]`) so that every inner loop runs over the points, contiguous and
+//! vectorised. A replica's parameters and activations (a few kB for [002]'s 1-W-1 networks)
+//! stay in cache, and nothing is allocated per pass. HMC's chains (`hmc/host.rs`) and the
+//! engine's small networks (`engine/host.rs`) run on it, MFVI's (`mfvi/host.rs`) on its
+//! reductions; callers run it through [`crate::simd::dispatch`].
+//!
+//! Every reduction has its order written out (eight partial sums added in a fixed order), so
+//! the loops give the same bits at any vector width.
+
+/// One replica's network: layer shapes, flat parameter layout W₀ … W_L then b₀ … b_L (the
+/// order in which the tensor version draws momenta; W_l row-major `[in, out]`), and scratch
+/// for every layer's activations, feature-major (`[width, points]`, so that every inner loop
+/// runs over the points, contiguous and vectorised).
+pub(crate) struct Net {
+    /// (in, out) per layer.
+    layers: Vec<(usize, usize)>,
+    /// Offsets of W_l and b_l in the flat parameters.
+    w_at: Vec<usize>,
+    b_at: Vec<usize>,
+    pub dim: usize,
+    slope: f32,
+    /// Per layer, its input `[in, points]` (layer 0: empty; the data is read in place).
+    acts: Vec<Vec<f32>>,
+    /// Pre-activations per layer `[out, points]`.
+    pre: Vec<Vec<f32>>,
+    /// δ buffers `[width, points]`, two alternating.
+    delta: [Vec<f32>; 2],
+}
+
+/// y += a·x, element by element.
+#[inline(always)]
+pub(crate) fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
+    for (yi, &xi) in y.iter_mut().zip(x) {
+        *yi += a * xi;
+    }
+}
+
+/// Σ a_i·b_i with eight interleaved partial sums, added in a fixed order: the same result
+/// whatever the vector width the loop compiles to.
+#[inline(always)]
+pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0.0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for i in 0..8 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    let mut tail = 0.0f32;
+    for (x, y) in ra.iter().zip(rb) {
+        tail += x * y;
+    }
+    ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])) + tail
+}
+
+/// Σ a_i, as [`dot`] with ones.
+#[inline(always)]
+pub(crate) fn sum(a: &[f32]) -> f32 {
+    let mut acc = [0.0f32; 8];
+    let ca = a.chunks_exact(8);
+    let ra = ca.remainder();
+    for x in ca {
+        for i in 0..8 {
+            acc[i] += x[i];
+        }
+    }
+    let tail: f32 = ra.iter().sum();
+    ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])) + tail
+}
+
+impl Net {
+    pub fn new(layers: Vec<(usize, usize)>, slope: f64, points: usize) -> Net {
+        let mut w_at = Vec::new();
+        let mut at = 0;
+        for &(i, o) in &layers {
+            w_at.push(at);
+            at += i * o;
+        }
+        let mut b_at = Vec::new();
+        for &(_, o) in &layers {
+            b_at.push(at);
+            at += o;
+        }
+        let widest = layers.iter().map(|&(i, o)| i.max(o)).max().unwrap_or(1);
+        Net {
+            acts: (layers.iter().enumerate())
+                .map(|(l, &(i, _))| {
+                    if l == 0 {
+                        Vec::new()
+                    } else {
+                        vec![0.0; points * i]
+                    }
+                })
+                .collect(),
+            pre: layers.iter().map(|&(_, o)| vec![0.0; points * o]).collect(),
+            delta: [vec![0.0; points * widest], vec![0.0; points * widest]],
+            layers,
+            w_at,
+            b_at,
+            dim: at,
+            slope: slope as f32,
+        }
+    }
+
+    /// f at `n` points (`xt`: feature-major `[d, n]`) into `out` (`[n]`), keeping the
+    /// activations.
+    #[inline(always)]
+    pub fn forward(&mut self, theta: &[f32], xt: &[f32], out: &mut [f32]) {
+        let n = out.len();
+        let last = self.layers.len() - 1;
+        for (l, &(din, dout)) in self.layers.iter().enumerate() {
+            let w = &theta[self.w_at[l]..self.w_at[l] + din * dout];
+            let b = &theta[self.b_at[l]..self.b_at[l] + dout];
+            let (before, after) = self.acts.split_at_mut(l + 1);
+            let input: &[f32] = if l == 0 { xt } else { &before[l] };
+            let z = &mut self.pre[l];
+            let slope = self.slope;
+            for j in 0..dout {
+                let zj = &mut z[j * n..(j + 1) * n];
+                if din == 1 && l < last {
+                    // One input (a 1-D problem's first layer): z and φ(z) in one pass; the
+                    // same numbers as the general loop (b + w·x, then φ).
+                    let (bj, wj) = (b[j], w[j]);
+                    let h = &mut after[0][j * n..(j + 1) * n];
+                    for ((zv, hv), &xv) in zj.iter_mut().zip(h.iter_mut()).zip(&input[..n]) {
+                        *zv = bj + wj * xv;
+                        *hv = if *zv > 0.0 { *zv } else { slope * *zv };
+                    }
+                    continue;
+                }
+                zj.fill(b[j]);
+                for k in 0..din {
+                    axpy(zj, w[k * dout + j], &input[k * n..(k + 1) * n]);
+                }
+                if l < last {
+                    for (h, &zv) in after[0][j * n..(j + 1) * n].iter_mut().zip(zj.iter()) {
+                        *h = if zv > 0.0 { zv } else { slope * zv };
+                    }
+                }
+            }
+        }
+        out.copy_from_slice(&self.pre[last][..n]);
+    }
+
+    /// ∇ of Σ_p δ_p·f(x_p) with respect to θ into `grad`, for δ at the output (`[n]`) and the
+    /// activations of the last [`Net::forward`] at the same inputs `xt`.
+    #[inline(always)]
+    pub fn backward(&mut self, theta: &[f32], xt: &[f32], delta_out: &[f32], grad: &mut [f32]) {
+        let n = delta_out.len();
+        let mut cur = 0usize;
+        self.delta[cur][..n].copy_from_slice(delta_out);
+        for l in (0..self.layers.len()).rev() {
+            let (din, dout) = self.layers[l];
+            let w = &theta[self.w_at[l]..self.w_at[l] + din * dout];
+            let [d0, d1] = &mut self.delta;
+            let (dl, dprev) = if cur == 0 { (&*d0, d1) } else { (&*d1, d0) };
+            let input: &[f32] = if l == 0 { xt } else { &self.acts[l] };
+            let gw = &mut grad[self.w_at[l]..self.w_at[l] + din * dout];
+            for k in 0..din {
+                let a = &input[k * n..(k + 1) * n];
+                for j in 0..dout {
+                    gw[k * dout + j] = dot(a, &dl[j * n..(j + 1) * n]);
+                }
+            }
+            let gb = &mut grad[self.b_at[l]..self.b_at[l] + dout];
+            for (j, g) in gb.iter_mut().enumerate() {
+                *g = sum(&dl[j * n..(j + 1) * n]);
+            }
+            if l > 0 {
+                // δ at the previous layer's output, times φ'(z) of its pre-activation.
+                let z = &self.pre[l - 1];
+                let slope = self.slope;
+                for k in 0..din {
+                    let dk = &mut dprev[k * n..(k + 1) * n];
+                    if dout == 1 {
+                        // One output (the last layer): w·δ·φ'(z) in one pass, the same
+                        // numbers as the general loop (0 + w·δ, then the mask).
+                        let wk = w[k];
+                        let (d0, zk) = (&dl[..n], &z[k * n..(k + 1) * n]);
+                        for ((d, &dv), &zv) in dk.iter_mut().zip(d0).zip(zk) {
+                            *d = wk * dv * if zv > 0.0 { 1.0 } else { slope };
+                        }
+                        continue;
+                    }
+                    dk.fill(0.0);
+                    for j in 0..dout {
+                        axpy(dk, w[k * dout + j], &dl[j * n..(j + 1) * n]);
+                    }
+                    for (d, &zv) in dk.iter_mut().zip(&z[k * n..(k + 1) * n]) {
+                        *d *= if zv > 0.0 { 1.0 } else { slope };
+                    }
+                }
+            }
+            cur = 1 - cur;
+        }
+    }
+}
