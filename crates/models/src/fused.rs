@@ -29,6 +29,15 @@ pub(crate) struct Net {
     delta: [Vec<f32>; 2],
 }
 
+/// Inputs feature-major `[d, points]` from row-major `[points, d]`: the layout every fused
+/// loop reads.
+pub(crate) fn feature_major(x: &[f32], d: usize) -> Vec<f32> {
+    let points = x.len() / d;
+    (0..d * points)
+        .map(|i| x[(i % points) * d + i / points])
+        .collect()
+}
+
 /// y += a·x, element by element.
 #[inline(always)]
 pub(crate) fn axpy(y: &mut [f32], a: f32, x: &[f32]) {

@@ -26,7 +26,7 @@ use super::pool::{ChunkOut, ChunkTrainer};
 use super::settings::{Batching, TrainSettings};
 use super::Head;
 use crate::device_rng::DeviceRng;
-use crate::fused::{dot, Net};
+use crate::fused::{dot, feature_major, Net};
 use crate::kernels::{adam_slice, AdamStep};
 use crate::mlp::xavier_init;
 use crate::simd;
@@ -51,14 +51,6 @@ pub(crate) struct Trainer<'a> {
     pub job: &'a Job<'a>,
     pub settings: &'a TrainSettings,
     pub device: Device,
-}
-
-/// Feature-major `[d, points]` from row-major `[points, d]`.
-fn feature_major(x: &[f32], d: usize) -> Vec<f32> {
-    let points = x.len() / d;
-    (0..d * points)
-        .map(|i| x[(i % points) * d + i / points])
-        .collect()
 }
 
 impl Trainer<'_> {

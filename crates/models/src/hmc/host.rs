@@ -20,7 +20,7 @@ use uqbench_metrics::mcmc;
 
 use super::chain::{gamma_draw, ChainRecord, DualAveraging, HmcTrainer, PRIOR_A0, PRIOR_B0};
 use crate::engine::ChunkOut;
-use crate::fused::{dot, Net};
+use crate::fused::{dot, feature_major, Net};
 use crate::mlp::xavier_init;
 use crate::simd;
 use uqbench_core::MethodError;
@@ -123,14 +123,9 @@ impl HmcTrainer<'_> {
         let host = xavier_init(&self.shape, &self.init[range.clone()]);
         let layers = self.shape.layers();
         let d = self.shape.d_in;
-        let feature_major = |x: &[f32], points: usize| -> Vec<f32> {
-            (0..d * points)
-                .map(|i| x[(i % points) * d + i / points])
-                .collect()
-        };
         let (xt_train, xt_test) = (
-            feature_major(&self.x_train, n),
-            feature_major(&self.x_test, m),
+            feature_major(&self.x_train, d),
+            feature_major(&self.x_test, d),
         );
         let mut pred = vec![0.0f32; rc * c.draws * m];
         let mut train = vec![0.0f32; rc * n];

@@ -29,7 +29,7 @@ use uqbench_anchor::Rng;
 
 use super::MfviTrainer;
 use crate::engine::ChunkOut;
-use crate::fused::{axpy, dot, sum};
+use crate::fused::{axpy, dot, feature_major, sum};
 use crate::kernels::{adam_slice, AdamStep};
 use crate::mlp::xavier_init;
 use crate::simd;
@@ -110,15 +110,17 @@ impl Net {
             .map(|l| l.d_in.max(l.d_out))
             .max()
             .unwrap_or(1);
-        let per = |f: &dyn Fn(&LayerAt) -> usize| -> Vec<Vec<f32>> {
-            at.layers.iter().map(|l| vec![0.0; f(l) * points]).collect()
+        let per = |f: &dyn Fn(usize, &LayerAt) -> usize| -> Vec<Vec<f32>> {
+            (at.layers.iter().enumerate())
+                .map(|(i, l)| vec![0.0; f(i, l) * points])
+                .collect()
         };
         Net {
-            acts: per(&|l| if l.mu_w == 0 { 0 } else { l.d_in }),
-            sq: per(&|l| l.d_in),
-            z: per(&|l| l.d_out),
-            sd: per(&|l| l.d_out),
-            eps: per(&|l| l.d_out),
+            acts: per(&|i, l| if i == 0 { 0 } else { l.d_in }),
+            sq: per(&|_, l| l.d_in),
+            z: per(&|_, l| l.d_out),
+            sd: per(&|_, l| l.d_out),
+            eps: per(&|_, l| l.d_out),
             var_w: at
                 .layers
                 .iter()
@@ -292,8 +294,9 @@ pub(super) struct Objective<'a> {
 }
 
 impl Objective<'_> {
-    /// The per-point negative ELBO at the output `f` (`mod.rs`'s objective) and, into
-    /// `delta`, its gradient with respect to f; `grad_s` gets ∂L/∂s when s is learned.
+    /// The data term of the per-point negative ELBO at the output `f` (`mod.rs`'s objective,
+    /// without the KL) and ∂L/∂s (0 for labels), with the gradient with respect to f into
+    /// `delta`.
     #[inline(always)]
     fn data(&self, theta: &[f32], at: &Layout, f: &[f32], delta: &mut [f32]) -> (f64, f32) {
         let n = f.len();
@@ -360,14 +363,9 @@ impl MfviTrainer<'_> {
         let rc = range.len();
         let d = self.shape.d_in;
         let (n, m) = (self.x_train.len() / d, self.x_test.len() / d);
-        let feature_major = |x: &[f32], points: usize| -> Vec<f32> {
-            (0..d * points)
-                .map(|i| x[(i % points) * d + i / points])
-                .collect()
-        };
         let (xt, xt_test) = (
-            feature_major(&self.x_train, n),
-            feature_major(&self.x_test, m),
+            feature_major(&self.x_train, d),
+            feature_major(&self.x_test, d),
         );
         let host = xavier_init(&self.shape, &self.init[range.clone()]);
         let at = Layout::new(&self.shape.layers(), self.noise.is_none());
