@@ -338,17 +338,13 @@ fn fft(re: &mut [f64], im: &mut [f64], inverse: bool) {
             im.swap(i, j);
         }
     }
-    let sign = if inverse { 1.0 } else { -1.0 };
+    let twiddles = twiddles(n, inverse);
     let mut len = 2;
-    // A stage's twiddles, computed once per stage (len/2 of them) rather than once per
-    // butterfly: the same values, n − 1 sin_cos calls in all instead of (n/2)·log₂ n.
-    let mut twiddles: Vec<(f64, f64)> = Vec::with_capacity(n / 2);
     while len <= n {
-        let ang = sign * 2.0 * std::f64::consts::PI / len as f64;
-        twiddles.clear();
-        twiddles.extend((0..len / 2).map(|k| (ang * k as f64).sin_cos()));
+        // Stage `len`'s twiddles start at len/2 − 1 (see [`twiddles`]).
+        let stage = &twiddles[len / 2 - 1..len - 1];
         for start in (0..n).step_by(len) {
-            for (k, &(s, c)) in twiddles.iter().enumerate() {
+            for (k, &(s, c)) in stage.iter().enumerate() {
                 let (a, b) = (start + k, start + k + len / 2);
                 let (xr, xi) = (re[b] * c - im[b] * s, re[b] * s + im[b] * c);
                 re[b] = re[a] - xr;
@@ -359,6 +355,35 @@ fn fft(re: &mut [f64], im: &mut [f64], inverse: bool) {
         }
         len <<= 1;
     }
+}
+
+/// (sin, cos) of every stage's angles, shared.
+type Twiddles = std::rc::Rc<[(f64, f64)]>;
+
+/// Every stage's twiddles of a length-`n` transform, stage `len` (2, 4, …, n) at
+/// `len/2 − 1 .. len − 1`: sin_cos(∓2πk/len) for k < len/2. Computed once per length and
+/// direction and thread (an ESS runs thousands of transforms of one length; the sines and
+/// cosines were a tenth of `bench hmc`'s time when computed per transform), the same values.
+fn twiddles(n: usize, inverse: bool) -> Twiddles {
+    use std::cell::RefCell;
+    use std::collections::HashMap;
+    use std::rc::Rc;
+    thread_local! {
+        static TABLES: RefCell<HashMap<(usize, bool), Twiddles>> = RefCell::new(HashMap::new());
+    }
+    TABLES.with(|tables| {
+        Rc::clone(tables.borrow_mut().entry((n, inverse)).or_insert_with(|| {
+            let sign = if inverse { 1.0 } else { -1.0 };
+            let mut all = Vec::with_capacity(n.saturating_sub(1));
+            let mut len = 2;
+            while len <= n {
+                let ang = sign * 2.0 * std::f64::consts::PI / len as f64;
+                all.extend((0..len / 2).map(|k| (ang * k as f64).sin_cos()));
+                len <<= 1;
+            }
+            all.into()
+        }))
+    })
 }
 
 #[cfg(test)]

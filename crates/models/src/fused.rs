@@ -6,8 +6,10 @@
 //! engine's small networks (`engine/host.rs`) run on it, MFVI's (`mfvi/host.rs`) on its
 //! reductions; callers run it through [`crate::simd::dispatch`].
 //!
-//! Every reduction has its order written out (eight partial sums added in a fixed order), so
-//! the loops give the same bits at any vector width.
+//! Every reduction has its order written out (eight partial sums added in a fixed order, on
+//! [`Lanes`]), so the loops give the same bits at any vector width.
+
+use crate::simd::Lanes;
 
 /// One replica's network: layer shapes, flat parameter layout W₀ … W_L then b₀ … b_L (the
 /// order in which the tensor version draws momenta; W_l row-major `[in, out]`), and scratch
@@ -27,6 +29,9 @@ pub(crate) struct Net {
     pre: Vec<Vec<f32>>,
     /// δ buffers `[width, points]`, two alternating.
     delta: [Vec<f32>; 2],
+    /// What the reductions run on: set by the [`crate::simd::Op`] that runs the network to
+    /// the lanes it was given (the baseline's until then).
+    pub lanes: Lanes,
 }
 
 /// Inputs feature-major `[d, points]` from row-major `[points, d]`: the layout every fused
@@ -44,40 +49,6 @@ pub(crate) fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
     for (yi, &xi) in y.iter_mut().zip(x) {
         *yi += a * xi;
     }
-}
-
-/// Σ a_i·b_i with eight interleaved partial sums, added in a fixed order: the same result
-/// whatever the vector width the loop compiles to.
-#[inline(always)]
-pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0.0f32; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let (ra, rb) = (ca.remainder(), cb.remainder());
-    for (x, y) in ca.zip(cb) {
-        for i in 0..8 {
-            acc[i] += x[i] * y[i];
-        }
-    }
-    let mut tail = 0.0f32;
-    for (x, y) in ra.iter().zip(rb) {
-        tail += x * y;
-    }
-    ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])) + tail
-}
-
-/// Σ a_i, as [`dot`] with ones.
-#[inline(always)]
-pub(crate) fn sum(a: &[f32]) -> f32 {
-    let mut acc = [0.0f32; 8];
-    let ca = a.chunks_exact(8);
-    let ra = ca.remainder();
-    for x in ca {
-        for i in 0..8 {
-            acc[i] += x[i];
-        }
-    }
-    let tail: f32 = ra.iter().sum();
-    ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])) + tail
 }
 
 impl Net {
@@ -111,6 +82,7 @@ impl Net {
             b_at,
             dim: at,
             slope: slope as f32,
+            lanes: Lanes::BASELINE,
         }
     }
 
@@ -168,16 +140,18 @@ impl Net {
             let (dl, dprev) = if cur == 0 { (&*d0, d1) } else { (&*d1, d0) };
             let input: &[f32] = if l == 0 { xt } else { &self.acts[l] };
             let gw = &mut grad[self.w_at[l]..self.w_at[l] + din * dout];
-            for k in 0..din {
-                let a = &input[k * n..(k + 1) * n];
-                for j in 0..dout {
-                    gw[k * dout + j] = dot(a, &dl[j * n..(j + 1) * n]);
+            // ∂/∂W[k, j] = Σ_p a_k,p·δ_j,p: each row of the wider side against the other's
+            // (four dot products in flight), the same sums either way.
+            if dout == 1 {
+                self.lanes.dot_rows(&dl[..n], &input[..din * n], gw);
+            } else {
+                for k in 0..din {
+                    let a = &input[k * n..(k + 1) * n];
+                    (self.lanes).dot_rows(a, &dl[..dout * n], &mut gw[k * dout..(k + 1) * dout]);
                 }
             }
             let gb = &mut grad[self.b_at[l]..self.b_at[l] + dout];
-            for (j, g) in gb.iter_mut().enumerate() {
-                *g = sum(&dl[j * n..(j + 1) * n]);
-            }
+            self.lanes.sum_rows(&dl[..dout * n], n, gb);
             if l > 0 {
                 // δ at the previous layer's output, times φ'(z) of its pre-activation.
                 let z = &self.pre[l - 1];

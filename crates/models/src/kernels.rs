@@ -13,8 +13,6 @@ use burn::backend::flex::FlexTensor;
 use burn::backend::Flex;
 use burn::tensor::Tensor;
 
-use pulp::NullaryFnOnce;
-
 use crate::simd;
 
 /// Adam's hyper-parameters for one step (bias correction folded in).
@@ -233,11 +231,11 @@ struct BiasAct<'a> {
     activate: bool,
 }
 
-impl NullaryFnOnce for BiasAct<'_> {
+impl simd::Op for BiasAct<'_> {
     type Output = ();
 
     #[inline(always)]
-    fn call(self) {
+    fn call(self, _: simd::Lanes) {
         let [r, n, o] = self.shape;
         for rep in 0..r {
             let brow = &self.bias[rep * o..(rep + 1) * o];
@@ -263,11 +261,11 @@ struct LeakyBackward<'a> {
     slope: f32,
 }
 
-impl NullaryFnOnce for LeakyBackward<'_> {
+impl simd::Op for LeakyBackward<'_> {
     type Output = ();
 
     #[inline(always)]
-    fn call(self) {
+    fn call(self, _: simd::Lanes) {
         for (dv, av) in self.d.iter_mut().zip(self.a) {
             *dv *= if *av > 0.0 { 1.0 } else { self.slope };
         }
@@ -283,11 +281,11 @@ struct Adam<'a> {
     step: &'a AdamStep,
 }
 
-impl NullaryFnOnce for Adam<'_> {
+impl simd::Op for Adam<'_> {
     type Output = ();
 
     #[inline(always)]
-    fn call(self) {
+    fn call(self, _: simd::Lanes) {
         adam_slice(self.p, self.m, self.v, self.g, self.step);
     }
 }

@@ -17,7 +17,6 @@
 use std::ops::Range;
 
 use burn::tensor::Device;
-use pulp::NullaryFnOnce;
 
 use super::chunk::PURPOSE_BATCH;
 use super::job::Job;
@@ -26,7 +25,7 @@ use super::pool::{ChunkOut, ChunkTrainer};
 use super::settings::{Batching, TrainSettings};
 use super::Head;
 use crate::device_rng::DeviceRng;
-use crate::fused::{dot, feature_major, Net};
+use crate::fused::{feature_major, Net};
 use crate::kernels::{adam_slice, AdamStep};
 use crate::mlp::xavier_init;
 use crate::simd;
@@ -133,12 +132,13 @@ struct RunReplica<'a, 'b> {
     train: &'a mut [f32],
 }
 
-impl NullaryFnOnce for RunReplica<'_, '_> {
+impl simd::Op for RunReplica<'_, '_> {
     type Output = f32;
 
     #[inline(always)]
-    fn call(self) -> f32 {
+    fn call(self, lanes: simd::Lanes) -> f32 {
         let (net, theta) = (self.net, self.theta);
+        net.lanes = lanes;
         (self.trainer).train_replica(net, theta, self.data.0, self.data.1, self.n_weights);
         // The fit at all N points (the final objective's data term) and the test predictions,
         // every pass the same without a stochastic layer.
@@ -154,7 +154,7 @@ impl NullaryFnOnce for RunReplica<'_, '_> {
         let resid: Vec<f32> = (self.train.iter().zip(self.y))
             .map(|(&f, &t)| f - t)
             .collect();
-        dot(&resid, &resid) / self.train.len() as f32
+        lanes.dot(&resid, &resid) / self.train.len() as f32
     }
 }
 
@@ -246,7 +246,7 @@ impl ChunkTrainer for Trainer<'_> {
                 pred,
                 train,
             });
-            let l2 = dot(&theta[..n_weights], &theta[..n_weights]);
+            let l2 = simd::dot(&theta[..n_weights], &theta[..n_weights]);
             out.objective[r] = f64::from(0.5 * data + (0.5 * lambda) as f32 * l2);
             if self.settings.keep_weights {
                 // Layer by layer its weights, then its biases (`TrainOutput::weights`).

@@ -14,13 +14,12 @@
 
 use std::ops::Range;
 
-use pulp::NullaryFnOnce;
 use uqbench_anchor::Rng;
 use uqbench_metrics::mcmc;
 
 use super::chain::{gamma_draw, ChainRecord, DualAveraging, HmcTrainer, PRIOR_A0, PRIOR_B0};
 use crate::engine::ChunkOut;
-use crate::fused::{dot, feature_major, Net};
+use crate::fused::{feature_major, Net};
 use crate::mlp::xavier_init;
 use crate::simd;
 use uqbench_core::MethodError;
@@ -71,7 +70,7 @@ impl Chain<'_> {
             for ((d, &fp), &yp) in self.delta.iter_mut().zip(&f).zip(self.y) {
                 *d = fp - yp;
             }
-            let sse = f64::from(dot(&self.delta, &self.delta));
+            let sse = f64::from(self.net.lanes.dot(&self.delta, &self.delta));
             let inv = inv_s2 as f32;
             for d in self.delta.iter_mut() {
                 *d *= inv;
@@ -102,11 +101,12 @@ struct RunChain<'a, 'b, 'c> {
     stream: &'a mut Rng,
 }
 
-impl NullaryFnOnce for RunChain<'_, '_, '_> {
+impl simd::Op for RunChain<'_, '_, '_> {
     type Output = (ChainRecord, f64, Vec<f32>, Vec<f32>);
 
     #[inline(always)]
-    fn call(self) -> Self::Output {
+    fn call(self, lanes: simd::Lanes) -> Self::Output {
+        self.chain.net.lanes = lanes;
         (self.trainer).run_chain(self.chain, self.theta, self.y, self.stream)
     }
 }
@@ -431,11 +431,12 @@ mod tests {
         grad: &'a mut [f32],
     }
 
-    impl NullaryFnOnce for Potential<'_, '_> {
+    impl simd::Op for Potential<'_, '_> {
         type Output = (f64, f64);
 
         #[inline(always)]
-        fn call(self) -> (f64, f64) {
+        fn call(self, lanes: simd::Lanes) -> (f64, f64) {
+            self.chain.net.lanes = lanes;
             self.chain.potential(self.theta, 1.7, self.grad)
         }
     }

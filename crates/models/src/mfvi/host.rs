@@ -24,12 +24,11 @@
 
 use std::ops::Range;
 
-use pulp::NullaryFnOnce;
 use uqbench_anchor::Rng;
 
 use super::MfviTrainer;
 use crate::engine::ChunkOut;
-use crate::fused::{axpy, dot, feature_major, sum};
+use crate::fused::{axpy, feature_major};
 use crate::kernels::{adam_slice, AdamStep};
 use crate::mlp::xavier_init;
 use crate::simd;
@@ -100,6 +99,10 @@ pub(super) struct Net {
     /// δ at the current and the previous layer, and δv, `[width, points]`.
     delta: [Vec<f32>; 2],
     dvar: Vec<f32>,
+    /// One output's weight gradients, `[2, widest]` (μ's, then ρ's before their factor).
+    gw: Vec<f32>,
+    /// What the reductions run on: set by [`RunReplica`] to the lanes it was given.
+    pub lanes: simd::Lanes,
 }
 
 impl Net {
@@ -129,6 +132,8 @@ impl Net {
             var_b: at.layers.iter().map(|l| vec![0.0; l.d_out]).collect(),
             delta: [vec![0.0; widest * points], vec![0.0; widest * points]],
             dvar: vec![0.0; widest * points],
+            gw: vec![0.0; 2 * widest],
+            lanes: simd::Lanes::BASELINE,
             slope: slope as f32,
             at,
         }
@@ -239,14 +244,16 @@ impl Net {
                     *dv = d * e / (2.0 * s);
                 }
                 let dvj = &self.dvar[j * n..(j + 1) * n];
+                // Σ_p a_k,p·δ_j,p and Σ_p a²_k,p·δv_j,p for every input k, four k at a time.
+                let (gmu, grho) = self.gw.split_at_mut(din);
+                self.lanes.dot_rows(dj, input, gmu);
+                self.lanes.dot_rows(dvj, sq, &mut grho[..din]);
                 for k in 0..din {
-                    let (a, a2) = (&input[k * n..(k + 1) * n], &sq[k * n..(k + 1) * n]);
-                    grad[la.mu_w + k * dout + j] = dot(a, dj);
-                    grad[la.rho_w + k * dout + j] =
-                        2.0 * self.var_w[l][k * dout + j] * dot(a2, dvj);
+                    grad[la.mu_w + k * dout + j] = gmu[k];
+                    grad[la.rho_w + k * dout + j] = 2.0 * self.var_w[l][k * dout + j] * grho[k];
                 }
-                grad[la.mu_b + j] = sum(dj);
-                grad[la.rho_b + j] = 2.0 * self.var_b[l][j] * sum(dvj);
+                grad[la.mu_b + j] = self.lanes.sum(dj);
+                grad[la.rho_b + j] = 2.0 * self.var_b[l][j] * self.lanes.sum(dvj);
             }
             if l > 0 {
                 // ∂L/∂a_k, times φ'(z) of the previous layer's pre-activation.
@@ -321,7 +328,7 @@ impl Objective<'_> {
         for ((d, &fp), &yp) in delta.iter_mut().zip(f).zip(self.y) {
             *d = fp - yp;
         }
-        let mse = f64::from(dot(delta, delta)) * inv_n;
+        let mse = f64::from(simd::dot(delta, delta)) * inv_n;
         let scale = prec * inv_n as f32;
         for d in delta.iter_mut() {
             *d *= scale;
@@ -475,12 +482,13 @@ struct RunReplica<'a, 'b> {
     train: &'a mut [f32],
 }
 
-impl NullaryFnOnce for RunReplica<'_, '_> {
+impl simd::Op for RunReplica<'_, '_> {
     type Output = f64;
 
     #[inline(always)]
-    fn call(self) -> f64 {
+    fn call(self, lanes: simd::Lanes) -> f64 {
         let (net, objective, stream) = (self.net, self.objective, self.stream);
+        net.lanes = lanes;
         (self.trainer).train_replica(net, objective, self.theta, stream, self.x.0);
         finish(
             net, objective, self.theta, stream, self.x, self.pred, self.train,
