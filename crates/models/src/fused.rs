@@ -51,6 +51,42 @@ pub(crate) fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
     }
 }
 
+/// `out`_p = init + Σ_k c_k·rows_k,p at every point p, for the rows of `rows` (`[K, n]`, n =
+/// `out.len()`) and c_k = `coefs[k·stride]`, adding in the order k = 0, 1, …: the sums of
+/// `fill(init)` and then one [`axpy`] per row, bit for bit. Thirty-two points at a time stay
+/// in registers while every row is added, instead of one pass over `out` (a load and a
+/// store per element) per row.
+#[inline(always)]
+fn combine(out: &mut [f32], init: f32, coefs: &[f32], stride: usize, rows: &[f32]) {
+    const BLOCK: usize = 32;
+    let n = out.len();
+    if n == 0 {
+        return;
+    }
+    let count = rows.len() / n;
+    let mut blocks = out.chunks_exact_mut(BLOCK);
+    let mut at = 0;
+    for o in &mut blocks {
+        let mut acc = [init; BLOCK];
+        for k in 0..count {
+            let c = coefs[k * stride];
+            let r: &[f32; BLOCK] = rows[k * n + at..k * n + at + BLOCK]
+                .try_into()
+                .expect("a block");
+            for p in 0..BLOCK {
+                acc[p] += c * r[p];
+            }
+        }
+        o.copy_from_slice(&acc);
+        at += BLOCK;
+    }
+    let tail = blocks.into_remainder();
+    tail.fill(init);
+    for k in 0..count {
+        axpy(tail, coefs[k * stride], &rows[k * n + at..(k + 1) * n]);
+    }
+}
+
 impl Net {
     pub fn new(layers: Vec<(usize, usize)>, slope: f64, points: usize) -> Net {
         let mut w_at = Vec::new();
@@ -112,10 +148,7 @@ impl Net {
                     }
                     continue;
                 }
-                zj.fill(b[j]);
-                for k in 0..din {
-                    axpy(zj, w[k * dout + j], &input[k * n..(k + 1) * n]);
-                }
+                combine(zj, b[j], &w[j..], dout, &input[..din * n]);
                 if l < last {
                     for (h, &zv) in after[0][j * n..(j + 1) * n].iter_mut().zip(zj.iter()) {
                         *h = if zv > 0.0 { zv } else { slope * zv };
@@ -168,10 +201,7 @@ impl Net {
                         }
                         continue;
                     }
-                    dk.fill(0.0);
-                    for j in 0..dout {
-                        axpy(dk, w[k * dout + j], &dl[j * n..(j + 1) * n]);
-                    }
+                    combine(dk, 0.0, &w[k * dout..], 1, &dl[..dout * n]);
                     for (d, &zv) in dk.iter_mut().zip(&z[k * n..(k + 1) * n]) {
                         *d *= if zv > 0.0 { 1.0 } else { slope };
                     }

@@ -447,6 +447,10 @@ impl ChunkTrainer for Trainer<'_> {
         )
     }
 
+    fn step_bytes_per_replica(&self) -> usize {
+        bytes_per_replica(self.job.shape, self.settings, self.job.n_train(), 0)
+    }
+
     fn largest_tensor_per_replica(&self) -> usize {
         largest_tensor_per_replica(
             self.job.shape,

@@ -182,11 +182,16 @@ pub fn largest_tensor_per_replica(
         .max(n_train * shape.d_in)
 }
 
-/// Replicas per chunk for this job and these resources: within the memory budget, no tensor
-/// above the device's binding cap (`largest` bytes per replica), and on the CPU cache-sized.
+/// Replicas per chunk for this job and these resources: within the memory budget
+/// (`per_replica` bytes each), no tensor above the device's binding cap (`largest` bytes per
+/// replica), and on the CPU sized to the cache by what a training step touches
+/// (`step_per_replica` bytes each: the prediction at the test inputs runs once per chunk, and
+/// counting its activations had shrunk E1's chunks, 1 000 test inputs, to one replica, four
+/// times the per-operation overhead of `bench train`'s).
 pub fn chunk_size(
     job_replicas: usize,
     per_replica: usize,
+    step_per_replica: usize,
     largest: usize,
     res: &Resources,
 ) -> Result<usize, MethodError> {
@@ -217,9 +222,8 @@ pub fn chunk_size(
         Some(c) => c,
         None if res.backend.is_gpu() => usize::MAX,
         // Cache-sized, but never so large that a thread would sit idle.
-        None => {
-            (CPU_CHUNK_BYTES / per_replica.max(1)).min(job_replicas.div_ceil(res.threads.max(1)))
-        }
+        None => (CPU_CHUNK_BYTES / step_per_replica.max(1))
+            .min(job_replicas.div_ceil(res.threads.max(1))),
     };
     Ok(chunk.min(fit).min(cap).min(job_replicas).max(1))
 }
@@ -245,14 +249,14 @@ mod tests {
         let per = bytes_per_replica(&shape, &settings, n, m);
         let largest = largest_tensor_per_replica(&shape, &settings, n, m);
         assert_eq!(largest, 72_900 * 128 * 4);
-        let chunk = chunk_size(6000, per, largest, &res).unwrap();
+        let chunk = chunk_size(6000, per, per, largest, &res).unwrap();
         assert_eq!(chunk, (2usize << 30) / (72_900 * 128 * 4));
         assert!(chunk >= 40, "{chunk}");
         assert!(chunk * largest <= WGPU_MAX_BINDING);
         assert!(chunk * per <= res.memory_budget);
         // The same job with the default 2 GiB budget: memory, not the cap, limits it.
         let small = Resources::new(BackendKind::Wgpu, Device::flex());
-        assert!(chunk_size(6000, per, largest, &small).unwrap() < chunk);
+        assert!(chunk_size(6000, per, per, largest, &small).unwrap() < chunk);
     }
 
     #[test]
@@ -261,7 +265,7 @@ mod tests {
         let mut res = Resources::new(BackendKind::Wgpu, Device::flex());
         res.max_tensor_bytes = 1 << 20;
         let largest = largest_tensor_per_replica(&shape, &settings, n, m);
-        let e = chunk_size(10, 1, largest, &res).unwrap_err().to_string();
+        let e = chunk_size(10, 1, 1, largest, &res).unwrap_err().to_string();
         assert!(
             e.contains("binding limit") && e.contains("batch_size"),
             "{e}"

@@ -119,6 +119,11 @@ pub trait ChunkTrainer: Sync {
     fn has_rates(&self) -> bool;
     /// Device bytes one replica needs during training and prediction (the memory plan).
     fn bytes_per_replica(&self) -> usize;
+    /// Bytes per replica a training step touches, which sizes a CPU chunk to the cache; by
+    /// default all of [`ChunkTrainer::bytes_per_replica`].
+    fn step_bytes_per_replica(&self) -> usize {
+        self.bytes_per_replica()
+    }
     /// Bytes per replica of the model's largest single tensor (the device's binding cap
     /// limits a chunk by it); by default all of [`ChunkTrainer::bytes_per_replica`].
     fn largest_tensor_per_replica(&self) -> usize {
@@ -142,6 +147,7 @@ pub fn run_chunks(
     let chunk = chunk_size(
         r,
         model.bytes_per_replica(),
+        model.step_bytes_per_replica(),
         model.largest_tensor_per_replica(),
         res,
     )?;
