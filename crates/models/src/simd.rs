@@ -145,32 +145,19 @@ impl Lanes {
     /// `shared.len()`), four rows at a time.
     #[inline(always)]
     pub fn dot_rows(self, shared: &[f32], rows: &[f32], out: &mut [f32]) {
-        let n = shared.len();
-        let rows = &rows[..out.len() * n];
-        #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
-        if let Some(v3) = self.v3 {
-            let mut blocks = out.chunks_exact_mut(4);
-            let mut at = 0;
-            for o in &mut blocks {
-                let r = |i: usize| &rows[(at + i) * n..(at + i + 1) * n];
-                o.copy_from_slice(&dots_v3(v3, shared, [r(0), r(1), r(2), r(3)]));
-                at += 4;
-            }
-            for o in blocks.into_remainder() {
-                *o = dots_v3(v3, shared, [&rows[at * n..(at + 1) * n]])[0];
-                at += 1;
-            }
-            return;
-        }
-        for (o, row) in out.iter_mut().zip(rows.chunks_exact(n.max(1))) {
-            *o = dot(row, shared);
-        }
+        self.rows(Some(shared), rows, shared.len(), out);
     }
 
     /// `out[i]` = [`sum`]`(rows_i)` for the rows of `rows` (`[out.len(), n]`), four at a
     /// time.
     #[inline(always)]
     pub fn sum_rows(self, rows: &[f32], n: usize, out: &mut [f32]) {
+        self.rows(None, rows, n, out);
+    }
+
+    /// [`Lanes::dot_rows`] with `shared`, [`Lanes::sum_rows`] without.
+    #[inline(always)]
+    fn rows(self, shared: Option<&[f32]>, rows: &[f32], n: usize, out: &mut [f32]) {
         let rows = &rows[..out.len() * n];
         #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
         if let Some(v3) = self.v3 {
@@ -178,17 +165,25 @@ impl Lanes {
             let mut at = 0;
             for o in &mut blocks {
                 let r = |i: usize| &rows[(at + i) * n..(at + i + 1) * n];
-                o.copy_from_slice(&sums_v3(v3, [r(0), r(1), r(2), r(3)]));
+                let four = [r(0), r(1), r(2), r(3)];
+                o.copy_from_slice(&match shared {
+                    Some(y) => dots_v3(v3, y, four),
+                    None => sums_v3(v3, four),
+                });
                 at += 4;
             }
             for o in blocks.into_remainder() {
-                *o = sums_v3(v3, [&rows[at * n..(at + 1) * n]])[0];
+                let one = [&rows[at * n..(at + 1) * n]];
+                *o = match shared {
+                    Some(y) => dots_v3(v3, y, one),
+                    None => sums_v3(v3, one),
+                }[0];
                 at += 1;
             }
             return;
         }
         for (o, row) in out.iter_mut().zip(rows.chunks_exact(n.max(1))) {
-            *o = sum(row);
+            *o = shared.map_or_else(|| sum(row), |y| dot(row, y));
         }
     }
 }
