@@ -57,7 +57,7 @@ pub(crate) fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
 /// in registers while every row is added, instead of one pass over `out` (a load and a
 /// store per element) per row.
 #[inline(always)]
-fn combine(out: &mut [f32], init: f32, coefs: &[f32], stride: usize, rows: &[f32]) {
+pub(crate) fn combine(out: &mut [f32], init: f32, coefs: &[f32], stride: usize, rows: &[f32]) {
     const BLOCK: usize = 32;
     let n = out.len();
     if n == 0 {

@@ -28,7 +28,7 @@ use uqbench_anchor::Rng;
 
 use super::MfviTrainer;
 use crate::engine::ChunkOut;
-use crate::fused::{axpy, feature_major};
+use crate::fused::{combine, feature_major};
 use crate::kernels::{adam_slice, AdamStep};
 use crate::mlp::xavier_init;
 use crate::simd;
@@ -183,16 +183,10 @@ impl Net {
             }
             for j in 0..dout {
                 let zj = &mut self.z[l][j * n..(j + 1) * n];
-                zj.fill(mu_b[j]);
-                for k in 0..din {
-                    axpy(zj, mu_w[k * dout + j], &input[k * n..(k + 1) * n]);
-                }
+                combine(zj, mu_b[j], &mu_w[j..], dout, input);
                 if sampled {
                     let sj = &mut self.sd[l][j * n..(j + 1) * n];
-                    sj.fill(self.var_b[l][j]);
-                    for k in 0..din {
-                        axpy(sj, self.var_w[l][k * dout + j], &sq[k * n..(k + 1) * n]);
-                    }
+                    combine(sj, self.var_b[l][j], &self.var_w[l][j..], dout, sq);
                     let ej = &self.eps[l][j * n..(j + 1) * n];
                     for ((z, s), &e) in zj.iter_mut().zip(sj.iter_mut()).zip(ej) {
                         *s = s.sqrt();
@@ -261,19 +255,12 @@ impl Net {
                 let z = &self.z[l - 1];
                 for k in 0..din {
                     let dk = &mut dprev[k * n..(k + 1) * n];
-                    dk.fill(0.0);
                     let sk = &mut self.sq[l][k * n..(k + 1) * n];
                     // Σ_j σ²_W,kj·δv_j into the square's slot (no longer needed), then
                     // δ_k = Σ_j μ_W,kj·δ_j + 2a_k·that.
-                    sk.fill(0.0);
-                    for j in 0..dout {
-                        axpy(dk, mu_w[k * dout + j], &dl[j * n..(j + 1) * n]);
-                        axpy(
-                            sk,
-                            self.var_w[l][k * dout + j],
-                            &self.dvar[j * n..(j + 1) * n],
-                        );
-                    }
+                    combine(dk, 0.0, &mu_w[k * dout..], 1, &dl[..dout * n]);
+                    let var_w = &self.var_w[l][k * dout..];
+                    combine(sk, 0.0, var_w, 1, &self.dvar[..dout * n]);
                     let a = &input[k * n..(k + 1) * n];
                     for (((d, &s), &av), &zv) in dk
                         .iter_mut()
