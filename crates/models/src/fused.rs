@@ -4,7 +4,7 @@
 //! vectorised. A replica's parameters and activations (a few kB for [002]'s 1-W-1 networks)
 //! stay in cache, and nothing is allocated per pass. HMC's chains (`hmc/host.rs`) and the
 //! engine's small networks (`engine/host.rs`) run on it, MFVI's (`mfvi/host.rs`) on its
-//! reductions; callers run it through [`crate::simd::dispatch`].
+//! [`combine`] and [`feature_major`]; callers run it through [`crate::simd::dispatch`].
 //!
 //! Every reduction has its order written out (eight partial sums added in a fixed order, on
 //! [`Lanes`]), so the loops give the same bits at any vector width.
@@ -45,7 +45,7 @@ pub(crate) fn feature_major(x: &[f32], d: usize) -> Vec<f32> {
 
 /// y += a·x, element by element.
 #[inline(always)]
-pub(crate) fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
+fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
     for (yi, &xi) in y.iter_mut().zip(x) {
         *yi += a * xi;
     }

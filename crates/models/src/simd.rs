@@ -3,16 +3,16 @@
 //!
 //! The workspace is built for baseline x86-64 (SSE2: four f32 lanes) so that one binary runs
 //! everywhere, and it forbids `unsafe`, which a hand-written `#[target_feature]` dispatch
-//! needs. [`dispatch`] runs a closure through `pulp`'s AVX2 token instead (the `unsafe` lives
-//! in `pulp`): the closure, marked `#[inline(always)]` together with everything it calls,
+//! needs. [`dispatch`] runs an [`Op`] through `pulp`'s AVX2 token instead (the `unsafe` lives
+//! in `pulp`): the operation, marked `#[inline(always)]` together with everything it calls,
 //! is compiled a second time with AVX2 and FMA enabled, and that copy runs where the CPU has
 //! them.
 //!
 //! The two copies compute the same bits. Rust never contracts `a·b + c` into a fused
 //! multiply-add by itself, IEEE-754 makes every lane of an element-wise operation (+, ·, /,
 //! √) exact-rounded whatever the vector width, and every reduction in the dispatched loops
-//! has its order written out (`hmc/host.rs`'s eight partial sums), so the wider registers
-//! change the speed, not the result. `UQBENCH_SIMD=baseline` forces the baseline copy, to
+//! has its order written out ([`dot`], [`sum`] and their [`Lanes`] versions: eight partial
+//! sums added as one tree), so the wider registers change the speed, not the result. `UQBENCH_SIMD=baseline` forces the baseline copy, to
 //! compare the two (`docs/performance.md`); the tests check that both give the same bits.
 
 use std::sync::OnceLock;
@@ -196,7 +196,7 @@ fn tree(acc: [f32; 8], tail: f32) -> f32 {
 
 /// Σ a_i·b_i with eight interleaved partial sums (partial sum i adds the products at
 /// i, i + 8, i + 16, …), the elements past the last multiple of eight summed in order
-/// ("the tail"), added as [`tree`]: the same result whatever the vector width.
+/// ("the tail"), added as one fixed tree (`tree`): the same result whatever the vector width.
 #[inline(always)]
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0.0f32; 8];
