@@ -210,4 +210,19 @@ impl Net {
             cur = 1 - cur;
         }
     }
+
+    /// ∇ₓ of Σ_p δ_p·f(x_p) at the inputs of the last [`Net::backward`] (`[n]` points) into
+    /// `gx` (feature-major `[d, n]`): ∂/∂x_k,p = Σ_j W₀[k, j]·δ₀_j,p, with δ₀ the first
+    /// layer's δ, which that pass left in buffer (L − 1) mod 2 (layer l's δ is in buffer
+    /// (L − 1 − l) mod 2: the output's in 0, and each layer writes the other).
+    #[inline(always)]
+    pub fn input_gradient(&self, theta: &[f32], gx: &mut [f32]) {
+        let (din, dout) = self.layers[0];
+        let n = gx.len() / din;
+        let w = &theta[self.w_at[0]..self.w_at[0] + din * dout];
+        let d0 = &self.delta[(self.layers.len() - 1) % 2][..dout * n];
+        for (k, gk) in gx.chunks_exact_mut(n).enumerate() {
+            combine(gk, 0.0, &w[k * dout..], 1, d0);
+        }
+    }
 }

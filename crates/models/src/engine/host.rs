@@ -8,8 +8,9 @@
 //! [`crate::simd::dispatch`].
 //!
 //! It takes the jobs that need nothing else ([`applies`]): full batches (of the data or of a
-//! classic bootstrap resample), no stochastic layer, no adversarial pass, no SWA, the ½·MSE
-//! head, on a CPU backend, for layers with in·out ≤ 800 ([`crate::mlp::host_loops`]). The
+//! classic bootstrap resample), no stochastic layer, no SWA, the ½·MSE or the Bernoulli
+//! (logit) head, with or without EnsAdvA's adversarial pass, on a CPU backend, for layers
+//! with in·out ≤ 800 ([`crate::mlp::host_loops`]). The
 //! floating-point order differs from the tensors', so from the same seeds the replicas end
 //! at nearby, not identical, weights: equal in distribution (docs/performance.md compares
 //! them). A replica's numbers still depend on nothing but its own seeds.
@@ -35,9 +36,8 @@ pub(crate) fn applies(job: &Job<'_>, settings: &TrainSettings, res: &Resources) 
     !res.backend.is_gpu()
         && job.shape.d_out == 1
         && settings.dropout.is_none()
-        && settings.adversarial.is_none()
         && settings.swa.is_none()
-        && settings.head() == Head::HalfMse
+        && matches!(settings.head(), Head::HalfMse | Head::BernoulliLogit)
         && matches!(
             settings.batching,
             Batching::Full | Batching::Resample { size: None }
@@ -77,7 +77,9 @@ impl Trainer<'_> {
     }
 
     /// One replica's epochs: full-batch steps on its (resampled) data `xt` (feature-major),
-    /// `y`, with Adam and λ on the weights (the first `n_weights` entries of θ).
+    /// `y`, with Adam and λ on the weights (the first `n_weights` entries of θ). With EnsAdvA's
+    /// ε, each step adds the gradient at x' = x + ε·sign(∇ₓ loss) to the one at x, as
+    /// `chunk.rs`'s step does.
     #[inline(always)]
     fn train_replica(
         &self,
@@ -88,17 +90,50 @@ impl Trainer<'_> {
         n_weights: usize,
     ) {
         let st = self.settings;
+        let head = st.head();
         let (n, dim) = (y.len(), theta.len());
         let (mut m, mut v, mut grad) = (vec![0.0f32; dim], vec![0.0f32; dim], vec![0.0f32; dim]);
         let (mut f, mut delta) = (vec![0.0f32; n], vec![0.0f32; n]);
-        let inv_n = 1.0 / n as f32;
+        // ε per input dimension, ∇ₓ, x' (feature-major) and the second pass's gradient.
+        let mut adversarial = st.adversarial.as_ref().map(|eps| {
+            let eps: Vec<f32> = eps.iter().map(|&e| e as f32).collect();
+            (
+                eps,
+                vec![0.0f32; xt.len()],
+                vec![0.0f32; xt.len()],
+                vec![0.0f32; dim],
+            )
+        });
         for t in 1..=st.epochs as u64 {
             net.forward(theta, xt, &mut f);
-            // δ = (f − y)/n, the ½·MSE head's gradient.
-            for ((d, &fp), &yp) in delta.iter_mut().zip(&f).zip(y) {
-                *d = (fp - yp) * inv_n;
-            }
+            head_delta(head, &f, y, &mut delta);
             net.backward(theta, xt, &delta, &mut grad);
+            if let Some((eps, gx, x_adv, grad2)) = adversarial.as_mut() {
+                net.input_gradient(theta, gx);
+                // x' = x + sign(∇ₓ)·ε_k (burn's sign: 0 at 0), per input dimension k.
+                for (k, ((xa, g), x)) in (x_adv.chunks_exact_mut(n))
+                    .zip(gx.chunks_exact(n))
+                    .zip(xt.chunks_exact(n))
+                    .enumerate()
+                {
+                    for ((xa, &g), &x) in xa.iter_mut().zip(g).zip(x) {
+                        let sign = if g > 0.0 {
+                            1.0
+                        } else if g < 0.0 {
+                            -1.0
+                        } else {
+                            0.0
+                        };
+                        *xa = x + sign * eps[k];
+                    }
+                }
+                net.forward(theta, x_adv, &mut f);
+                head_delta(head, &f, y, &mut delta);
+                net.backward(theta, x_adv, &delta, grad2);
+                for (g, &g2) in grad.iter_mut().zip(grad2.iter()) {
+                    *g += g2;
+                }
+            }
             let weights = AdamStep::new(st.lr, st.beta1, st.beta2, st.eps, t, st.weight_decay);
             let biases = AdamStep {
                 weight_decay: 0.0,
@@ -114,9 +149,48 @@ impl Trainer<'_> {
     }
 }
 
+/// δ at the output for the outputs `f` and targets `y` of n points ([`Head::delta`]): ½·MSE
+/// (f − y)/n, Bernoulli (σ(f) − y)/n.
+#[inline(always)]
+fn head_delta(head: Head, f: &[f32], y: &[f32], delta: &mut [f32]) {
+    let inv_n = 1.0 / f.len() as f32;
+    match head {
+        Head::BernoulliLogit => {
+            for ((d, &fp), &yp) in delta.iter_mut().zip(f).zip(y) {
+                *d = (1.0 / (1.0 + (-fp).exp()) - yp) * inv_n;
+            }
+        }
+        _ => {
+            for ((d, &fp), &yp) in delta.iter_mut().zip(f).zip(y) {
+                *d = (fp - yp) * inv_n;
+            }
+        }
+    }
+}
+
+/// The head's data term, averaged over the points ([`Head::value`]), in f32 like the
+/// device's objective (`chunk.rs`): an overflow there is what divergence means. ½·MSE:
+/// ½·mean (f − y)²; Bernoulli: mean softplus(f) − y·f, softplus(f) = max(f, 0) +
+/// log(1 + e^{−|f|}).
+fn head_value(head: Head, lanes: simd::Lanes, f: &[f32], y: &[f32]) -> f32 {
+    let n = f.len() as f32;
+    match head {
+        Head::BernoulliLogit => {
+            let terms: Vec<f32> = (f.iter().zip(y))
+                .map(|(&fp, &yp)| fp.max(0.0) + (-fp.abs()).exp().ln_1p() - fp * yp)
+                .collect();
+            lanes.sum(&terms) / n
+        }
+        _ => {
+            let resid: Vec<f32> = f.iter().zip(y).map(|(&fp, &yp)| fp - yp).collect();
+            0.5 * (lanes.dot(&resid, &resid) / n)
+        }
+    }
+}
+
 /// One replica's training, fit and predictions as an operation for [`simd::dispatch`] (a
 /// struct, not a closure: a closure's body would be compiled in a call shim outside the AVX2
-/// copy). Returns the mean squared error of the fit at all N points, in f32.
+/// copy). Returns the head's data term of the fit at all N points, in f32.
 struct RunReplica<'a, 'b> {
     trainer: &'a Trainer<'b>,
     net: &'a mut Net,
@@ -149,12 +223,7 @@ impl simd::Op for RunReplica<'_, '_> {
         for pass in rest.chunks_exact_mut(m) {
             pass.copy_from_slice(first);
         }
-        // In f32 like the device's objective (`chunk.rs`): an overflow there is what
-        // divergence means.
-        let resid: Vec<f32> = (self.train.iter().zip(self.y))
-            .map(|(&f, &t)| f - t)
-            .collect();
-        lanes.dot(&resid, &resid) / self.train.len() as f32
+        head_value(self.trainer.settings.head(), lanes, self.train, self.y)
     }
 }
 
@@ -247,7 +316,7 @@ impl ChunkTrainer for Trainer<'_> {
                 train,
             });
             let l2 = simd::dot(&theta[..n_weights], &theta[..n_weights]);
-            out.objective[r] = f64::from(0.5 * data + (0.5 * lambda) as f32 * l2);
+            out.objective[r] = f64::from(data + (0.5 * lambda) as f32 * l2);
             if self.settings.keep_weights {
                 // Layer by layer its weights, then its biases (`TrainOutput::weights`).
                 let (mut w_at, mut b_at, mut flat) = (0, n_weights, Vec::with_capacity(net.dim));
@@ -266,5 +335,116 @@ impl ChunkTrainer for Trainer<'_> {
                 .collect();
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use uqbench_anchor::Rng;
+    use uqbench_core::Likelihood;
+
+    use super::super::chunk;
+    use super::super::network::Network;
+    use super::*;
+    use crate::kernels::KernelPath;
+    use crate::mlp::MlpShape;
+
+    #[test]
+    fn the_host_trainer_follows_the_tensor_route() {
+        // A 2-6-4-1 network on 40 points, 8 epochs, three replicas, every job the host
+        // trainer takes: ½·MSE and Bernoulli heads, full batch and the classic bootstrap
+        // resample, with and without EnsAdvA's pass. From the same seeds both routes start at
+        // the same weights and draw the same resample; they differ only in the floating-point
+        // order of their sums (f32, about 1e-7 relative per operation), which eight Adam steps
+        // of lr 1e-2 carry into the weights at well under 1e-4. A wrong gradient, head or
+        // adversarial input moves a step by up to lr = 1e-2, a hundred times that.
+        let shape = MlpShape {
+            d_in: 2,
+            hidden: vec![6, 4],
+            d_out: 1,
+            negative_slope: 0.01,
+        };
+        let (n, m, d) = (40, 5, 2);
+        let mut rng = Rng::new(11);
+        let x: Vec<f32> = (0..n * d)
+            .map(|_| rng.uniform_in(-2.0, 2.0) as f32)
+            .collect();
+        let x_test: Vec<f32> = (0..m * d)
+            .map(|_| rng.uniform_in(-2.0, 2.0) as f32)
+            .collect();
+        let gaussian: Vec<f32> = (0..n)
+            .map(|p| x[p * d] - 0.5 * x[p * d + 1] + 0.3 * rng.normal() as f32)
+            .collect();
+        let labels: Vec<f32> = (0..n)
+            .map(|p| f32::from(u8::from(x[p * d] + 0.5 * rng.normal() as f32 > 0.0)))
+            .collect();
+        let dev = Device::flex();
+        let res = Resources::new(crate::backend::BackendKind::Flex, dev.clone());
+        for likelihood in [Likelihood::Gaussian, Likelihood::Bernoulli] {
+            for resample in [false, true] {
+                for adversarial in [None, Some(vec![0.05, 0.1])] {
+                    let targets = vec![match likelihood {
+                        Likelihood::Gaussian => gaussian.clone(),
+                        Likelihood::Bernoulli => labels.clone(),
+                    }];
+                    let job = Job {
+                        shape: &shape,
+                        x_train: &x,
+                        targets: &targets,
+                        replica_targets: &[0, 0, 0],
+                        init_seeds: &[1, 2, 3],
+                        stream_seeds: &[4, 5, 6],
+                        replica_ids: &[0, 1, 2],
+                        x_test: &x_test,
+                    };
+                    let settings = TrainSettings {
+                        likelihood,
+                        adversarial: adversarial.clone(),
+                        keep_weights: true,
+                        batching: if resample {
+                            Batching::Resample { size: None }
+                        } else {
+                            Batching::Full
+                        },
+                        ..TrainSettings::paper(8, n)
+                    };
+                    assert!(applies(&job, &settings, &res) || !crate::mlp::host_loops(&shape));
+                    let host = Trainer {
+                        job: &job,
+                        settings: &settings,
+                        device: dev.clone(),
+                    }
+                    .train_chunk(0..3)
+                    .expect("host");
+                    let tensor = chunk::Trainer {
+                        job: &job,
+                        settings: &settings,
+                        device: dev.clone(),
+                        net: Network {
+                            path: KernelPath::Flex,
+                            slope: shape.negative_slope,
+                            dropout: None,
+                            head: settings.head(),
+                        },
+                    }
+                    .train_chunk(0..3)
+                    .expect("tensor");
+                    let case = format!("{likelihood:?}, resample {resample}, {adversarial:?}");
+                    let close = |a: &[f32], b: &[f32], what: &str| {
+                        assert_eq!(a.len(), b.len(), "{case}: {what}");
+                        for (i, (u, v)) in a.iter().zip(b).enumerate() {
+                            assert!((u - v).abs() <= 1e-4, "{case}: {what}[{i}] {u} vs {v}");
+                        }
+                    };
+                    for r in 0..3 {
+                        close(&host.weights[r], &tensor.weights[r], "weights");
+                        let (h, t) = (host.objective[r], tensor.objective[r]);
+                        assert!((h - t).abs() <= 1e-4 * t.abs(), "{case}: objective {h} {t}");
+                    }
+                    close(&host.pred, &tensor.pred, "predictions");
+                    close(&host.train_pred, &tensor.train_pred, "fit");
+                }
+            }
+        }
     }
 }
