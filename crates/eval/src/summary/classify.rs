@@ -413,6 +413,24 @@ struct Labelled {
     pooled_labels: Vec<usize>,
 }
 
+/// [003]'s referral curve of one repetition's probabilities `prob` against its test labels
+/// `y`: ranked by predictive entropy, the most certain fractions kept, the random baseline
+/// drawn from the repetition's seed.
+fn referral_of(
+    prob: &[f64],
+    y: &[bool],
+    fractions: &[f64],
+    repetition: u64,
+) -> std::result::Result<Vec<uqbench_metrics::ranking::ReferralPoint>, uqbench_metrics::MetricError>
+{
+    let unc: Vec<f64> = prob.iter().map(|&p| binary_entropy(p)).collect();
+    // Class 1 is predicted when p > ½, as `accuracy`'s argmax (ties go to class 0).
+    let correct: Vec<bool> = (prob.iter().zip(y))
+        .map(|(&p, &l)| (p > 0.5) == l)
+        .collect();
+    referral_curve(&unc, &correct, prob, y, fractions, RANDOM_DRAWS, repetition)
+}
+
 /// [`Labelled`] for the repetitions `used`; the headline label metrics of each repetition go
 /// to `per_repetition`.
 fn label_metrics_of(
@@ -427,11 +445,16 @@ fn label_metrics_of(
     let mut referral: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     let mut pooled_probs = Vec::new();
     let mut pooled_labels = Vec::new();
-    for r in used {
-        let y = labels(r.repetition);
-        if y.len() != m {
-            bail!("test labels: {} for {m} test inputs", y.len());
-        }
+    let ys: Vec<Vec<bool>> = used.iter().map(|r| labels(r.repetition)).collect();
+    if let Some(y) = ys.iter().find(|y| y.len() != m) {
+        bail!("test labels: {} for {m} test inputs", y.len());
+    }
+    // [003]'s referral curves, the costly part (100 random subsets per retained fraction), over
+    // the cores; each repetition's from its own seed, so the same numbers in any order.
+    let curves = uqbench_core::par_map(used.len(), |k| {
+        referral_of(&used[k].prob, &ys[k], &fractions, used[k].repetition)
+    });
+    for ((r, y), curve) in used.iter().zip(ys).zip(curves) {
         for (region, idx) in regs {
             for (name, v) in label_metrics(&r.prob, &y, idx)? {
                 per_region
@@ -442,25 +465,7 @@ fn label_metrics_of(
                     .push(v);
             }
         }
-        // [003]: rank by predictive entropy, keep the most certain fraction.
-        let unc: Vec<f64> = r.prob.iter().map(|&p| binary_entropy(p)).collect();
-        // Class 1 is predicted when p > ½, as `accuracy`'s argmax (ties go to class 0).
-        let correct: Vec<bool> = r
-            .prob
-            .iter()
-            .zip(&y)
-            .map(|(&p, &l)| (p > 0.5) == l)
-            .collect();
-        let curve = referral_curve(
-            &unc,
-            &correct,
-            &r.prob,
-            &y,
-            &fractions,
-            RANDOM_DRAWS,
-            r.repetition,
-        )?;
-        for pt in curve {
+        for pt in curve? {
             let q = level_name(pt.retained);
             for (what, v) in [
                 ("referral_accuracy", pt.accuracy),
