@@ -160,6 +160,7 @@ fn head_delta(head: Head, f: &[f32], y: &[f32], delta: &mut [f32]) {
                 *d = (1.0 / (1.0 + (-fp).exp()) - yp) * inv_n;
             }
         }
+        // ½·MSE, the only other head [`applies`] admits.
         _ => {
             for ((d, &fp), &yp) in delta.iter_mut().zip(f).zip(y) {
                 *d = (fp - yp) * inv_n;
@@ -181,6 +182,7 @@ fn head_value(head: Head, lanes: simd::Lanes, f: &[f32], y: &[f32]) -> f32 {
                 .collect();
             lanes.sum(&terms) / n
         }
+        // ½·MSE, the only other head [`applies`] admits.
         _ => {
             let resid: Vec<f32> = f.iter().zip(y).map(|(&fp, &yp)| fp - yp).collect();
             0.5 * (lanes.dot(&resid, &resid) / n)
