@@ -97,7 +97,12 @@ pub fn linear_backward(
 ) -> LinearGrads {
     let grad_w = input.clone().swap_dims(1, 2).matmul(delta.clone());
     let grad_b = delta.clone().sum_dim(1);
-    let grad_x = want_input.then(|| delta.matmul(weight.clone().swap_dims(1, 2)));
+    // One output (k = 1): the product is an outer product, each entry one multiplication,
+    // so a broadcast multiplication gives it without a matrix product's call.
+    let grad_x = want_input.then(|| match delta.dims()[2] {
+        1 => delta * weight.clone().swap_dims(1, 2),
+        _ => delta.matmul(weight.clone().swap_dims(1, 2)),
+    });
     LinearGrads {
         weight: grad_w,
         bias: grad_b,
