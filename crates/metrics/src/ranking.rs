@@ -23,26 +23,8 @@ pub fn roc_auc(scores: &[f64], labels: &[bool]) -> Result<f64, MetricError> {
             ),
         });
     }
-    let mut order: Vec<usize> = (0..scores.len()).collect();
-    order.sort_by(|&a, &b| scores[a].total_cmp(&scores[b]));
-    // Average ranks (1-based) over ties.
-    let mut rank_sum_pos = 0.0;
-    let mut i = 0;
-    while i < order.len() {
-        let mut j = i;
-        while j + 1 < order.len() && scores[order[j + 1]] == scores[order[i]] {
-            j += 1;
-        }
-        let avg = (i + j) as f64 / 2.0 + 1.0;
-        for &k in &order[i..=j] {
-            if labels[k] {
-                rank_sum_pos += avg;
-            }
-        }
-        i = j + 1;
-    }
-    let (p, n) = (pos as f64, neg as f64);
-    Ok((rank_sum_pos - p * (p + 1.0) / 2.0) / (p * n))
+    // Every point a member: the rank-sum statistic with average ranks over ties.
+    Ok(Ranked::new(scores, labels).auc(&vec![true; scores.len()]))
 }
 
 /// One point of a referral curve.
@@ -143,11 +125,11 @@ pub fn referral_curve(
 }
 
 /// Scores ranked once (a stable sort by `total_cmp`), for the AUC of many subsets of the same
-/// points in O(n) each: [`roc_auc`]'s number, bit for bit. Within a run of equal scores the
-/// subset's members share the average rank r + (c + 1)/2 (r members below, c in the run),
-/// which is what `roc_auc`'s (i + j)/2 + 1 is for the run's first and last subset index
-/// i = r, j = r + c − 1; the rank sum adds it once per positive, run by run, in the same
-/// order, and these are small half-integers, exact in f64.
+/// points in O(n) each ([`roc_auc`] is the subset of all points). Within a run of equal
+/// scores the subset's members share the average rank r + (c + 1)/2 (r members below, c in
+/// the run); the rank sum adds it once per positive, run by run. The ranks are small
+/// half-integers, exact in f64, so a subset's AUC is the same number whether it is ranked on
+/// its own or marked in a larger ranking.
 struct Ranked {
     /// Per point, its position in the ranking.
     rank_of: Vec<usize>,

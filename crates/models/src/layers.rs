@@ -82,6 +82,17 @@ impl BatchedLinear {
     }
 }
 
+/// The batched product a·b (`[B or 1, m, k]·[B, k, n]`, a batch of one broadcasting). With
+/// k = 1 it is an outer product, each entry one multiplication, which a broadcast
+/// multiplication gives without a matrix product's call and packing (the same values: a
+/// 1-D problem's first layer, the one-output last layer's input gradient).
+pub fn product(a: Tensor<3>, b: Tensor<3>) -> Tensor<3> {
+    match a.dims()[2] {
+        1 => a * b,
+        _ => a.matmul(b),
+    }
+}
+
 /// Backward pass of z = x·W + b per replica, from δ = ∂loss/∂z:
 /// ∂loss/∂W = xᵀ·δ, ∂loss/∂b = Σ_n δ, ∂loss/∂x = δ·Wᵀ. The L2 term's λ·W is not included
 /// (Adam's step adds it to the weights only).
@@ -97,12 +108,7 @@ pub fn linear_backward(
 ) -> LinearGrads {
     let grad_w = input.clone().swap_dims(1, 2).matmul(delta.clone());
     let grad_b = delta.clone().sum_dim(1);
-    // One output (k = 1): the product is an outer product, each entry one multiplication,
-    // so a broadcast multiplication gives it without a matrix product's call.
-    let grad_x = want_input.then(|| match delta.dims()[2] {
-        1 => delta * weight.clone().swap_dims(1, 2),
-        _ => delta.matmul(weight.clone().swap_dims(1, 2)),
-    });
+    let grad_x = want_input.then(|| product(delta, weight.clone().swap_dims(1, 2)));
     LinearGrads {
         weight: grad_w,
         bias: grad_b,

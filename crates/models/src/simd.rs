@@ -12,8 +12,9 @@
 //! multiply-add by itself, IEEE-754 makes every lane of an element-wise operation (+, ·, /,
 //! √) exact-rounded whatever the vector width, and every reduction in the dispatched loops
 //! has its order written out ([`dot`], [`sum`] and their [`Lanes`] versions: eight partial
-//! sums added as one tree), so the wider registers change the speed, not the result. `UQBENCH_SIMD=baseline` forces the baseline copy, to
-//! compare the two (`docs/performance.md`); the tests check that both give the same bits.
+//! sums added as one tree), so the wider registers change the speed, not the result.
+//! `UQBENCH_SIMD=baseline` forces the baseline copy, to compare the two
+//! (`docs/performance.md`); the tests check that both give the same bits.
 
 use std::sync::OnceLock;
 

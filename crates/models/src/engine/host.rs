@@ -294,15 +294,18 @@ impl ChunkTrainer for Trainer<'_> {
             }
             let y = &job.targets[job.replica_targets[range.start + r]];
             // The resample's inputs and targets, or the data.
-            let (xr, yr): (Vec<f32>, Vec<f32>) = match &resamples {
-                Some(idx) => (
+            let resampled: Option<(Vec<f32>, Vec<f32>)> = resamples.as_ref().map(|idx| {
+                (
                     (0..d)
                         .flat_map(|k| idx[r].iter().map(move |&p| (k, p)))
                         .map(|(k, p)| xt[k * n + p])
                         .collect(),
                     idx[r].iter().map(|&p| y[p]).collect(),
-                ),
-                None => (xt.clone(), y.clone()),
+                )
+            });
+            let (xr, yr) = match &resampled {
+                Some((xr, yr)) => (&xr[..], &yr[..]),
+                None => (&xt[..], &y[..]),
             };
             let train = &mut out.train_pred[r * n..(r + 1) * n];
             let pred = &mut out.pred[r * passes * m..(r + 1) * passes * m];
@@ -310,7 +313,7 @@ impl ChunkTrainer for Trainer<'_> {
                 trainer: self,
                 net: &mut net,
                 theta: &mut theta,
-                data: (&xr, &yr),
+                data: (xr, yr),
                 n_weights,
                 x: (&xt, &xt_test),
                 y,

@@ -171,12 +171,7 @@ impl Network {
         let mut inputs = Vec::with_capacity(s.w.len());
         let mut h = x;
         for l in 0..last {
-            // One input (a 1-D problem's first layer, k = 1): an outer product, each entry
-            // one multiplication, so a broadcast multiplication instead of a matrix product.
-            let z = match h.dims()[2] {
-                1 => h.clone() * s.w[l].clone(),
-                _ => h.clone().matmul(s.w[l].clone()),
-            };
+            let z = crate::layers::product(h.clone(), s.w[l].clone());
             inputs.push(h);
             h = kernels::bias_act(self.path, z, &s.b[l], self.slope, true);
         }
