@@ -11,6 +11,48 @@
 
 use crate::simd::Lanes;
 
+/// One replica's network on the host, as the engine's host trainer (`engine/host.rs`) runs
+/// it: this module's feature-major [`Net`] for small layers, [`crate::blocked::Net`]'s
+/// register tiles for larger ones. Inputs are feature-major (`[d, points]`) for both.
+pub(crate) trait HostNet {
+    /// The number of parameters (weights, then biases).
+    fn dim(&self) -> usize;
+    /// The lanes the reductions run on (set by the [`crate::simd::Op`] that runs the net).
+    fn set_lanes(&mut self, lanes: Lanes);
+    /// f at the points of `xt` (`[d, n]`) into `out` (`[n]`), keeping the activations.
+    fn forward(&mut self, theta: &[f32], xt: &[f32], out: &mut [f32]);
+    /// ∇θ of Σ_p δ_p·f(x_p) into `grad`, after a [`HostNet::forward`] at `xt`.
+    fn backward(&mut self, theta: &[f32], xt: &[f32], delta_out: &[f32], grad: &mut [f32]);
+    /// ∇ₓ of the same sum into `gx` (`[d, n]`), after a [`HostNet::backward`].
+    fn input_gradient(&mut self, theta: &[f32], gx: &mut [f32]);
+}
+
+impl HostNet for Net {
+    fn dim(&self) -> usize {
+        self.dim
+    }
+
+    #[inline(always)]
+    fn set_lanes(&mut self, lanes: Lanes) {
+        self.lanes = lanes;
+    }
+
+    #[inline(always)]
+    fn forward(&mut self, theta: &[f32], xt: &[f32], out: &mut [f32]) {
+        Net::forward(self, theta, xt, out);
+    }
+
+    #[inline(always)]
+    fn backward(&mut self, theta: &[f32], xt: &[f32], delta_out: &[f32], grad: &mut [f32]) {
+        Net::backward(self, theta, xt, delta_out, grad);
+    }
+
+    #[inline(always)]
+    fn input_gradient(&mut self, theta: &[f32], gx: &mut [f32]) {
+        Net::input_gradient(self, theta, gx);
+    }
+}
+
 /// One replica's network: layer shapes, flat parameter layout W₀ … W_L then b₀ … b_L (the
 /// order in which the tensor version draws momenta; W_l row-major `[in, out]`), and scratch
 /// for every layer's activations, feature-major (`[width, points]`, so that every inner loop

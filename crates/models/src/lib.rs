@@ -4,6 +4,7 @@
 
 pub mod autodiff;
 pub mod backend;
+pub(crate) mod blocked;
 pub mod config;
 pub mod device_rng;
 pub mod dropout_method;

@@ -18,6 +18,8 @@
 
 use std::sync::OnceLock;
 
+#[cfg(target_arch = "x86_64")]
+use pulp::x86::V4;
 #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
 use pulp::{f32x8, x86::V3, NullaryFnOnce};
 
@@ -28,29 +30,39 @@ pub enum Level {
     Baseline,
     /// AVX2 and FMA (x86-64-v3).
     Avx2,
+    /// [`Level::Avx2`], and AVX-512 for the register-blocked products (`blocked.rs`), which
+    /// run a nested AVX-512 copy of their own.
+    Avx512,
 }
 
-/// The environment variable that forces [`Level::Baseline`] when set to `baseline`.
+/// The environment variable that caps the level: `baseline` forces [`Level::Baseline`],
+/// `avx2` at most [`Level::Avx2`].
 pub const SIMD_ENV: &str = "UQBENCH_SIMD";
 
-/// The level [`dispatch`] uses: the CPU's best, unless [`SIMD_ENV`] says `baseline`. Read
-/// once per process.
+/// The level [`dispatch`] uses: the CPU's best, capped by [`SIMD_ENV`]. Read once per
+/// process.
 pub fn level() -> Level {
     static LEVEL: OnceLock<Level> = OnceLock::new();
     *LEVEL.get_or_init(|| {
-        let forced = std::env::var(SIMD_ENV).is_ok_and(|v| v.eq_ignore_ascii_case("baseline"));
-        if forced {
-            Level::Baseline
-        } else {
-            best()
+        let cap = std::env::var(SIMD_ENV)
+            .unwrap_or_default()
+            .to_ascii_lowercase();
+        match (cap.as_str(), best()) {
+            ("baseline", _) => Level::Baseline,
+            ("avx2", Level::Avx512) => Level::Avx2,
+            (_, best) => best,
         }
     })
 }
 
 /// The widest level this CPU supports.
 pub fn best() -> Level {
+    #[cfg(target_arch = "x86_64")]
+    if V4::try_new().is_some() {
+        return Level::Avx512;
+    }
     #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
-    if pulp::x86::V3::try_new().is_some() {
+    if V3::try_new().is_some() {
         return Level::Avx2;
     }
     Level::Baseline
@@ -69,9 +81,9 @@ pub trait Op {
     fn call(self, lanes: Lanes) -> Self::Output;
 }
 
-/// An [`Op`] with the AVX2 token, for `pulp`'s `vectorize`.
+/// An [`Op`] with the lanes it runs on (holding the AVX2 token), for `pulp`'s `vectorize`.
 #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
-struct OnV3<F>(F, V3);
+struct OnV3<F>(F, Lanes);
 
 #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
 impl<F: Op> NullaryFnOnce for OnV3<F> {
@@ -79,7 +91,7 @@ impl<F: Op> NullaryFnOnce for OnV3<F> {
 
     #[inline(always)]
     fn call(self) -> F::Output {
-        self.0.call(Lanes { v3: Some(self.1) })
+        self.0.call(self.1)
     }
 }
 
@@ -93,9 +105,18 @@ pub fn dispatch<F: Op>(f: F) -> F::Output {
 #[inline(always)]
 pub fn dispatch_at<F: Op>(level: Level, f: F) -> F::Output {
     #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
-    if level == Level::Avx2 {
+    if level != Level::Baseline {
         if let Some(v3) = V3::try_new() {
-            return v3.vectorize(OnV3(f, v3));
+            let lanes = Lanes {
+                v3: Some(v3),
+                #[cfg(target_arch = "x86_64")]
+                v4: if level == Level::Avx512 {
+                    V4::try_new()
+                } else {
+                    None
+                },
+            };
+            return v3.vectorize(OnV3(f, lanes));
         }
     }
     f.call(Lanes::BASELINE)
@@ -113,6 +134,9 @@ pub fn dispatch_at<F: Op>(level: Level, f: F) -> F::Output {
 pub struct Lanes {
     #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
     v3: Option<V3>,
+    /// AVX-512, for the register-blocked products only.
+    #[cfg(target_arch = "x86_64")]
+    v4: Option<V4>,
 }
 
 impl Lanes {
@@ -120,7 +144,24 @@ impl Lanes {
     pub const BASELINE: Lanes = Lanes {
         #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
         v3: None,
+        #[cfg(target_arch = "x86_64")]
+        v4: None,
     };
+
+    /// The AVX2 token inside [`dispatch`]'s AVX2 copy (for kernels with their own lanes,
+    /// `blocked.rs`).
+    #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+    #[inline(always)]
+    pub(crate) fn v3(self) -> Option<V3> {
+        self.v3
+    }
+
+    /// The AVX-512 token at [`Level::Avx512`] (`blocked.rs`'s products).
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    pub(crate) fn v4(self) -> Option<V4> {
+        self.v4
+    }
 
     /// Σ a_i·b_i: [`dot`]'s bits.
     #[inline(always)]

@@ -1,19 +1,24 @@
-//! The built-in network's training on the CPU for small networks: the same objective,
-//! initial weights, resample and Adam as `chunk.rs`, with the forward and backward passes as
-//! fused loops over one replica's points ([`crate::fused::Net`]) instead of batched tensor
-//! operations over a chunk. For [002]'s 1-W-1 networks a batched matrix product is in·out = W
-//! multiply-adds per point, too small for a gemm to pay for its packing and dispatch; one
-//! replica's parameters and activations (a few kB) stay in cache through all its epochs
-//! instead, nothing is allocated per step, and the loops run through
-//! [`crate::simd::dispatch`].
+//! The built-in network's training on the CPU: the same objective, initial weights,
+//! resample and Adam as `chunk.rs`, with the forward and backward passes as loops over one
+//! replica's points instead of batched tensor operations over a chunk. One replica's
+//! parameters, Adam state and activations stay in cache through all its epochs, nothing is
+//! allocated per step, and the loops run through [`crate::simd::dispatch`]. Two networks:
+//!
+//! - [`crate::fused::Net`] (feature-major) for layers of in·out ≤ 800
+//!   ([`crate::mlp::MlpShape::host_sized`]): for [002]'s 1-W-1 networks a batched matrix
+//!   product is in·out = W multiply-adds per point, too small for a gemm to pay for its
+//!   packing and dispatch;
+//! - [`crate::blocked::Net`] (point-major register tiles) above: E1–E3's 1-128-64-32-1 and
+//!   `tcc`'s width 40, where burn's per-product packing, dispatch and fresh output tensors
+//!   cost as much as the arithmetic on a chunk's small matrices (docs/performance.md).
 //!
 //! It takes the jobs that need nothing else ([`applies`]): full batches (of the data or of a
 //! classic bootstrap resample), no stochastic layer, no SWA, the ½·MSE or the Bernoulli
-//! (logit) head, with or without EnsAdvA's adversarial pass, on a CPU backend, for layers
-//! with in·out ≤ 800 ([`crate::mlp::host_loops`]). The
-//! floating-point order differs from the tensors', so from the same seeds the replicas end
-//! at nearby, not identical, weights: equal in distribution (docs/performance.md compares
-//! them). A replica's numbers still depend on nothing but its own seeds.
+//! (logit) head, with or without EnsAdvA's adversarial pass, on a CPU backend, unless
+//! `UQBENCH_HOST_LOOPS=off` ([`crate::mlp::host_loops_allowed`]). The floating-point order
+//! differs from the tensors', so from the same seeds the replicas end at nearby, not
+//! identical, weights: equal in distribution (docs/performance.md compares them). A
+//! replica's numbers still depend on nothing but its own seeds.
 
 use std::ops::Range;
 
@@ -26,7 +31,7 @@ use super::pool::{ChunkOut, ChunkTrainer};
 use super::settings::{Batching, TrainSettings};
 use super::Head;
 use crate::device_rng::DeviceRng;
-use crate::fused::{feature_major, Net};
+use crate::fused::{feature_major, HostNet, Net};
 use crate::kernels::{adam_slice, AdamStep};
 use crate::mlp::xavier_init;
 use crate::simd;
@@ -42,7 +47,7 @@ pub(crate) fn applies(job: &Job<'_>, settings: &TrainSettings, res: &Resources) 
             settings.batching,
             Batching::Full | Batching::Resample { size: None }
         )
-        && crate::mlp::host_loops(job.shape)
+        && crate::mlp::host_loops_allowed()
 }
 
 /// The host trainer for one job.
@@ -81,9 +86,9 @@ impl Trainer<'_> {
     /// ε, each step adds the gradient at x' = x + ε·sign(∇ₓ loss) to the one at x, as
     /// `chunk.rs`'s step does.
     #[inline(always)]
-    fn train_replica(
+    fn train_replica<N: HostNet>(
         &self,
-        net: &mut Net,
+        net: &mut N,
         theta: &mut [f32],
         xt: &[f32],
         y: &[f32],
@@ -193,9 +198,9 @@ fn head_value(head: Head, lanes: simd::Lanes, f: &[f32], y: &[f32]) -> f32 {
 /// One replica's training, fit and predictions as an operation for [`simd::dispatch`] (a
 /// struct, not a closure: a closure's body would be compiled in a call shim outside the AVX2
 /// copy). Returns the head's data term of the fit at all N points, in f32.
-struct RunReplica<'a, 'b> {
+struct RunReplica<'a, 'b, N> {
     trainer: &'a Trainer<'b>,
-    net: &'a mut Net,
+    net: &'a mut N,
     theta: &'a mut [f32],
     /// The (resampled) training data: inputs feature-major, targets.
     data: (&'a [f32], &'a [f32]),
@@ -208,13 +213,13 @@ struct RunReplica<'a, 'b> {
     train: &'a mut [f32],
 }
 
-impl simd::Op for RunReplica<'_, '_> {
+impl<N: HostNet> simd::Op for RunReplica<'_, '_, N> {
     type Output = f32;
 
     #[inline(always)]
     fn call(self, lanes: simd::Lanes) -> f32 {
         let (net, theta) = (self.net, self.theta);
-        net.lanes = lanes;
+        net.set_lanes(lanes);
         (self.trainer).train_replica(net, theta, self.data.0, self.data.1, self.n_weights);
         // The fit at all N points (the final objective's data term) and the test predictions,
         // every pass the same without a stochastic layer.
@@ -265,6 +270,21 @@ impl ChunkTrainer for Trainer<'_> {
     }
 
     fn train_chunk(&self, range: Range<usize>) -> Result<ChunkOut, uqbench_core::MethodError> {
+        let (shape, points) = (self.job.shape, self.job.n_train().max(self.job.n_test()));
+        let (layers, slope) = (shape.layers(), shape.negative_slope);
+        Ok(if shape.host_sized() {
+            self.train_with(Net::new(layers, slope, points), range)
+        } else {
+            self.train_with(crate::blocked::Net::new(layers, slope, points), range)
+        })
+    }
+}
+
+impl Trainer<'_> {
+    /// [`ChunkTrainer::train_chunk`] on the network `net`: [`Net`]'s feature-major loops for
+    /// layers of in·out ≤ 800 ([`crate::mlp::MlpShape::host_sized`], where they were
+    /// measured faster than tensors), [`crate::blocked::Net`]'s register tiles above.
+    fn train_with<N: HostNet>(&self, mut net: N, range: Range<usize>) -> ChunkOut {
         let job = self.job;
         let (d, n, m) = (job.shape.d_in, job.n_train(), job.n_test());
         let passes = self.settings.mc_passes;
@@ -282,10 +302,9 @@ impl ChunkTrainer for Trainer<'_> {
             steps: self.settings.epochs as u64,
             ..ChunkOut::default()
         };
-        let mut net = Net::new(layers.clone(), job.shape.negative_slope, n.max(m));
         for r in 0..rc {
             // θ: the replica's Xavier weights, layer by layer, then its biases.
-            let mut theta: Vec<f32> = Vec::with_capacity(net.dim);
+            let mut theta: Vec<f32> = Vec::with_capacity(net.dim());
             for (l, &(i, o)) in layers.iter().enumerate() {
                 theta.extend_from_slice(&host.layers[l].0[r * i * o..(r + 1) * i * o]);
             }
@@ -324,7 +343,7 @@ impl ChunkTrainer for Trainer<'_> {
             out.objective[r] = f64::from(data + (0.5 * lambda) as f32 * l2);
             if self.settings.keep_weights {
                 // Layer by layer its weights, then its biases (`TrainOutput::weights`).
-                let (mut w_at, mut b_at, mut flat) = (0, n_weights, Vec::with_capacity(net.dim));
+                let (mut w_at, mut b_at, mut flat) = (0, n_weights, Vec::with_capacity(net.dim()));
                 for &(i, o) in &layers {
                     flat.extend_from_slice(&theta[w_at..w_at + i * o]);
                     flat.extend_from_slice(&theta[b_at..b_at + o]);
@@ -339,7 +358,7 @@ impl ChunkTrainer for Trainer<'_> {
                 .map(|r| r.into_iter().map(|p| p as u32).collect())
                 .collect();
         }
-        Ok(out)
+        out
     }
 }
 
@@ -356,20 +375,29 @@ mod tests {
 
     #[test]
     fn the_host_trainer_follows_the_tensor_route() {
-        // A 2-6-4-1 network on 40 points, 8 epochs, three replicas, every job the host
+        // A network on 43 points, 8 epochs, three replicas, every job the host
         // trainer takes: ½·MSE and Bernoulli heads, full batch and the classic bootstrap
         // resample, with and without EnsAdvA's pass. From the same seeds both routes start at
         // the same weights and draw the same resample; they differ only in the floating-point
         // order of their sums (f32, about 1e-7 relative per operation), which eight Adam steps
         // of lr 1e-2 carry into the weights at well under 1e-4. A wrong gradient, head or
         // adversarial input moves a step by up to lr = 1e-2, a hundred times that.
+        // Twice: a 2-6-4-1 network ([`Net`]'s feature-major loops) and a 2-30-37-1 one
+        // (in·out = 1 110 > 800: `blocked.rs`'s register tiles, with every remainder: 30 and
+        // 37 columns are 16 + 8 + 6 and 2·16 + 5, 43 points 8·5 + 3 rows).
+        for hidden in [vec![6, 4], vec![30, 37]] {
+            follows_the_tensor_route(hidden);
+        }
+    }
+
+    fn follows_the_tensor_route(hidden: Vec<usize>) {
         let shape = MlpShape {
             d_in: 2,
-            hidden: vec![6, 4],
+            hidden,
             d_out: 1,
             negative_slope: 0.01,
         };
-        let (n, m, d) = (40, 5, 2);
+        let (n, m, d) = (43, 5, 2);
         let mut rng = Rng::new(11);
         let x: Vec<f32> = (0..n * d)
             .map(|_| rng.uniform_in(-2.0, 2.0) as f32)
@@ -413,7 +441,7 @@ mod tests {
                         },
                         ..TrainSettings::paper(8, n)
                     };
-                    assert!(applies(&job, &settings, &res) || !crate::mlp::host_loops(&shape));
+                    assert!(applies(&job, &settings, &res) || !crate::mlp::host_loops_allowed());
                     let host = Trainer {
                         job: &job,
                         settings: &settings,
@@ -434,7 +462,10 @@ mod tests {
                     }
                     .train_chunk(0..3)
                     .expect("tensor");
-                    let case = format!("{likelihood:?}, resample {resample}, {adversarial:?}");
+                    let case = format!(
+                        "{:?}, {likelihood:?}, resample {resample}, {adversarial:?}",
+                        shape.hidden
+                    );
                     let close = |a: &[f32], b: &[f32], what: &str| {
                         assert_eq!(a.len(), b.len(), "{case}: {what}");
                         for (i, (u, v)) in a.iter().zip(b).enumerate() {
