@@ -61,28 +61,32 @@ fn uploads_and_reads_do_not_grow_with_the_epochs() {
     // Full-batch training keeps the data, weights and moments on the device: per chunk, the
     // weights and biases (8), x, y and the test inputs (3) go up once, and the objective,
     // the predictions and the training fit (3) come back once, whatever the number of
-    // epochs. On flex and,
-    // unless deliberately skipped, on wgpu (lavapipe).
+    // epochs. On flex's tensor route (the CPU's default is the host trainer, which has no
+    // device: checked to move nothing at the end) and, unless deliberately skipped, on wgpu
+    // (lavapipe).
     let mut backends = vec!["flex"];
     if !skip_wgpu() {
         backends.push("wgpu");
     }
     for backend in backends {
         let run = |epochs: &str| -> serde_json::Value {
-            let o = uqbench(&[
-                "bench",
-                "train",
-                "--replicas",
-                "8",
-                "--epochs",
-                epochs,
-                "--backend",
-                backend,
-                "--chunk",
-                "4",
-                "--json",
-                "--allow-software-gpu",
-            ]);
+            let o = uqbench_env(
+                &[
+                    "bench",
+                    "train",
+                    "--replicas",
+                    "8",
+                    "--epochs",
+                    epochs,
+                    "--backend",
+                    backend,
+                    "--chunk",
+                    "4",
+                    "--json",
+                    "--allow-software-gpu",
+                ],
+                &[("UQBENCH_HOST_LOOPS", "off")],
+            );
             assert!(o.status.success(), "{backend}: {}", stderr(&o));
             serde_json::from_slice(&o.stdout).unwrap()
         };
@@ -127,6 +131,23 @@ fn uploads_and_reads_do_not_grow_with_the_epochs() {
         assert_eq!(short["uploads"], 2 * (8 + 3), "{backend}: {short}");
         assert_eq!(short["reads"], 2 * 3, "{backend}: {short}");
     }
+    // The CPU's host trainer (engine/host.rs) trains on the host: nothing goes up or comes back.
+    let o = uqbench(&[
+        "bench",
+        "train",
+        "--replicas",
+        "8",
+        "--epochs",
+        "2",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let host: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        (host["uploads"].as_u64(), host["reads"].as_u64()),
+        (Some(0), Some(0)),
+        "{host}"
+    );
 }
 
 #[test]

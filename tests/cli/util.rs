@@ -15,6 +15,16 @@ pub fn uqbench(args: &[&str]) -> Output {
         .expect("the uqbench binary runs")
 }
 
+/// [`uqbench`] with extra environment variables.
+pub fn uqbench_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_uqbench"))
+        .args(args)
+        .envs(env.iter().copied())
+        .current_dir(root())
+        .output()
+        .expect("the uqbench binary runs")
+}
+
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
