@@ -77,13 +77,28 @@ fn counter_keys(counter: u64) -> (i64, i64) {
     )
 }
 
-/// The host version of one element's 31 bits (tests).
-#[cfg(test)]
+/// The host version of one element's 31 bits (the host trainer's mini-batches, tests).
 pub(crate) fn bits_host(seed: u64, id: u64, purpose: u64, counter: u64, index: i64) -> i64 {
     let (c, c2) = counter_keys(counter);
     let base = mix_host(key_b(seed, purpose) ^ c);
     let x = mix_host((base + index) & i64::from(M31));
     mix_host(x ^ mix_host(key_a(id, purpose) ^ c2))
+}
+
+/// [`DeviceRng::below`] on the host for one replica (seed, id): `out` = its `size` indices
+/// below n of draw `counter`, the same numbers (the device's uniform (b + ½)·2⁻²⁴ in f32,
+/// times n in f32, floored and clamped: every step exactly rounded in IEEE f32 on both).
+pub(crate) fn below_host(
+    (seed, id, purpose): (u64, u64, u64),
+    counter: u64,
+    n: usize,
+    out: &mut [usize],
+) {
+    for (i, o) in out.iter_mut().enumerate() {
+        let bits = bits_host(seed, id, purpose, counter, i as i64);
+        let u = ((bits >> 7) as f32 + 0.5) * (1.0 / 16_777_216.0f32);
+        *o = ((u * n as f32).floor() as usize).min(n - 1);
+    }
 }
 
 /// One stream per replica of a chunk, on the device.
@@ -194,6 +209,28 @@ mod tests {
             // The second replica alone draws what it draws in the batch.
             let alone = ints(DeviceRng::new(&seeds[1..2], &ids[1..2], 7, &device).bits(11, 4, 5));
             assert_eq!(alone, bits[20..40]);
+        }
+    }
+
+    #[test]
+    fn the_host_draws_the_devices_indices() {
+        // `below_host` must give the device's mini-batch indices exactly (the host trainer's
+        // EnsBS steps use them in place of the tensor route's), for several replicas, draws
+        // and sizes, n not a power of two.
+        let (seeds, ids) = ([3u64, u64::MAX, 1 << 40, 77], [0u64, 17, 5, 1234]);
+        let dev = open_device(BackendKind::Flex, true).unwrap();
+        let rng = DeviceRng::new(&seeds, &ids, 2, &dev);
+        for (counter, n, size) in [(1u64, 50, 25), (2, 50, 25), (917, 7, 40), (3, 1000, 13)] {
+            let device = ints(rng.below(counter, n, size).reshape([seeds.len(), size, 1]));
+            for r in 0..seeds.len() {
+                let mut host = vec![0usize; size];
+                below_host((seeds[r], ids[r], 2), counter, n, &mut host);
+                let want: Vec<usize> = device[r * size..(r + 1) * size]
+                    .iter()
+                    .map(|&v| v as usize)
+                    .collect();
+                assert_eq!(host, want, "replica {r}, draw {counter}, n {n}");
+            }
         }
     }
 

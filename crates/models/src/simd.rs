@@ -14,7 +14,10 @@
 //! has its order written out ([`dot`], [`sum`] and their [`Lanes`] versions: eight partial
 //! sums added as one tree), so the wider registers change the speed, not the result.
 //! `UQBENCH_SIMD=baseline` forces the baseline copy, to compare the two
-//! (`docs/performance.md`); the tests check that both give the same bits.
+//! (`docs/performance.md`); the tests check that both give the same bits. Where the CPU has
+//! AVX-512 ([`Level::Avx512`]), a third copy is compiled for it: its element-wise loops
+//! vectorise sixteen wide, the explicit reductions stay on AVX2's lanes, and `blocked.rs`'s
+//! matrix products use AVX-512's (the same bits again); `UQBENCH_SIMD=avx2` leaves it out.
 
 use std::sync::OnceLock;
 
@@ -30,8 +33,8 @@ pub enum Level {
     Baseline,
     /// AVX2 and FMA (x86-64-v3).
     Avx2,
-    /// [`Level::Avx2`], and AVX-512 for the register-blocked products (`blocked.rs`), which
-    /// run a nested AVX-512 copy of their own.
+    /// AVX-512 (x86-64-v4): the operation compiled for it, its explicit reductions on
+    /// AVX2's lanes and the register-blocked products (`blocked.rs`) on AVX-512's.
     Avx512,
 }
 
@@ -107,14 +110,20 @@ pub fn dispatch_at<F: Op>(level: Level, f: F) -> F::Output {
     #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
     if level != Level::Baseline {
         if let Some(v3) = V3::try_new() {
+            // AVX-512: the whole operation compiled for it (its element-wise loops vectorise
+            // sixteen wide), the explicit reductions on AVX2's lanes, the products on its own.
+            #[cfg(target_arch = "x86_64")]
+            if let (Level::Avx512, Some(v4)) = (level, V4::try_new()) {
+                let lanes = Lanes {
+                    v3: Some(v3),
+                    v4: Some(v4),
+                };
+                return v4.vectorize(OnV3(f, lanes));
+            }
             let lanes = Lanes {
                 v3: Some(v3),
                 #[cfg(target_arch = "x86_64")]
-                v4: if level == Level::Avx512 {
-                    V4::try_new()
-                } else {
-                    None
-                },
+                v4: None,
             };
             return v3.vectorize(OnV3(f, lanes));
         }
@@ -364,17 +373,20 @@ mod tests {
             .collect();
         let b: Vec<f32> = (0..1003).map(|i| ((i as f32) * 1.37).cos() / 7.0).collect();
         let run = |level: Level| dispatch_at(level, Sums { a: &a, b: &b });
-        let (base, wide) = (run(Level::Baseline), run(Level::Avx2));
-        assert_eq!(
-            base.0.map(f32::to_bits),
-            wide.0.map(f32::to_bits),
-            "partial sums"
-        );
-        assert!(base
-            .1
-            .iter()
-            .zip(&wide.1)
-            .all(|(x, y)| x.to_bits() == y.to_bits()));
+        let base = run(Level::Baseline);
+        for level in [Level::Avx2, Level::Avx512] {
+            let wide = run(level);
+            assert_eq!(
+                base.0.map(f32::to_bits),
+                wide.0.map(f32::to_bits),
+                "partial sums, {level:?}"
+            );
+            assert!(base
+                .1
+                .iter()
+                .zip(&wide.1)
+                .all(|(x, y)| x.to_bits() == y.to_bits()));
+        }
     }
 
     /// Every [`Lanes`] reduction over `rows` × `n` with `shared`, as bits.
@@ -418,7 +430,7 @@ mod tests {
             want.extend(
                 (0..count).flat_map(|i| [dot(row(i), &shared), sum(row(i))].map(f32::to_bits)),
             );
-            for level in [Level::Baseline, Level::Avx2] {
+            for level in [Level::Baseline, Level::Avx2, Level::Avx512] {
                 let got = dispatch_at(
                     level,
                     Reductions {

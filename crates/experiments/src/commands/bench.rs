@@ -123,6 +123,14 @@ fn train(args: &TrainBench) -> Result<()> {
     if let Some(t) = args.threads {
         res.threads = t.max(1);
     }
+    // Which loops train: the CPU's host trainer (and the instruction set of its products) or
+    // the backend's tensors.
+    let trainer = match args.route {
+        Route::Engine if engine::trains_on_host(&job, &settings, &res) => {
+            format!("host, {:?}", uqbench_models::simd::level()).to_lowercase()
+        }
+        _ => "tensors".to_string(),
+    };
     let start = Instant::now();
     let mut transfers = None;
     let mut ops = None;
@@ -152,6 +160,7 @@ fn train(args: &TrainBench) -> Result<()> {
         transfers,
         ops,
         threads: res.threads,
+        trainer,
     };
     report(args, &shape, &measured)
 }
@@ -165,6 +174,8 @@ struct Measured {
     transfers: Option<engine::Transfers>,
     ops: Option<engine::OpCounts>,
     threads: usize,
+    /// `host, LEVEL` (the CPU's host trainer at that instruction set) or `tensors`.
+    trainer: String,
 }
 
 /// Prints the figures: one line, or one JSON object with `--json`.
@@ -177,6 +188,7 @@ fn report(args: &TrainBench, shape: &MlpShape, m: &Measured) -> Result<()> {
         transfers,
         ops,
         threads,
+        ref trainer,
     } = *m;
     let replica_epochs = (args.replicas * args.epochs) as f64;
     let flops = 6.0 * args.n as f64 * shape.macs_per_point() as f64 * replica_epochs;
@@ -196,6 +208,7 @@ fn report(args: &TrainBench, shape: &MlpShape, m: &Measured) -> Result<()> {
                 "final_objective": final_objective,
                 "chunk": chunk,
                 "route": format!("{:?}", args.route).to_lowercase(),
+                "trainer": trainer,
                 "threads": threads,
                 "diverged": diverged,
                 // Host↔device traffic of the whole run (the engine route counts it): chunks,
@@ -214,13 +227,14 @@ fn report(args: &TrainBench, shape: &MlpShape, m: &Measured) -> Result<()> {
         );
     } else {
         outln!(
-            "{} replicas × {} epochs, N = {}, backend {} ({} threads, chunks of {}): {:.2} s, \
+            "{} replicas × {} epochs, N = {}, backend {} ({}; {} threads, chunks of {}): {:.2} s, \
              {:.0} replica-epochs/s, {:.1} GFLOP/s, peak memory {:.0} MiB, mean final objective \
              {:.6}{}{}",
             args.replicas,
             args.epochs,
             args.n,
             args.backend,
+            trainer,
             threads,
             chunk.map_or("auto".to_string(), |c| c.to_string()),
             seconds,

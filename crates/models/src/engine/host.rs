@@ -13,7 +13,8 @@
 //!   cost as much as the arithmetic on a chunk's small matrices (docs/performance.md).
 //!
 //! It takes the jobs that need nothing else ([`applies`]): full batches (of the data or of a
-//! classic bootstrap resample), no stochastic layer, no SWA, the ½·MSE or the Bernoulli
+//! classic bootstrap resample) or EnsBS's mini-batches drawn with replacement (the device
+//! stream's indices, computed on the host: `device_rng::below_host`), no stochastic layer, no SWA, the ½·MSE or the Bernoulli
 //! (logit) head, with or without EnsAdvA's adversarial pass, on a CPU backend, unless
 //! `UQBENCH_HOST_LOOPS=off` ([`crate::mlp::host_loops_allowed`]). The floating-point order
 //! differs from the tensors', so from the same seeds the replicas end at nearby, not
@@ -30,7 +31,7 @@ use super::memory::{bytes_per_replica, largest_tensor_per_replica, Resources};
 use super::pool::{ChunkOut, ChunkTrainer};
 use super::settings::{Batching, TrainSettings};
 use super::Head;
-use crate::device_rng::DeviceRng;
+use crate::device_rng::{below_host, DeviceRng};
 use crate::fused::{feature_major, HostNet, Net};
 use crate::kernels::{adam_slice, AdamStep};
 use crate::mlp::xavier_init;
@@ -45,7 +46,7 @@ pub(crate) fn applies(job: &Job<'_>, settings: &TrainSettings, res: &Resources) 
         && matches!(settings.head(), Head::HalfMse | Head::BernoulliLogit)
         && matches!(
             settings.batching,
-            Batching::Full | Batching::Resample { size: None }
+            Batching::Full | Batching::Resample { size: None } | Batching::WithReplacement { .. }
         )
         && crate::mlp::host_loops_allowed()
 }
@@ -81,7 +82,8 @@ impl Trainer<'_> {
         )
     }
 
-    /// One replica's epochs: full-batch steps on its (resampled) data `xt` (feature-major),
+    /// One replica's epochs: steps on its (resampled) data `xt` (feature-major) or on
+    /// mini-batches drawn from it (EnsBS, from the replica's batch stream `stream`),
     /// `y`, with Adam and λ on the weights (the first `n_weights` entries of θ). With EnsAdvA's
     /// ε, each step adds the gradient at x' = x + ε·sign(∇ₓ loss) to the one at x, as
     /// `chunk.rs`'s step does.
@@ -93,10 +95,21 @@ impl Trainer<'_> {
         xt: &[f32],
         y: &[f32],
         n_weights: usize,
+        stream: (u64, u64),
     ) {
         let st = self.settings;
         let head = st.head();
-        let (n, dim) = (y.len(), theta.len());
+        let dim = theta.len();
+        // Mini-batches drawn with replacement (EnsBS): `size` points per step, `per_epoch`
+        // steps per epoch, draw t's indices from the replica's batch stream exactly as
+        // `chunk.rs` draws them on the device (`below_host`); else one full batch.
+        let (per_epoch, n) = match st.batching {
+            Batching::WithReplacement { size, per_epoch } => (per_epoch, size),
+            _ => (1, y.len()),
+        };
+        let d = xt.len() / y.len();
+        let mut batch = matches!(st.batching, Batching::WithReplacement { .. })
+            .then(|| (vec![0usize; n], vec![0.0f32; d * n], vec![0.0f32; n]));
         let (mut m, mut v, mut grad) = (vec![0.0f32; dim], vec![0.0f32; dim], vec![0.0f32; dim]);
         let (mut f, mut delta) = (vec![0.0f32; n], vec![0.0f32; n]);
         // ε per input dimension, ∇ₓ, x' (feature-major) and the second pass's gradient.
@@ -104,12 +117,27 @@ impl Trainer<'_> {
             let eps: Vec<f32> = eps.iter().map(|&e| e as f32).collect();
             (
                 eps,
-                vec![0.0f32; xt.len()],
-                vec![0.0f32; xt.len()],
+                vec![0.0f32; d * n],
+                vec![0.0f32; d * n],
                 vec![0.0f32; dim],
             )
         });
-        for t in 1..=st.epochs as u64 {
+        for t in 1..=(st.epochs * per_epoch) as u64 {
+            let (xt, y): (&[f32], &[f32]) = match batch.as_mut() {
+                Some((idx, xb, yb)) => {
+                    below_host((stream.0, stream.1, PURPOSE_BATCH), t, y.len(), idx);
+                    for (xk, xbk) in xt.chunks_exact(y.len()).zip(xb.chunks_exact_mut(n)) {
+                        for (o, &p) in xbk.iter_mut().zip(idx.iter()) {
+                            *o = xk[p];
+                        }
+                    }
+                    for (o, &p) in yb.iter_mut().zip(idx.iter()) {
+                        *o = y[p];
+                    }
+                    (xb, yb)
+                }
+                None => (xt, y),
+            };
             net.forward(theta, xt, &mut f);
             head_delta(head, &f, y, &mut delta);
             net.backward(theta, xt, &delta, &mut grad);
@@ -205,6 +233,8 @@ struct RunReplica<'a, 'b, N> {
     /// The (resampled) training data: inputs feature-major, targets.
     data: (&'a [f32], &'a [f32]),
     n_weights: usize,
+    /// The replica's (stream seed, identifier): its mini-batch draws.
+    stream: (u64, u64),
     /// All training inputs and the test inputs, feature-major.
     x: (&'a [f32], &'a [f32]),
     /// All training targets.
@@ -220,7 +250,14 @@ impl<N: HostNet> simd::Op for RunReplica<'_, '_, N> {
     fn call(self, lanes: simd::Lanes) -> f32 {
         let (net, theta) = (self.net, self.theta);
         net.set_lanes(lanes);
-        (self.trainer).train_replica(net, theta, self.data.0, self.data.1, self.n_weights);
+        (self.trainer).train_replica(
+            net,
+            theta,
+            self.data.0,
+            self.data.1,
+            self.n_weights,
+            self.stream,
+        );
         // The fit at all N points (the final objective's data term) and the test predictions,
         // every pass the same without a stochastic layer.
         net.forward(theta, self.x.0, self.train);
@@ -299,7 +336,11 @@ impl Trainer<'_> {
             pred: vec![0.0; rc * passes * m],
             train_pred: vec![0.0; rc * n],
             objective: vec![0.0; rc],
-            steps: self.settings.epochs as u64,
+            steps: (self.settings.epochs
+                * match self.settings.batching {
+                    Batching::WithReplacement { per_epoch, .. } => per_epoch,
+                    _ => 1,
+                }) as u64,
             ..ChunkOut::default()
         };
         for r in 0..rc {
@@ -334,6 +375,10 @@ impl Trainer<'_> {
                 theta: &mut theta,
                 data: (xr, yr),
                 n_weights,
+                stream: (
+                    job.stream_seeds[range.start + r],
+                    job.replica_ids[range.start + r],
+                ),
                 x: (&xt, &xt_test),
                 y,
                 pred,
@@ -376,9 +421,10 @@ mod tests {
     #[test]
     fn the_host_trainer_follows_the_tensor_route() {
         // A network on 43 points, 8 epochs, three replicas, every job the host
-        // trainer takes: ½·MSE and Bernoulli heads, full batch and the classic bootstrap
-        // resample, with and without EnsAdvA's pass. From the same seeds both routes start at
-        // the same weights and draw the same resample; they differ only in the floating-point
+        // trainer takes: ½·MSE and Bernoulli heads, full batch, the classic bootstrap
+        // resample and EnsBS's mini-batches drawn with replacement, with and without EnsAdvA's
+        // pass. From the same seeds both routes start at
+        // the same weights and draw the same resample and mini-batches; they differ only in the floating-point
         // order of their sums (f32, about 1e-7 relative per operation), which eight Adam steps
         // of lr 1e-2 carry into the weights at well under 1e-4. A wrong gradient, head or
         // adversarial input moves a step by up to lr = 1e-2, a hundred times that.
@@ -414,7 +460,14 @@ mod tests {
         let dev = Device::flex();
         let res = Resources::new(crate::backend::BackendKind::Flex, dev.clone());
         for likelihood in [Likelihood::Gaussian, Likelihood::Bernoulli] {
-            for resample in [false, true] {
+            for batching in [
+                Batching::Full,
+                Batching::Resample { size: None },
+                Batching::WithReplacement {
+                    size: 20,
+                    per_epoch: 2,
+                },
+            ] {
                 for adversarial in [None, Some(vec![0.05, 0.1])] {
                     let targets = vec![match likelihood {
                         Likelihood::Gaussian => gaussian.clone(),
@@ -434,11 +487,7 @@ mod tests {
                         likelihood,
                         adversarial: adversarial.clone(),
                         keep_weights: true,
-                        batching: if resample {
-                            Batching::Resample { size: None }
-                        } else {
-                            Batching::Full
-                        },
+                        batching: batching.clone(),
                         ..TrainSettings::paper(8, n)
                     };
                     assert!(applies(&job, &settings, &res) || !crate::mlp::host_loops_allowed());
@@ -463,7 +512,7 @@ mod tests {
                     .train_chunk(0..3)
                     .expect("tensor");
                     let case = format!(
-                        "{:?}, {likelihood:?}, resample {resample}, {adversarial:?}",
+                        "{:?}, {likelihood:?}, {batching:?}, {adversarial:?}",
                         shape.hidden
                     );
                     let close = |a: &[f32], b: &[f32], what: &str| {

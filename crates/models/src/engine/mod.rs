@@ -53,6 +53,12 @@ pub use settings::{Batching, TrainSettings};
 use crate::mlp::MlpShape;
 use uqbench_core::{MethodError, Task};
 
+/// Whether [`train`] runs `job` on the CPU's host trainer (`host.rs`: fused or
+/// register-blocked loops per replica) rather than as batched tensors on the backend.
+pub fn trains_on_host(job: &Job<'_>, settings: &TrainSettings, res: &Resources) -> bool {
+    host::applies(job, settings, res)
+}
+
 /// Trains every replica of `job` on the built-in network and predicts the test inputs.
 /// `progress` is called with the number of replicas finished so far, after every chunk.
 pub fn train(

@@ -495,12 +495,15 @@ mod tests {
                     bits.extend(grad.iter().map(|g| u64::from(g.to_bits())));
                     bits
                 };
-                assert_eq!(
-                    run(simd::Level::Baseline),
-                    run(simd::Level::Avx2),
-                    "{:?}, bernoulli {bernoulli}",
-                    shape.hidden
-                );
+                let base = run(simd::Level::Baseline);
+                for level in [simd::Level::Avx2, simd::Level::Avx512] {
+                    assert_eq!(
+                        base,
+                        run(level),
+                        "{:?}, bernoulli {bernoulli}, {level:?}",
+                        shape.hidden
+                    );
+                }
             }
         }
     }
