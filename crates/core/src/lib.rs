@@ -38,4 +38,6 @@ pub use prediction::{
     central_quantile, combine_members, mean_std, Family, IntervalSetting, Member, Prediction,
 };
 pub use seed::{Rng, SeedPath};
-pub use task::{Compute, Features, Likelihood, Method, NoiseInfo, Replicas, SeedBase, Task};
+pub use task::{
+    Compute, Features, Likelihood, Method, NoiseInfo, Replicas, SeedBase, SimdCap, Task,
+};

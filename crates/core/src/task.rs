@@ -305,6 +305,43 @@ pub struct Compute {
     pub chunk: Option<usize>,
     /// The backend's device (a `burn::tensor::Device`), when a backend was opened.
     pub device: Option<Arc<dyn Any + Send + Sync>>,
+    /// How a CPU backend trains and samples: in loops per replica on the host (the default,
+    /// faster) or as batched tensors; a setting of the run, recorded in `run.json`.
+    pub host_loops: bool,
+    /// The widest instruction set the host loops may use (they give the same bits at every
+    /// level; a cap is for comparing speeds).
+    pub simd: SimdCap,
+}
+
+/// The widest instruction set the host loops may use: the CPU's best (AVX-512, AVX2 or the
+/// baseline) or a cap below it (`--simd`, `UQBENCH_SIMD`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SimdCap {
+    /// The CPU's widest.
+    #[default]
+    Best,
+    /// At most AVX2 (leaves AVX-512 out).
+    Avx2,
+    /// The build's baseline (SSE2 on x86-64).
+    Baseline,
+}
+
+impl std::str::FromStr for SimdCap {
+    type Err = MethodError;
+
+    fn from_str(s: &str) -> Result<SimdCap, MethodError> {
+        match s.to_ascii_lowercase().as_str() {
+            "best" | "" => Ok(SimdCap::Best),
+            "avx2" => Ok(SimdCap::Avx2),
+            "baseline" => Ok(SimdCap::Baseline),
+            other => Err(MethodError::invalid(
+                "simd",
+                other,
+                "best (the CPU's widest), avx2 or baseline",
+            )),
+        }
+    }
 }
 
 impl std::fmt::Debug for Compute {
@@ -315,6 +352,8 @@ impl std::fmt::Debug for Compute {
             .field("threads", &self.threads)
             .field("memory_budget", &self.memory_budget)
             .field("chunk", &self.chunk)
+            .field("host_loops", &self.host_loops)
+            .field("simd", &self.simd)
             .finish_non_exhaustive()
     }
 }
@@ -330,6 +369,8 @@ impl Compute {
             memory_budget: 2 << 30,
             chunk: None,
             device: None,
+            host_loops: true,
+            simd: SimdCap::Best,
         }
     }
 }

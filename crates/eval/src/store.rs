@@ -82,6 +82,13 @@ pub struct RunMeta {
     /// Worker threads for training.
     #[serde(default)]
     pub threads: usize,
+    /// On a CPU backend: whether the methods with host loops ran them (`--host-loops`), which
+    /// changes results within their distribution.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_loops: Option<bool>,
+    /// The instruction set the host loops ran at (`--simd`; the same bits at every level).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub simd: Option<String>,
 }
 
 impl RunMeta {

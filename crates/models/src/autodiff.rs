@@ -24,7 +24,7 @@ use crate::engine::{
     run_chunks, try_download, upload, Batching, ChunkOut, ChunkTrainer, Job, Resources,
     TrainOutput, TrainSettings,
 };
-use crate::kernels::KernelPath;
+use crate::cpu::kernels::KernelPath;
 use crate::layers::{BatchedLinear, BatchedLinearConfig, LeakyRelu, StochasticLinear};
 use crate::mlp::{xavier_init, MlpShape};
 use crate::optim::{AdamConfig, AdamState};
@@ -269,9 +269,7 @@ impl ChunkTrainer for AutodiffTrainer<'_> {
         }
         let train = train.iter().map(|v| (v / t as f64) as f32).collect();
         Ok(ChunkOut {
-            weights: Vec::new(),
-            swa: Vec::new(),
-            resamples: Vec::new(),
+            collected: Vec::new(),
             pred,
             train_pred: train,
             objective,

@@ -136,10 +136,9 @@ impl OptimConfig {
             heteroscedastic: false,
             likelihood: uqbench_core::Likelihood::Gaussian,
             mc_passes: 1,
-            keep_weights: false,
-            swa: None,
+            lr_switch: None,
             quantiles: None,
-            keep_resample: false,
+            collectors: Vec::new(),
         }
     }
 }

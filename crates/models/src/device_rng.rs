@@ -29,6 +29,8 @@ use std::collections::HashMap;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use uqbench_anchor::seed::splitmix64;
 
+use crate::cpu::simd::{self, Level};
+
 /// The 31-bit mask.
 const M31: i32 = 0x7FFF_FFFF;
 /// The multiplier of the integer hash (Mueller's 0x45d9f3b).
@@ -77,7 +79,8 @@ fn counter_keys(counter: u64) -> (i64, i64) {
     )
 }
 
-/// The host version of one element's 31 bits (the host trainer's mini-batches, tests).
+/// The host version of one element's 31 bits, element by element (the tests' reference).
+#[cfg(test)]
 pub(crate) fn bits_host(seed: u64, id: u64, purpose: u64, counter: u64, index: i64) -> i64 {
     let (c, c2) = counter_keys(counter);
     let base = mix_host(key_b(seed, purpose) ^ c);
@@ -85,19 +88,135 @@ pub(crate) fn bits_host(seed: u64, id: u64, purpose: u64, counter: u64, index: i
     mix_host(x ^ mix_host(key_a(id, purpose) ^ c2))
 }
 
-/// [`DeviceRng::below`] on the host for one replica (seed, id): `out` = its `size` indices
-/// below n of draw `counter`, the same numbers (the device's uniform (b + ½)·2⁻²⁴ in f32,
-/// times n in f32, floored and clamped: every step exactly rounded in IEEE f32 on both).
-pub(crate) fn below_host(
-    (seed, id, purpose): (u64, u64, u64),
-    counter: u64,
-    n: usize,
-    out: &mut [usize],
-) {
-    for (i, o) in out.iter_mut().enumerate() {
-        let bits = bits_host(seed, id, purpose, counter, i as i64);
-        let u = ((bits >> 7) as f32 + 0.5) * (1.0 / 16_777_216.0f32);
-        *o = ((u * n as f32).floor() as usize).min(n - 1);
+/// [`mix_host`] on u32 values in [0, 2³¹): the same bits (a product's low 31 bits do not
+/// depend on the width it is computed in), in a form the compiler vectorises.
+#[inline(always)]
+fn mix32(mut x: u32) -> u32 {
+    const M: u32 = M31 as u32;
+    x ^= x >> 16;
+    x = x.wrapping_mul(MUL as u32) & M;
+    x ^= x >> 16;
+    x = x.wrapping_mul(MUL as u32) & M;
+    x ^ (x >> 16)
+}
+
+/// One replica's stream of one purpose on the host: the numbers [`DeviceRng`] computes for it
+/// on the device, element for element (the host execution's noise and mini-batches,
+/// `cpu/trainer.rs`). Integer bits and uniforms are exact on both; normals go through f32
+/// `ln` and `cos`, whose last bit may differ between the host's and a backend's. The hash
+/// loops run at the stream's instruction set ([`HostStream::at`]).
+#[derive(Debug, Clone, Copy)]
+pub struct HostStream {
+    key_a: i64,
+    key_b: i64,
+    level: Level,
+}
+
+/// The hash of a draw's elements as an operation for [`simd::dispatch_at`]: 31 bits per
+/// element, or the uniform (b + ½)·2⁻²⁴ of 24 of them.
+struct Hash<'a> {
+    base: u32,
+    a: u32,
+    out: HashOut<'a>,
+}
+
+enum HashOut<'a> {
+    Bits(&'a mut [u32]),
+    Uniform(&'a mut [f32]),
+}
+
+impl simd::Op for Hash<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn call(self, _: simd::Lanes) {
+        let (base, a) = (self.base, self.a);
+        let bits = |i: usize| mix32(mix32(base.wrapping_add(i as u32) & M31 as u32) ^ a);
+        match self.out {
+            HashOut::Bits(out) => {
+                for (i, o) in out.iter_mut().enumerate() {
+                    *o = bits(i);
+                }
+            }
+            HashOut::Uniform(out) => {
+                for (i, o) in out.iter_mut().enumerate() {
+                    *o = ((bits(i) >> 7) as f32 + 0.5) * (1.0 / 16_777_216.0);
+                }
+            }
+        }
+    }
+}
+
+impl HostStream {
+    /// The stream of the replica with this seed and identifier, for `purpose`.
+    pub fn new(seed: u64, id: u64, purpose: u64) -> HostStream {
+        HostStream {
+            key_a: key_a(id, purpose),
+            key_b: key_b(seed, purpose),
+            level: Level::Baseline,
+        }
+    }
+
+    /// The same stream, its loops at `level` (the same numbers at every level).
+    pub fn at(self, level: Level) -> HostStream {
+        HostStream { level, ..self }
+    }
+
+    /// The per-draw keys: the inner chain's base and the outer xor (see the module).
+    fn keys(&self, counter: u64) -> (u32, u32) {
+        let (c, c2) = counter_keys(counter);
+        (
+            mix_host(self.key_b ^ c) as u32,
+            mix_host(self.key_a ^ c2) as u32,
+        )
+    }
+
+    /// 31 random bits per element of draw `counter` into `out` (elements 0, 1, … of the
+    /// replica's tensor, row-major): [`DeviceRng::bits`].
+    pub fn bits(&self, counter: u64, out: &mut [u32]) {
+        let (base, a) = self.keys(counter);
+        let out = HashOut::Bits(out);
+        simd::dispatch_at(self.level, Hash { base, a, out });
+    }
+
+    /// Uniforms in (0, 1), (b + ½)·2⁻²⁴ from 24 of the bits: [`DeviceRng::uniform`], exactly.
+    pub fn uniform(&self, counter: u64, out: &mut [f32]) {
+        let (base, a) = self.keys(counter);
+        let out = HashOut::Uniform(out);
+        simd::dispatch_at(self.level, Hash { base, a, out });
+    }
+
+    /// Standard normals by Box–Muller from the uniforms of draws 2c and 2c + 1:
+    /// [`DeviceRng::normal`].
+    pub fn normal(&self, counter: u64, out: &mut [f32]) {
+        let mut u2 = vec![0.0f32; out.len()];
+        self.uniform(2 * counter, out);
+        self.uniform(2 * counter + 1, &mut u2);
+        let two_pi = (2.0 * std::f64::consts::PI) as f32;
+        for (o, &v) in out.iter_mut().zip(&u2) {
+            *o = (o.ln() * -2.0).sqrt() * (v * two_pi).cos();
+        }
+    }
+
+    /// `out.len()` indices below n, with replacement: [`DeviceRng::below`], exactly (the
+    /// uniform times n in f32, floored and clamped: every step exactly rounded in IEEE f32 on
+    /// both).
+    pub fn below(&self, counter: u64, n: usize, out: &mut [usize]) {
+        let mut u = vec![0.0f32; out.len()];
+        self.uniform(counter, &mut u);
+        for (o, &v) in out.iter_mut().zip(&u) {
+            *o = ((v * n as f32).floor() as usize).min(n - 1);
+        }
+    }
+
+    /// A uniformly random permutation of 0..n: [`DeviceRng::permutation`], the order of n
+    /// random 31-bit keys (equal keys, about one pair in 2³¹/n², in index order).
+    pub fn permutation(&self, counter: u64, n: usize) -> Vec<usize> {
+        let mut bits = vec![0u32; n];
+        self.bits(counter, &mut bits);
+        let mut order: Vec<usize> = (0..n).collect();
+        order.sort_by_key(|&i| (bits[i], i));
+        order
     }
 }
 
@@ -224,13 +343,41 @@ mod tests {
             let device = ints(rng.below(counter, n, size).reshape([seeds.len(), size, 1]));
             for r in 0..seeds.len() {
                 let mut host = vec![0usize; size];
-                below_host((seeds[r], ids[r], 2), counter, n, &mut host);
+                HostStream::new(seeds[r], ids[r], 2).below(counter, n, &mut host);
                 let want: Vec<usize> = device[r * size..(r + 1) * size]
                     .iter()
                     .map(|&v| v as usize)
                     .collect();
                 assert_eq!(host, want, "replica {r}, draw {counter}, n {n}");
             }
+        }
+    }
+
+    #[test]
+    fn the_host_stream_draws_the_devices_numbers() {
+        // The host execution's noise and mini-batch orders must be the device's: bits,
+        // uniforms and permutations exactly; normals (through f32 ln and cos, whose last bit
+        // may differ between implementations) within a few ulps.
+        let (seeds, ids) = ([3u64, u64::MAX, 1 << 40], [0u64, 17, 5]);
+        let dev = open_device(BackendKind::Flex, true).unwrap();
+        let rng = DeviceRng::new(&seeds, &ids, 5, &dev);
+        let floats = |t: Tensor<3>| -> Vec<f32> { t.into_data().iter::<f32>().collect() };
+        let (uniform, normal) = (floats(rng.uniform(9, 7, 3)), floats(rng.normal(9, 7, 3)));
+        let perm: Vec<i64> = (rng.permutation(4, 50).into_data().convert::<i64>())
+            .iter::<i64>()
+            .collect();
+        for r in 0..3 {
+            let host = HostStream::new(seeds[r], ids[r], 5);
+            let mut u = vec![0.0f32; 21];
+            host.uniform(9, &mut u);
+            assert_eq!(u, uniform[r * 21..(r + 1) * 21], "uniforms, replica {r}");
+            let mut z = vec![0.0f32; 21];
+            host.normal(9, &mut z);
+            for (a, b) in z.iter().zip(&normal[r * 21..(r + 1) * 21]) {
+                assert!((a - b).abs() <= 1e-6 * (1.0 + b.abs()), "normal {a} vs {b}");
+            }
+            let want: Vec<usize> = perm[r * 50..(r + 1) * 50].iter().map(|&v| v as usize).collect();
+            assert_eq!(host.permutation(4, 50), want, "permutation, replica {r}");
         }
     }
 

@@ -2,9 +2,12 @@
 //! (Ens), adversarial (EnsAdvA) and bootstrap (EnsBS). All members of all repetitions of a
 //! task are trained as one batched job.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use crate::config::MethodConfig;
+use crate::engine::collect::{Resample, Resamples};
 use crate::engine::{self, Batching, Resources, TrainSettings};
 use crate::jackknife::{jackknife_plus, BagMember};
 use uqbench_core::MethodError;
@@ -184,7 +187,11 @@ impl Ensemble {
                 .collect()
         });
         TrainSettings {
-            keep_resample: c.jackknife_plus,
+            collectors: if c.jackknife_plus {
+                vec![Arc::new(Resamples)]
+            } else {
+                Vec::new()
+            },
             batching,
             adversarial,
             heteroscedastic: c.heteroscedastic,
@@ -302,14 +309,18 @@ impl Method for Ensemble {
                     o.noise_std = Some(noise);
                     o.predictive_std = Some(predictive);
                 }
-                if let (Some(resamples), false) = (&out.resamples, o.diverged) {
+                let resamples: Vec<&Resample> = match self.config.jackknife_plus {
+                    true => out.collected(0),
+                    false => Vec::new(),
+                };
+                if let (false, false) = (resamples.is_empty(), o.diverged) {
                     let bag: Vec<BagMember<'_>> = replicas
                         .clone()
                         .filter(|&r| !out.diverged[r])
                         .map(|r| BagMember {
                             test: &means[r * mt..(r + 1) * mt],
                             train: &out.train_pred[r * n..(r + 1) * n],
-                            resample: &resamples[r],
+                            resample: &resamples[r].0,
                         })
                         .collect();
                     o.calibration = jackknife_plus(&bag, &task.y_train[k]);

@@ -8,7 +8,7 @@ use nalgebra::{DMatrix, DVector};
 use uqbench_core::MethodError;
 
 /// A trained network on the host: per layer W `[in, out]` (row-major) and b `[out]`.
-pub struct HostNet {
+pub struct TrainedNet {
     /// Widths: input, hidden…, output (1).
     pub dims: Vec<usize>,
     /// Per layer W `[in, out]`, row-major.
@@ -31,16 +31,16 @@ pub enum Subset {
     All,
 }
 
-impl HostNet {
+impl TrainedNet {
     /// The engine's flat parameters of one replica (layer by layer W then b) for a network of
     /// widths `dims` (input, hidden…, 1).
-    pub fn from_flat(flat: &[f32], dims: &[usize], slope: f64) -> HostNet {
+    pub fn from_flat(flat: &[f32], dims: &[usize], slope: f64) -> TrainedNet {
         let wide: Vec<f64> = flat.iter().map(|&v| f64::from(v)).collect();
-        HostNet::from_flat_f64(&wide, dims, slope)
+        TrainedNet::from_flat_f64(&wide, dims, slope)
     }
 
     /// The same from parameters in f64.
-    pub fn from_flat_f64(flat: &[f64], dims: &[usize], slope: f64) -> HostNet {
+    pub fn from_flat_f64(flat: &[f64], dims: &[usize], slope: f64) -> TrainedNet {
         let (mut w, mut b, mut at) = (Vec::new(), Vec::new(), 0);
         for l in 0..dims.len() - 1 {
             let (i, o) = (dims[l], dims[l + 1]);
@@ -49,7 +49,7 @@ impl HostNet {
             b.push(flat[at..at + o].to_vec());
             at += o;
         }
-        HostNet {
+        TrainedNet {
             dims: dims.to_vec(),
             w,
             b,
@@ -70,7 +70,7 @@ impl HostNet {
             .sum()
     }
 
-    /// The subset's parameters as one vector, in [`HostNet::jacobian`]'s order.
+    /// The subset's parameters as one vector, in [`TrainedNet::jacobian`]'s order.
     pub fn params(&self, subset: Subset) -> Vec<f64> {
         let layers = self.dims.len() - 1;
         let from = if subset == Subset::LastLayer {
@@ -85,7 +85,7 @@ impl HostNet {
 
     /// The output f(x) and its gradient with respect to the subset's parameters (layer by
     /// layer W row-major then b) at input `x`: per layer the outer product of the layer's
-    /// input and δ = ∂f/∂z, then δ (see [`HostNet::factors`]).
+    /// input and δ = ∂f/∂z, then δ (see [`TrainedNet::factors`]).
     pub fn jacobian(&self, x: &[f64], subset: Subset) -> (f64, Vec<f64>) {
         let (f, factors) = self.factors(x, subset);
         let mut j = Vec::with_capacity(self.count(subset));
@@ -245,9 +245,9 @@ impl HostNet {
 mod tests {
     use super::*;
 
-    fn net() -> HostNet {
+    fn net() -> TrainedNet {
         // 2-3-1 with slope 0.1.
-        HostNet {
+        TrainedNet {
             dims: vec![2, 3, 1],
             w: vec![vec![0.5, -1.0, 0.3, 0.2, 0.7, -0.4], vec![1.5, -0.5, 0.8]],
             b: vec![vec![0.1, 0.2, -0.3], vec![0.05]],

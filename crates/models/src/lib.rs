@@ -4,25 +4,22 @@
 
 pub mod autodiff;
 pub mod backend;
-pub(crate) mod blocked;
 pub mod config;
+pub mod cpu;
 pub mod device_rng;
 pub mod dropout_method;
 pub mod engine;
 pub mod ens_mcd;
 pub mod ensemble;
-pub(crate) mod fused;
 pub mod hmc;
 pub mod host_net;
 pub mod jackknife;
-pub mod kernels;
 pub mod laplace;
 pub mod layers;
 pub mod mfvi;
 pub mod mlp;
 pub mod optim;
 pub mod quantile;
-pub mod simd;
 pub mod stochastic;
 pub mod swag;
 

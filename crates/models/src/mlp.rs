@@ -91,24 +91,6 @@ impl MlpShape {
     }
 }
 
-/// The environment variable that, set to `off`, keeps HMC and MFVI on their tensor routes on
-/// the CPU too (to compare the routes; docs/performance.md).
-pub const HOST_LOOPS_ENV: &str = "UQBENCH_HOST_LOOPS";
-
-/// Whether a method on a CPU backend may use its fused host loops for a network of `shape`:
-/// [`MlpShape::host_sized`], unless [`HOST_LOOPS_ENV`] is `off`.
-pub fn host_loops(shape: &MlpShape) -> bool {
-    host_loops_allowed() && shape.host_sized()
-}
-
-/// Whether host loops may run at all: not when [`HOST_LOOPS_ENV`] is `off`. The engine's host
-/// trainer takes networks of any size (`engine/host.rs`), HMC and MFVI those of
-/// [`host_loops`].
-pub fn host_loops_allowed() -> bool {
-    static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    !*OFF.get_or_init(|| std::env::var(HOST_LOOPS_ENV).is_ok_and(|v| v.eq_ignore_ascii_case("off")))
-}
-
 /// Weights and biases of R replicas on the host, layer by layer: weights `[R, in, out]` and
 /// biases `[R, out]`, row-major.
 #[derive(Debug, Clone, PartialEq)]

@@ -13,7 +13,7 @@ use burn::module::{ModuleMapper, Param, ParamId};
 use burn::optim::GradientsParams;
 use burn::tensor::{Shape, Tensor};
 
-use crate::kernels::{self, AdamStep, KernelPath};
+use crate::cpu::kernels::{self, AdamStep, KernelPath};
 
 /// Adam's settings.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -11,11 +11,14 @@
 //! means' (`intervals = "empirical"` takes the draws' quantiles instead of mean ± z·std).
 //! MultiSWAG is `members > 1`.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use crate::config::MethodConfig;
-use crate::engine::{self, swa::Swa, swa::SwaMoments, Resources, TrainSettings};
-use crate::host_net::HostNet;
+use crate::engine::collect::{Swa, SwaMoments};
+use crate::engine::{self, LrSwitch, Resources, TrainSettings};
+use crate::host_net::TrainedNet;
 use uqbench_core::{
     combine_members, Compute, IntervalSetting, Member, Method, MethodError, Prediction, Rng, Task,
 };
@@ -102,7 +105,6 @@ impl Swag {
         }
         Ok(Swa {
             start,
-            lr: c.swa_lr.unwrap_or(c.optim.lr),
             rank: c.rank,
         })
     }
@@ -162,8 +164,13 @@ impl Method for Swag {
         task.require_gaussian(&self.name)?;
         let c = &self.config;
         let (n, m, members) = (task.n_train(), task.n_test(), c.members);
+        let swa = self.swa(task.epochs)?;
         let settings = TrainSettings {
-            swa: Some(self.swa(task.epochs)?),
+            lr_switch: Some(LrSwitch {
+                epoch: swa.start,
+                lr: c.swa_lr.unwrap_or(c.optim.lr),
+            }),
+            collectors: vec![Arc::new(swa)],
             ..c.optim.settings(task.epochs, n)
         };
         let shape = c.net.shape(task.d, 1);
@@ -178,7 +185,7 @@ impl Method for Swag {
             resources,
             progress,
         )?;
-        let moments = out.swa.as_ref().expect("SWA was collected");
+        let moments: Vec<&SwaMoments> = out.collected(0);
         let (x_train, x_test) = task.inputs_f32(c.net.standardize);
         let rows = |x: &[f32]| -> Vec<Vec<f64>> {
             x.chunks(task.d)
@@ -196,12 +203,12 @@ impl Method for Swag {
             let rep = task.repetitions[k];
             let mut rng = Rng::new(task.seeds.seed(rep, member, &purpose));
             let slope = c.net.negative_slope;
-            let mean_net = HostNet::from_flat_f64(&moments[r].mean, &dims, slope);
+            let mean_net = TrainedNet::from_flat_f64(&moments[r].mean, &dims, slope);
             let fit: Vec<f32> = x_train.iter().map(|x| mean_net.forward(x) as f32).collect();
             let passes: Vec<Vec<f32>> = draws(&moments[r], c.samples, c.scale, &mut rng)
                 .iter()
                 .map(|theta| {
-                    let net = HostNet::from_flat_f64(theta, &dims, slope);
+                    let net = TrainedNet::from_flat_f64(theta, &dims, slope);
                     x_test.iter().map(|x| net.forward(x) as f32).collect()
                 })
                 .collect();
@@ -247,6 +254,7 @@ mod tests {
             mean: vec![1.0],
             sq_mean: vec![1.04],
             deviations: vec![vec![0.3], vec![-0.3]].into(),
+            ..SwaMoments::default()
         };
         let d = draws(&m, 40_000, 0.5, &mut Rng::new(3));
         let mean = d.iter().map(|v| v[0]).sum::<f64>() / d.len() as f64;

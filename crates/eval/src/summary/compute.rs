@@ -195,25 +195,7 @@ pub fn summarize_method(
         per_point,
     } = acc;
 
-    for (region, idx) in &regs {
-        let entry = aggregate.entry((*region).to_string()).or_default();
-        for (name, v) in &per_point {
-            entry.insert(name.clone(), region_aggregate(v, idx));
-        }
-        entry.insert(names::COVERAGE.into(), region_aggregate(&covered, idx));
-        entry.insert(names::POINTS.into(), Scalar::bare(idx.len() as f64));
-        if let Some(ratio) = points.get(names::UNCERTAINTY_RATIO) {
-            // The median, not the mean: where every feature vanishes the anchor is certain
-            // and the ratio unbounded (E1: where f_main·x ∈ {…, −5, 10, 25, …}, e.g.
-            // x = −5 at f_main = 1 or x = 2 at f_main = 5).
-            entry.insert(
-                names::UNCERTAINTY_RATIO.into(),
-                Scalar::bare(median(
-                    &idx.iter().map(|&i| ratio.value[i]).collect::<Vec<_>>(),
-                )),
-            );
-        }
-    }
+    region_aggregates(&regs, &per_point, &covered, &points, &mut aggregate);
     for (name, v) in per_point {
         points.insert(name, mean_se_per_point(&v, m));
     }
@@ -229,6 +211,37 @@ pub fn summarize_method(
         flags: Vec::new(),
         per_repetition,
     })
+}
+
+/// Every region's aggregates of the per-point metrics (means over repetitions of each
+/// repetition's region mean, with their standard errors), coverage, point count and the
+/// median uncertainty ratio.
+fn region_aggregates(
+    regs: &[(&str, Vec<usize>)],
+    per_point: &[(String, Vec<Vec<f64>>)],
+    covered: &[Vec<f64>],
+    points: &BTreeMap<String, PointMetric>,
+    aggregate: &mut BTreeMap<String, BTreeMap<String, Scalar>>,
+) {
+    for (region, idx) in regs {
+        let entry = aggregate.entry((*region).to_string()).or_default();
+        for (name, v) in per_point {
+            entry.insert(name.clone(), region_aggregate(v, idx));
+        }
+        entry.insert(names::COVERAGE.into(), region_aggregate(covered, idx));
+        entry.insert(names::POINTS.into(), Scalar::bare(idx.len() as f64));
+        if let Some(ratio) = points.get(names::UNCERTAINTY_RATIO) {
+            // The median, not the mean: where every feature vanishes the anchor is certain
+            // and the ratio unbounded (E1: where f_main·x ∈ {…, −5, 10, 25, …}, e.g.
+            // x = −5 at f_main = 1 or x = 2 at f_main = 5).
+            entry.insert(
+                names::UNCERTAINTY_RATIO.into(),
+                Scalar::bare(median(
+                    &idx.iter().map(|&i| ratio.value[i]).collect::<Vec<_>>(),
+                )),
+            );
+        }
+    }
 }
 
 /// Per repetition and test input: |mean − f|, whether the coverage interval (95%) covers f

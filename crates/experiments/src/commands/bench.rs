@@ -59,6 +59,17 @@ pub struct TrainBench {
     /// module, trained through burn autodiff on the same trainer, one prediction pass).
     #[arg(long, value_enum, default_value = "engine")]
     route: Route,
+    /// A registered method (`Ens`, `BD`, `EnsMCD`, `SWAG`, …) trained and predicted through
+    /// its own run on the same data: ⌈R / members⌉ repetitions of its default settings,
+    /// changed by `--set` (`bench_method.rs`).
+    #[arg(long)]
+    method: Option<String>,
+    /// With `--method`: a setting of its table as KEY=VALUE (a TOML value), repeatable:
+    /// `--set members=5 --set hidden=[20]`.
+    #[arg(long, requires = "method")]
+    set: Vec<String>,
+    #[command(flatten)]
+    host: super::HostArgs,
 }
 
 /// How `bench train` trains.
@@ -78,8 +89,31 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     }
 }
 
-fn train(args: &TrainBench) -> Result<()> {
+/// The resources of the arguments: the backend's device opened, threads, chunk and host
+/// settings.
+fn resources(args: &TrainBench) -> Result<Resources> {
     let device = open_device(args.backend, args.allow_software_gpu)?;
+    let mut res = Resources::new(args.backend, device);
+    res.chunk = args.chunk;
+    if let Some(t) = args.threads {
+        res.threads = t.max(1);
+    }
+    args.host.apply(&mut res);
+    Ok(res)
+}
+
+fn train(args: &TrainBench) -> Result<()> {
+    if let Some(name) = &args.method {
+        return super::bench_method::run(&super::bench_method::MethodBench {
+            name,
+            set: &args.set,
+            replicas: args.replicas,
+            epochs: args.epochs,
+            n: args.n,
+            json: args.json,
+            res: resources(args)?,
+        });
+    }
     let shape = MlpShape::paper(1);
     let seed = |member: usize, purpose: &str| {
         SeedPath {
@@ -118,16 +152,12 @@ fn train(args: &TrainBench) -> Result<()> {
         x_test: &x_test,
     };
     let settings = TrainSettings::paper(args.epochs, args.n);
-    let mut res = Resources::new(args.backend, device);
-    res.chunk = args.chunk;
-    if let Some(t) = args.threads {
-        res.threads = t.max(1);
-    }
+    let res = resources(args)?;
     // Which loops train: the CPU's host trainer (and the instruction set of its products) or
     // the backend's tensors.
     let trainer = match args.route {
-        Route::Engine if engine::trains_on_host(&job, &settings, &res) => {
-            format!("host, {:?}", uqbench_models::simd::level()).to_lowercase()
+        Route::Engine if engine::trains_on_host(&res) => {
+            format!("host, {:?}", res.simd).to_lowercase()
         }
         _ => "tensors".to_string(),
     };

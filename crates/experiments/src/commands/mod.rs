@@ -4,6 +4,7 @@ pub mod anchor;
 pub mod backends;
 pub mod bench;
 pub mod bench_hmc;
+pub mod bench_method;
 pub mod check;
 pub mod export;
 pub mod merge;
@@ -13,3 +14,29 @@ pub mod run;
 pub mod score;
 pub mod slurm;
 pub mod status;
+
+use clap::Args;
+use uqbench_models::Resources;
+
+/// How a CPU backend runs the methods that have host loops: settings of a run, recorded in
+/// `run.json` (they are not globals: every method reads them from its `Compute`).
+#[derive(Debug, Clone, Args)]
+pub struct HostArgs {
+    /// On a CPU backend, train and sample in loops per replica on the host (`on`, the
+    /// default, faster) or as batched tensors (`off`, what a GPU runs). Results are equal in
+    /// distribution, not bit for bit.
+    #[arg(long, env = "UQBENCH_HOST_LOOPS", default_value = "on", value_parser = ["on", "off"])]
+    pub host_loops: String,
+    /// The widest instruction set the host loops use: `best` (the CPU's), `avx2` or
+    /// `baseline`. Every level gives the same bits; a cap is for comparing speeds.
+    #[arg(long, env = "UQBENCH_SIMD", default_value = "best")]
+    pub simd: uqbench_core::SimdCap,
+}
+
+impl HostArgs {
+    /// Sets the resources' host settings.
+    pub fn apply(&self, res: &mut Resources) {
+        res.host_loops = self.host_loops == "on";
+        res.simd = uqbench_models::cpu::simd::Level::capped(self.simd);
+    }
+}

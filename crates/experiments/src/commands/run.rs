@@ -67,6 +67,8 @@ pub struct RunArgs {
     /// error.
     #[arg(long, env = "UQBENCH_ALLOW_SOFTWARE_GPU", value_parser = clap::builder::FalseyValueParser::new())]
     pub allow_software_gpu: bool,
+    #[command(flatten)]
+    pub host: super::HostArgs,
 }
 
 fn parse_shard(s: &str) -> Result<(usize, usize)> {
@@ -137,6 +139,7 @@ impl RunSettings {
             resources.memory_budget = mb << 20;
         }
         resources.chunk = args.chunk;
+        args.host.apply(&mut resources);
         let device_name = if args.backend.is_gpu() {
             uqbench_models::wgpu_status()
                 .map(|a| a.to_string())
@@ -147,6 +150,9 @@ impl RunSettings {
         let meta = RunMeta {
             shard: args.shard.clone(),
             reps: args.reps.clone(),
+            host_loops: (!args.backend.is_gpu()).then_some(resources.host_loops),
+            simd: (!args.backend.is_gpu() && resources.host_loops)
+                .then(|| format!("{:?}", resources.simd).to_lowercase()),
             ..crate::provenance::run_meta(
                 args.profile.clone(),
                 args.backend.name(),

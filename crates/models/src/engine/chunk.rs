@@ -9,13 +9,14 @@ use std::ops::Range;
 
 use burn::tensor::{Device, Int, Tensor};
 
+use super::collect::{self, Collected, Event, Want};
 use super::job::Job;
 use super::memory::{bytes_per_replica, largest_tensor_per_replica};
 use super::network::{download, upload, Network, State};
 use super::pool::{ChunkOut, ChunkTrainer};
 use super::settings::{Batching, TrainSettings};
 use crate::device_rng::DeviceRng;
-use crate::kernels::AdamStep;
+use crate::cpu::kernels::AdamStep;
 use crate::mlp::xavier_init;
 use uqbench_core::MethodError;
 
@@ -25,8 +26,8 @@ pub(crate) const PURPOSE_BATCH: u64 = 2;
 pub(crate) const PURPOSE_PREDICT: u64 = 3;
 pub(crate) const PURPOSE_FIT: u64 = 4;
 
-/// The built-in network's trainer for one job.
-pub(crate) struct Trainer<'a> {
+/// The built-in network's tensor execution for one job.
+pub(crate) struct TensorTrainer<'a> {
     pub job: &'a Job<'a>,
     pub settings: &'a TrainSettings,
     pub device: Device,
@@ -53,7 +54,7 @@ impl ChunkIo {
     }
 }
 
-impl<'a> Trainer<'a> {
+impl<'a> TensorTrainer<'a> {
     /// The stochastic layer's input width K (the last hidden width).
     fn k(&self) -> usize {
         *self.job.shape.hidden.last().unwrap_or(&self.job.shape.d_in)
@@ -107,9 +108,8 @@ impl<'a> Trainer<'a> {
     fn run_chunk(&self, range: Range<usize>) -> ChunkOut {
         let io = ChunkIo::default();
         let (mut s, data) = self.prepare(range, &io);
-        let mut swa = vec![super::swa::SwaMoments::default(); data.rc];
-        let mut resamples = Vec::new();
-        let steps = self.train_steps(&mut s, &data, &io, &mut swa, &mut resamples);
+        let mut collected = collect::start_all(&self.settings.collectors, data.rc);
+        let steps = self.train_steps(&mut s, &data, &io, &mut collected);
 
         // Final objective on all N points with the dropout layer at its expectation, on the
         // device in f32 like the training loss itself: an overflow or NaN there is what
@@ -131,19 +131,9 @@ impl<'a> Trainer<'a> {
         };
         let pred = self.predict(&s, &data, &io);
         let train_pred = self.training_fit(&s, &data, fitted, &io);
-        let weights = if self.settings.keep_weights {
-            self.weights(&s, data.rc, &io)
-        } else {
-            Vec::new()
-        };
+        self.observe(&s, &io, &mut collected, Want::Final);
         ChunkOut {
-            weights,
-            resamples,
-            swa: if self.settings.swa.is_some() {
-                swa
-            } else {
-                Vec::new()
-            },
+            collected,
             pred,
             train_pred,
             objective,
@@ -151,6 +141,29 @@ impl<'a> Trainer<'a> {
             steps,
             uploads: io.uploads.get(),
             reads: io.reads.get(),
+        }
+    }
+
+    /// Shows every replica's parameters to the collectors that want `want` (an epoch's end or
+    /// the final parameters), reading them back only then.
+    fn observe(
+        &self,
+        s: &State,
+        io: &ChunkIo,
+        collected: &mut [Vec<Box<dyn Collected>>],
+        want: Want,
+    ) {
+        let collectors = &self.settings.collectors;
+        if !collect::any_wants(collectors, want) {
+            return;
+        }
+        let rc = s.w[0].dims()[0];
+        for (r, params) in self.weights(s, rc, io).iter().enumerate() {
+            let event = match want {
+                Want::Epoch(epoch) => Event::Epoch { epoch, params },
+                _ => Event::Final { params },
+            };
+            collect::observe_all(collectors, collected, r, want, &event);
         }
     }
 
@@ -225,8 +238,7 @@ impl<'a> Trainer<'a> {
         s: &mut State,
         data: &ChunkData<'_>,
         io: &ChunkIo,
-        swa: &mut [super::swa::SwaMoments],
-        resamples: &mut Vec<Vec<u32>>,
+        collected: &mut [Vec<Box<dyn Collected>>],
     ) -> u64 {
         let (rc, n, d) = (data.rc, self.job.n_train(), self.job.shape.d_in);
         let dev = &self.device;
@@ -260,18 +272,16 @@ impl<'a> Trainer<'a> {
             Batching::Resample { .. } => Some(batch_rng.as_ref().expect("batching").below(0, n, n)),
             _ => None,
         };
-        if let (Some(idx), true) = (&resample, self.settings.keep_resample) {
+        let collectors = &self.settings.collectors;
+        if let (Some(idx), true) = (&resample, collect::any_wants(collectors, Want::Resample)) {
             io.reads.set(io.reads.get() + 1);
-            let flat: Vec<i64> = idx
-                .clone()
-                .into_data()
-                .convert::<i64>()
-                .iter::<i64>()
+            let flat: Vec<u32> = (idx.clone().into_data().convert::<i64>().iter::<i64>())
+                .map(|v| v as u32)
                 .collect();
-            resamples.extend(
-                flat.chunks(n)
-                    .map(|r| r.iter().map(|&v| v as u32).collect()),
-            );
+            for (r, idx) in flat.chunks(n).enumerate() {
+                let event = Event::Resample(idx);
+                collect::observe_all(collectors, collected, r, Want::Resample, &event);
+            }
         }
         let resampled = match self.settings.batching {
             Batching::Resample { size: None } => {
@@ -282,11 +292,7 @@ impl<'a> Trainer<'a> {
 
         let mut t = 0u64;
         for epoch in 0..self.settings.epochs as u64 {
-            // SWA's learning rate from its first epoch on.
-            let lr = match self.settings.swa {
-                Some(c) if epoch as usize >= c.start => c.lr,
-                _ => self.settings.lr,
-            };
+            let lr = self.settings.lr_at(epoch as usize);
             match &self.settings.batching {
                 Batching::Full => {
                     t += 1;
@@ -330,12 +336,7 @@ impl<'a> Trainer<'a> {
                     }
                 }
             }
-            // SWA: the weights at the end of every epoch from its start on.
-            if let Some(c) = self.settings.swa.filter(|c| epoch as usize >= c.start) {
-                for (m, w) in swa.iter_mut().zip(self.weights(s, rc, io)) {
-                    m.collect(&w, c.rank);
-                }
-            }
+            self.observe(s, io, collected, Want::Epoch(epoch as usize));
         }
 
         t
@@ -421,7 +422,7 @@ struct ChunkData<'a> {
     ids: &'a [u64],
 }
 
-impl ChunkTrainer for Trainer<'_> {
+impl ChunkTrainer for TensorTrainer<'_> {
     fn replicas(&self) -> usize {
         self.job.replicas()
     }

@@ -3,6 +3,8 @@
 
 use burn::tensor::{Tensor, TensorData};
 
+use crate::cpu::simd::Lanes;
+
 /// The quantile levels τ of a pinball head, in millionths (so that a head stays `Copy` and
 /// `Eq`): at most [`MAX_QUANTILES`], the first the output that serves as the prediction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,6 +138,86 @@ impl Head {
                 let taus = t.tensor(&out);
                 let below = (y.clone() - out).lower_elem(0.0).float();
                 (below - taus).div_scalar(n as f64)
+            }
+        }
+    }
+}
+
+impl Head {
+    /// [`Head::delta`] for one replica on the host: δ `[n, outputs]` at its outputs `out`
+    /// (`[n, outputs]`, point-major) for targets `y` (`[n]`).
+    #[inline(always)]
+    pub(crate) fn delta_host(self, out: &[f32], y: &[f32], delta: &mut [f32]) {
+        let inv_n = 1.0 / y.len() as f32;
+        match self {
+            Head::HalfMse => {
+                for ((d, &f), &yp) in delta.iter_mut().zip(out).zip(y) {
+                    *d = (f - yp) * inv_n;
+                }
+            }
+            Head::BernoulliLogit => {
+                for ((d, &f), &yp) in delta.iter_mut().zip(out).zip(y) {
+                    *d = (1.0 / (1.0 + (-f).exp()) - yp) * inv_n;
+                }
+            }
+            Head::GaussianNll => {
+                for ((d, o), &yp) in delta.chunks_exact_mut(2).zip(out.chunks_exact(2)).zip(y) {
+                    let (resid, inv) = (yp - o[0], (-o[1]).exp());
+                    d[0] = -(resid * inv) * inv_n;
+                    d[1] = (1.0 - resid * resid * inv) * 0.5 * inv_n;
+                }
+            }
+            Head::Pinball(t) => {
+                let taus: Vec<f32> = t.levels().iter().map(|&v| v as f32).collect();
+                let k = taus.len();
+                for ((d, q), &yp) in delta.chunks_exact_mut(k).zip(out.chunks_exact(k)).zip(y) {
+                    for ((dv, &qv), &tau) in d.iter_mut().zip(q).zip(&taus) {
+                        let below = if yp - qv < 0.0 { 1.0 } else { 0.0 };
+                        *dv = (below - tau) * inv_n;
+                    }
+                }
+            }
+        }
+    }
+
+    /// [`Head::value`] for one replica on the host, in f32 like the device's objective (an
+    /// overflow there is what divergence means), its sums in a fixed order on `lanes`.
+    /// ½·MSE: ½·mean (f − y)²; Bernoulli: mean softplus(f) − y·f with softplus(f) = max(f, 0)
+    /// + log(1 + e^{−|f|}); Gaussian NLL: mean ½·(s + (y − μ)²·e^{−s}); pinball: mean
+    /// Σ_k ρ_τk(y − q_k).
+    pub(crate) fn value_host(self, lanes: Lanes, out: &[f32], y: &[f32]) -> f32 {
+        let n = y.len() as f32;
+        match self {
+            Head::HalfMse => {
+                let resid: Vec<f32> = out.iter().zip(y).map(|(&f, &yp)| f - yp).collect();
+                0.5 * (lanes.dot(&resid, &resid) / n)
+            }
+            Head::BernoulliLogit => {
+                let terms: Vec<f32> = (out.iter().zip(y))
+                    .map(|(&f, &yp)| f.max(0.0) + (-f.abs()).exp().ln_1p() - f * yp)
+                    .collect();
+                lanes.sum(&terms) / n
+            }
+            Head::GaussianNll => {
+                let terms: Vec<f32> = (out.chunks_exact(2).zip(y))
+                    .map(|(o, &yp)| (o[1] + (yp - o[0]) * (yp - o[0]) * (-o[1]).exp()) * 0.5)
+                    .collect();
+                lanes.sum(&terms) / n
+            }
+            Head::Pinball(t) => {
+                let taus: Vec<f32> = t.levels().iter().map(|&v| v as f32).collect();
+                let k = taus.len();
+                let terms: Vec<f32> = (out.chunks_exact(k).zip(y))
+                    .map(|(q, &yp)| {
+                        (q.iter().zip(&taus))
+                            .map(|(&qv, &tau)| {
+                                let u = yp - qv;
+                                u * (tau - if u < 0.0 { 1.0 } else { 0.0 })
+                            })
+                            .sum::<f32>()
+                    })
+                    .collect();
+                lanes.sum(&terms) / n
             }
         }
     }

@@ -7,7 +7,7 @@ use uqbench_core::Compute;
 
 use super::settings::{Batching, TrainSettings};
 use crate::backend::BackendKind;
-use crate::kernels::KernelPath;
+use crate::cpu::kernels::KernelPath;
 use crate::mlp::MlpShape;
 use uqbench_core::MethodError;
 
@@ -28,6 +28,11 @@ pub struct Resources {
     /// The largest single tensor the device can bind, in bytes ([`WGPU_MAX_BINDING`] on
     /// wgpu; unbounded on the CPU). No chunk makes a tensor larger.
     pub max_tensor_bytes: usize,
+    /// Whether a CPU backend runs the host loops (`crate::cpu`) where a method has them,
+    /// rather than batched tensors.
+    pub host_loops: bool,
+    /// The instruction set the host loops run at: the CPU's best, or a cap below it.
+    pub simd: crate::cpu::simd::Level,
 }
 
 /// The largest storage buffer wgpu binds (its `max_storage_buffer_binding_size` ceiling on
@@ -65,7 +70,16 @@ impl Resources {
             } else {
                 usize::MAX
             },
+            host_loops: true,
+            simd: crate::cpu::simd::best(),
         }
+    }
+
+    /// Whether the host loops run for a network of `shape`: on a CPU backend, with the loops
+    /// on, and for the samplers' feature-major loops (HMC, MFVI) only where every layer is
+    /// small enough for them ([`MlpShape::host_sized`]).
+    pub fn sampler_host_loops(&self, shape: &MlpShape) -> bool {
+        !self.backend.is_gpu() && self.host_loops && shape.host_sized()
     }
 
     /// The resources a method on burn runs with, read from the burn-free [`Compute`]: its
@@ -88,6 +102,8 @@ impl Resources {
             threads: compute.threads.max(1),
             memory_budget: compute.memory_budget,
             chunk: compute.chunk,
+            host_loops: compute.host_loops,
+            simd: crate::cpu::simd::Level::capped(compute.simd),
             ..Resources::new(backend, device)
         })
     }
@@ -101,6 +117,8 @@ impl Resources {
             memory_budget: self.memory_budget,
             chunk: self.chunk,
             device: Some(Arc::new(self.device.clone())),
+            host_loops: self.host_loops,
+            simd: self.simd.cap(),
         }
     }
 

@@ -18,7 +18,7 @@
 //! - [`swa`]: stochastic weight averaging's collection of the weights (SWAG);
 //! - `chunk`: the built-in network's training of one chunk;
 //! - `host`: the same for small networks on the CPU, as fused loops over one replica's
-//!   points (`crate::fused`), for the jobs that need no more than full batches and ½·MSE;
+//!   points (`crate::cpu::feature_major`), for the jobs that need no more than full batches and ½·MSE;
 //! - [`ops`]: counting the tensor operations a run issues, in burn's fusion server (GPU);
 //! - `probe` (tests): the objective's gradient against finite differences.
 //!
@@ -27,17 +27,16 @@
 //! regularised), optimised by Adam, plus the stochastic layer's regulariser.
 
 pub(crate) mod chunk;
+pub mod collect;
 pub mod head;
-mod host;
 pub mod job;
 pub mod memory;
-mod network;
+pub(crate) mod network;
 pub mod ops;
 pub mod pool;
 #[cfg(test)]
 mod probe;
 pub mod settings;
-pub mod swa;
 
 pub use head::Head;
 pub use job::Job;
@@ -48,15 +47,16 @@ pub use memory::{
 pub(crate) use network::{try_download, upload};
 pub use ops::OpCounts;
 pub use pool::{run_chunks, ChunkOut, ChunkTrainer, TrainOutput, Transfers};
-pub use settings::{Batching, TrainSettings};
+pub use settings::{Batching, LrSwitch, TrainSettings};
 
 use crate::mlp::MlpShape;
 use uqbench_core::{MethodError, Task};
 
-/// Whether [`train`] runs `job` on the CPU's host trainer (`host.rs`: fused or
-/// register-blocked loops per replica) rather than as batched tensors on the backend.
-pub fn trains_on_host(job: &Job<'_>, settings: &TrainSettings, res: &Resources) -> bool {
-    host::applies(job, settings, res)
+/// Whether [`train`] runs on the CPU's host execution (`crate::cpu::trainer`: loops per
+/// replica) rather than as batched tensors on the backend: on every CPU backend, unless the
+/// run's host settings turn the loops off.
+pub fn trains_on_host(res: &Resources) -> bool {
+    crate::cpu::trainer::applies(res)
 }
 
 /// Trains every replica of `job` on the built-in network and predicts the test inputs.
@@ -69,15 +69,15 @@ pub fn train(
 ) -> Result<TrainOutput, MethodError> {
     job.validate()?;
     settings.validate(job.n_train(), job.shape)?;
-    if host::applies(job, settings, res) {
-        let trainer = host::Trainer {
+    if trains_on_host(res) {
+        let trainer = crate::cpu::trainer::HostTrainer {
             job,
             settings,
-            device: res.device.clone(),
+            level: res.simd,
         };
         return run_chunks(&trainer, res, progress);
     }
-    let trainer = chunk::Trainer {
+    let trainer = chunk::TensorTrainer {
         job,
         settings,
         device: res.device.clone(),

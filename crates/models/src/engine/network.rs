@@ -19,7 +19,7 @@ use std::sync::Arc;
 use burn::tensor::{Device, Tensor, TensorData};
 
 use super::head::Head;
-use crate::kernels::{self, AdamStep, KernelPath};
+use crate::cpu::kernels::{self, AdamStep, KernelPath};
 use crate::layers::linear_backward;
 use crate::mlp::HostWeights;
 use crate::stochastic::{LayerCache, ParamSlot, StochasticLayer};

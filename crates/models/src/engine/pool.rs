@@ -10,11 +10,12 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
+use super::collect::Collected;
 use super::memory::{chunk_size, Resources};
 use uqbench_core::{Member, MethodError};
 
 /// The result of training every replica of a job.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug)]
 pub struct TrainOutput {
     /// Test predictions `[R, T, M, d_out]`, row-major: T prediction passes per replica.
     pub test_out: Vec<f32>,
@@ -36,16 +37,27 @@ pub struct TrainOutput {
     pub chunk: usize,
     /// Host↔device traffic, summed over chunks.
     pub transfers: Transfers,
-    /// With `keep_weights`: per replica its parameters, layer by layer the weights `[in,
-    /// out]` (row-major) then the biases `[out]`.
-    pub weights: Option<Vec<Vec<f32>>>,
-    /// With `swa`: per replica its collected moments.
-    pub swa: Option<Vec<super::swa::SwaMoments>>,
-    /// With `keep_resample` and the classic bootstrap: per replica its resample, N indices
-    /// into the training points.
-    pub resamples: Option<Vec<Vec<u32>>>,
+    /// Per collector of the settings (in their order), every replica's collected state.
+    pub collected: Vec<Vec<Box<dyn Collected>>>,
 }
+
 impl TrainOutput {
+    /// Collector `c`'s state of every replica as its type `T` (see [`super::collect`]).
+    ///
+    /// # Panics
+    /// When the settings had no collector `c` or its states are not `T`s: a method asks for
+    /// the collectors it put in its settings.
+    pub fn collected<T: 'static>(&self, c: usize) -> Vec<&T> {
+        self.collected[c]
+            .iter()
+            .map(|s| {
+                s.as_any()
+                    .downcast_ref::<T>()
+                    .expect("the collector's own state type")
+            })
+            .collect()
+    }
+
     /// Replica `replica` as an ensemble member, for one output per point (`d_out` = 1): its
     /// T passes at the `m` test inputs, its fit at the `n` training inputs, its objective and
     /// whether it diverged.
@@ -81,7 +93,7 @@ pub struct Transfers {
 }
 
 /// A chunk's result, for replicas `range` of the job.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Default)]
 pub struct ChunkOut {
     /// Test predictions `[rc, T, M, d_out]`.
     pub pred: Vec<f32>,
@@ -98,13 +110,25 @@ pub struct ChunkOut {
     pub uploads: u64,
     /// Device→host reads the chunk made.
     pub reads: u64,
-    /// Per replica of the chunk, its parameters (see [`TrainOutput::weights`]); empty unless
-    /// asked for.
-    pub weights: Vec<Vec<f32>>,
-    /// Per replica of the chunk, its SWA moments; empty unless asked for.
-    pub swa: Vec<super::swa::SwaMoments>,
-    /// Per replica of the chunk, its resample; empty unless asked for.
-    pub resamples: Vec<Vec<u32>>,
+    /// Per collector, every replica of the chunk's collected state (empty without
+    /// collectors).
+    pub collected: Vec<Vec<Box<dyn Collected>>>,
+}
+
+/// The chunks' collected states `(first replica, [collector][replica])` joined in replica
+/// order: `[collector][replica of the job]`.
+fn gather_collected(
+    parts: &mut [(usize, Vec<Vec<Box<dyn Collected>>>)],
+) -> Vec<Vec<Box<dyn Collected>>> {
+    parts.sort_by_key(|(start, _)| *start);
+    let collectors = parts.first().map_or(0, |(_, c)| c.len());
+    let mut out: Vec<Vec<Box<dyn Collected>>> = (0..collectors).map(|_| Vec::new()).collect();
+    for (_, part) in parts.iter_mut() {
+        for (all, chunk) in out.iter_mut().zip(part.iter_mut()) {
+            all.append(chunk);
+        }
+    }
+    out
 }
 
 /// A model the trainer can run chunk by chunk.
@@ -162,9 +186,7 @@ pub fn run_chunks(
         vec![f64::NAN; r],
         vec![0.0f32; r * n],
         None::<MethodError>,
-        vec![Vec::<f32>::new(); r],
-        vec![super::swa::SwaMoments::default(); r],
-        vec![Vec::<u32>::new(); r],
+        Vec::<(usize, Vec<Vec<Box<dyn Collected>>>)>::new(),
     ));
     let counts = Mutex::new(Transfers::default());
     let next = AtomicUsize::new(0);
@@ -190,14 +212,8 @@ pub fn run_chunks(
                         .copy_from_slice(&chunk_out.pred);
                     guard.1[range.clone()].copy_from_slice(&chunk_out.objective);
                     guard.3[range.start * n..range.end * n].copy_from_slice(&chunk_out.train_pred);
-                    for (slot, w) in guard.5[range.clone()].iter_mut().zip(chunk_out.weights) {
-                        *slot = w;
-                    }
-                    for (slot, m) in guard.6[range.clone()].iter_mut().zip(chunk_out.swa) {
-                        *slot = m;
-                    }
-                    for (slot, m) in guard.7[range.clone()].iter_mut().zip(chunk_out.resamples) {
-                        *slot = m;
+                    if !chunk_out.collected.is_empty() {
+                        guard.5.push((range.start, chunk_out.collected));
                     }
                     if !chunk_out.rates.is_empty() {
                         guard.2[range.clone()].copy_from_slice(&chunk_out.rates);
@@ -222,7 +238,7 @@ pub fn run_chunks(
             }
         });
     }
-    let (test_out, final_objective, rates, train_pred, error, weights, swa, resamples) =
+    let (test_out, final_objective, rates, train_pred, error, mut parts) =
         out.into_inner().expect("workers finished");
     if let Some(e) = error {
         return Err(e);
@@ -249,8 +265,6 @@ pub fn run_chunks(
         diverged,
         chunk,
         transfers: counts.into_inner().expect("workers finished"),
-        weights: weights.iter().any(|w| !w.is_empty()).then_some(weights),
-        swa: swa.iter().any(|m| m.n > 0).then_some(swa),
-        resamples: resamples.iter().any(|m| !m.is_empty()).then_some(resamples),
+        collected: gather_collected(&mut parts),
     })
 }

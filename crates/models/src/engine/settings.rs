@@ -1,5 +1,6 @@
 //! Optimisation settings shared by all replicas of a job, and the batching schemes.
 
+use super::collect::Collector;
 use super::head::Head;
 use std::sync::Arc;
 
@@ -66,17 +67,22 @@ pub struct TrainSettings {
     pub likelihood: Likelihood,
     /// Stochastic forward passes at prediction (1 for deterministic networks).
     pub mc_passes: usize,
-    /// Return every replica's final weights and biases ([`super::TrainOutput::weights`]):
-    /// what a post-training method (Laplace) builds on.
-    pub keep_weights: bool,
-    /// Stochastic weight averaging: from an epoch on, a learning rate of its own and the
-    /// weights collected at the end of every epoch ([`super::TrainOutput::swa`]).
-    pub swa: Option<super::swa::Swa>,
+    /// From an epoch on, a learning rate of its own (stochastic weight averaging's).
+    pub lr_switch: Option<LrSwitch>,
     /// A pinball head at these quantile levels instead of the likelihood's (CQR's networks).
     pub quantiles: Option<super::head::Taus>,
-    /// Return every replica's bootstrap resample ([`super::TrainOutput::resamples`]): what
-    /// jackknife+-after-bootstrap needs (which points each member left out).
-    pub keep_resample: bool,
+    /// The training by-products a method asks for ([`super::collect`]), returned per
+    /// replica in [`super::TrainOutput::collected`], in this order.
+    pub collectors: Vec<Arc<dyn Collector>>,
+}
+
+/// A learning rate from an epoch on.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LrSwitch {
+    /// The first epoch (0-based) at the new rate.
+    pub epoch: usize,
+    /// The rate.
+    pub lr: f64,
 }
 
 impl TrainSettings {
@@ -96,10 +102,9 @@ impl TrainSettings {
             heteroscedastic: false,
             likelihood: Likelihood::Gaussian,
             mc_passes: 1,
-            keep_weights: false,
-            swa: None,
+            lr_switch: None,
             quantiles: None,
-            keep_resample: false,
+            collectors: Vec::new(),
         }
     }
 
@@ -199,6 +204,14 @@ impl TrainSettings {
             }
         }
         Ok(())
+    }
+
+    /// The learning rate of epoch `epoch` (0-based).
+    pub fn lr_at(&self, epoch: usize) -> f64 {
+        match self.lr_switch {
+            Some(s) if epoch >= s.epoch => s.lr,
+            _ => self.lr,
+        }
     }
 
     /// Optimiser steps per epoch.

@@ -17,15 +17,15 @@ use crate::mlp::{xavier_init, MlpShape};
 use uqbench_core::MethodError;
 
 /// InvGamma(a₀, b₀) prior on σ² (a₀ = b₀ = 1).
-pub(super) const PRIOR_A0: f64 = 1.0;
-pub(super) const PRIOR_B0: f64 = 1.0;
+pub(crate) const PRIOR_A0: f64 = 1.0;
+pub(crate) const PRIOR_B0: f64 = 1.0;
 
 /// What one chain records besides its draws of f: divergent transitions after warm-up, its
 /// acceptance rate after warm-up, its adapted step size, its energy H₀ at the start of every
 /// sampling iteration (after the momenta are drawn; for the E-BFMI), and its σ draw at every
 /// sampling iteration (the noise of its draw of y).
 #[derive(Debug, Clone, Default)]
-pub(super) struct ChainRecord {
+pub(crate) struct ChainRecord {
     pub divergent: u64,
     pub accept_rate: f64,
     pub step_size: f64,
@@ -35,9 +35,9 @@ pub(super) struct ChainRecord {
 
 /// The BNN's parameters for a chunk: per layer W `[R, in, out]` and b `[R, 1, out]`.
 #[derive(Clone)]
-pub(super) struct Params {
-    pub(super) w: Vec<Tensor<3>>,
-    pub(super) b: Vec<Tensor<3>>,
+pub(crate) struct Params {
+    pub(crate) w: Vec<Tensor<3>>,
+    pub(crate) b: Vec<Tensor<3>>,
 }
 
 impl Params {
@@ -77,7 +77,7 @@ impl Params {
 }
 
 /// The chains of one repetition block on the trainer.
-pub(super) struct HmcTrainer<'a> {
+pub(crate) struct HmcTrainer<'a> {
     pub config: &'a HmcConfig,
     pub shape: MlpShape,
     pub x_train: Vec<f32>,
@@ -93,8 +93,9 @@ pub(super) struct HmcTrainer<'a> {
     pub records: Mutex<Vec<ChainRecord>>,
     /// Labels: the Bernoulli likelihood of logits instead of the Gaussian one.
     pub bernoulli: bool,
-    /// Run the chains on the host (`host.rs`: a CPU backend) rather than as tensors.
-    pub host: bool,
+    /// Run the chains on the host (`cpu/hmc.rs`: a CPU backend), at this instruction set,
+    /// rather than as tensors.
+    pub host: Option<crate::cpu::simd::Level>,
 }
 
 /// A chunk's chains: the data on the device, the position θ with its potential U, SSE and
@@ -112,9 +113,9 @@ struct Chains {
 
 /// Nesterov dual averaging of each replica's step size during warm-up (Hoffman & Gelman
 /// 2014, Algorithm 5: γ = 0.05, t₀ = 10, κ = 0.75, μ = ln 10ε₀).
-pub(super) struct DualAveraging {
+pub(crate) struct DualAveraging {
     mu: f64,
-    pub(super) eps: Vec<f64>,
+    pub(crate) eps: Vec<f64>,
     h_bar: Vec<f64>,
     log_eps_bar: Vec<f64>,
 }
@@ -124,7 +125,7 @@ impl DualAveraging {
     const T0: f64 = 10.0;
     const KAPPA: f64 = 0.75;
 
-    pub(super) fn new(step_size: f64, replicas: usize) -> DualAveraging {
+    pub(crate) fn new(step_size: f64, replicas: usize) -> DualAveraging {
         DualAveraging {
             mu: (10.0 * step_size).ln(),
             eps: vec![step_size; replicas],
@@ -135,7 +136,7 @@ impl DualAveraging {
 
     /// Adapts after warm-up iteration `it` (0-based) with acceptance probabilities `alphas`;
     /// after the last one (`it + 1 == warmup`) every ε becomes the averaged ε̄.
-    pub(super) fn update(&mut self, it: usize, alphas: &[f64], target: f64, warmup: usize) {
+    pub(crate) fn update(&mut self, it: usize, alphas: &[f64], target: f64, warmup: usize) {
         let m_it = (it + 1) as f64;
         for (r, &alpha) in alphas.iter().enumerate() {
             let w = 1.0 / (m_it + Self::T0);
@@ -182,7 +183,7 @@ impl HmcTrainer<'_> {
     }
 
     /// U per replica `[R, 1, 1]`, SSE per replica, and ∇U, at `p` with 1/σ² `inv_s2`.
-    pub(super) fn potential(
+    pub(crate) fn potential(
         &self,
         p: &Params,
         x: &Tensor<3>,
@@ -436,8 +437,8 @@ impl ChunkTrainer for HmcTrainer<'_> {
     }
 
     fn train_chunk(&self, range: Range<usize>) -> Result<ChunkOut, MethodError> {
-        if self.host {
-            return self.train_chunk_host(range);
+        if let Some(level) = self.host {
+            return self.train_chunk_host(range, level);
         }
         let c = self.config;
         let rc = range.len();
@@ -488,9 +489,7 @@ impl ChunkTrainer for HmcTrainer<'_> {
             }
         }
         Ok(ChunkOut {
-            weights: Vec::new(),
-            swa: Vec::new(),
-            resamples: Vec::new(),
+            collected: Vec::new(),
             pred: draws.pred,
             train_pred: train,
             // The final potential per data point (a chain whose state became non-finite is
@@ -507,7 +506,7 @@ impl ChunkTrainer for HmcTrainer<'_> {
 }
 
 /// A Gamma(shape, 1) draw (Marsaglia & Tsang 2000; shape ≥ 1 here).
-pub(super) fn gamma_draw(rng: &mut Rng, shape: f64) -> f64 {
+pub(crate) fn gamma_draw(rng: &mut Rng, shape: f64) -> f64 {
     let d = shape - 1.0 / 3.0;
     let c = 1.0 / (9.0 * d).sqrt();
     loop {
@@ -592,7 +591,7 @@ mod tests {
             device: device.clone(),
             records: Mutex::new(vec![ChainRecord::default(); 4]),
             bernoulli: false,
-            host: false,
+            host: None,
         };
         let res = Resources::new(BackendKind::Flex, device);
         let out = run_chunks(&trainer, &res, &|_| {}).unwrap();

@@ -61,8 +61,7 @@ use uqbench_core::noise::{fixed_noise_sd, Tau};
 use uqbench_core::MethodError;
 use uqbench_core::{Compute, Family, Likelihood, Method, Prediction, Task};
 
-mod chain;
-mod host;
+pub(crate) mod chain;
 
 /// HMC's own settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -208,7 +207,7 @@ impl Method for Hmc {
         let y = task.replica_targets_f32(&replicas);
         let (x_train, x_test) = task.inputs_f32(c.net.standardize);
         let shape = c.net.shape(task.d, 1);
-        let host = !resources.backend.is_gpu() && crate::mlp::host_loops(&shape);
+        let host = resources.sampler_host_loops(&shape).then_some(resources.simd);
         let trainer = HmcTrainer {
             config: c,
             shape,

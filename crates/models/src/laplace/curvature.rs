@@ -47,7 +47,7 @@ pub struct KronLayer {
 }
 
 /// The Kronecker factors of every layer from the per-point factors (a, δ) of
-/// `HostNet::factors` and the points' curvature weights.
+/// `TrainedNet::factors` and the points' curvature weights.
 pub fn kron(factors: &[Vec<LayerFactors>], weights: &[f64]) -> Vec<KronLayer> {
     let n = factors.len() as f64;
     let layers = factors[0].len();

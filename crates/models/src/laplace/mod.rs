@@ -19,11 +19,14 @@
 
 mod curvature;
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use crate::config::MethodConfig;
+use crate::engine::collect::{FinalWeights, Weights};
 use crate::engine::{self, Resources, TrainOutput};
-use crate::host_net::{HostNet, Subset};
+use crate::host_net::{TrainedNet, Subset};
 use curvature::{KronLayer, Posterior};
 
 /// A fitted posterior: dense (full or diagonal) or Kronecker-factored with its δ.
@@ -204,7 +207,7 @@ impl Method for Laplace {
             SubsetSetting::LastLayer => Subset::LastLayer,
             SubsetSetting::All => Subset::All,
         };
-        let probe = HostNet::from_flat(&vec![0.0; count_all(&dims)], &dims, c.net.negative_slope);
+        let probe = TrainedNet::from_flat(&vec![0.0; count_all(&dims)], &dims, c.net.negative_slope);
         let p = probe.count(subset);
         if c.hessian == Hessian::Full && p > MAX_FULL {
             return Err(MethodError::invalid(
@@ -217,7 +220,7 @@ impl Method for Laplace {
             ));
         }
         let settings = crate::engine::TrainSettings {
-            keep_weights: true,
+            collectors: vec![Arc::new(FinalWeights)],
             likelihood: task.likelihood,
             ..c.optim.settings(task.epochs, task.n_train())
         };
@@ -287,7 +290,7 @@ fn likelihood_terms(
 /// Kronecker factors, each point weighted by 1/sd².
 #[allow(clippy::type_complexity)]
 fn build_ggn(
-    net: &HostNet,
+    net: &TrainedNet,
     x: &[Vec<f64>],
     subset: Subset,
     sd: &[f64],
@@ -306,7 +309,7 @@ fn build_ggn(
 /// The MAP's output and the linearised predictive variance at every test input.
 fn linearised(
     posterior: &Fitted,
-    net: &HostNet,
+    net: &TrainedNet,
     x_test: &[Vec<f64>],
     subset: Subset,
 ) -> Result<(Vec<f64>, Vec<f64>), MethodError> {
@@ -370,11 +373,11 @@ impl Laplace {
                 ..Prediction::default()
             });
         }
-        let flat = &out.weights.as_ref().expect("weights were kept")[k];
-        let mut net = HostNet::from_flat(flat, dims, c.net.negative_slope);
+        let flat = &out.collected::<Weights>(0)[k].0;
+        let mut net = TrainedNet::from_flat(flat, dims, c.net.negative_slope);
         let y = &task.y_train[k];
         // The output alone (the last layer's factors, no Jacobian vector).
-        let fit = |net: &HostNet| -> Vec<f64> {
+        let fit = |net: &TrainedNet| -> Vec<f64> {
             x.iter()
                 .map(|xi| net.factors(xi, Subset::LastLayer).0)
                 .collect()
@@ -383,7 +386,7 @@ impl Laplace {
             (f.iter().zip(y).map(|(f, y)| (y - f).powi(2)).sum::<f64>() / n as f64).sqrt()
         };
         // σ at the training and test inputs: fixed, or the MAP fit's estimate (after refining).
-        let sigmas = |net: &HostNet| -> Sigmas {
+        let sigmas = |net: &TrainedNet| -> Sigmas {
             match sigma {
                 Some(s) => s.clone(),
                 None => {

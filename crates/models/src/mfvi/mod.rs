@@ -37,7 +37,7 @@ use uqbench_anchor::Rng;
 
 use crate::config::MethodConfig;
 use crate::engine::{run_chunks, try_download, ChunkOut, ChunkTrainer, Head, Resources};
-use crate::kernels::KernelPath;
+use crate::cpu::kernels::KernelPath;
 use crate::layers::LeakyRelu;
 use crate::mlp::{xavier_init, MlpShape};
 use crate::optim::{AdamConfig, AdamState};
@@ -47,7 +47,6 @@ use uqbench_core::{
     combine_members, Compute, Family, Likelihood, Member, Method, Prediction, Task,
 };
 
-mod host;
 
 /// MFVI's own settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -324,7 +323,7 @@ impl Method for Mfvi {
         let shape = c.net.shape(task.d, 1);
         let trainer = MfviTrainer {
             config: c,
-            host: !resources.backend.is_gpu() && crate::mlp::host_loops(&shape),
+            host: resources.sampler_host_loops(&shape).then_some(resources.simd),
             shape,
             x_train,
             x_test,
@@ -369,32 +368,39 @@ impl Method for Mfvi {
 }
 
 /// [`BayesNet`] on the engine's trainer.
-struct MfviTrainer<'a> {
-    config: &'a MfviConfig,
-    /// Train on the host (`host.rs`) instead of through autodiff.
-    host: bool,
-    shape: MlpShape,
-    x_train: Vec<f32>,
-    x_test: Vec<f32>,
+pub(crate) struct MfviTrainer<'a> {
+    pub(crate) config: &'a MfviConfig,
+    /// Train on the host (`cpu/mfvi.rs`), at this instruction set, instead of through
+    /// autodiff.
+    pub(crate) host: Option<crate::cpu::simd::Level>,
+    pub(crate) shape: MlpShape,
+    pub(crate) x_train: Vec<f32>,
+    pub(crate) x_test: Vec<f32>,
     /// Targets `[R, N]`, replica-major.
-    y: Vec<f32>,
-    init: &'a [u64],
-    stream: &'a [u64],
-    epochs: usize,
+    pub(crate) y: Vec<f32>,
+    pub(crate) init: &'a [u64],
+    pub(crate) stream: &'a [u64],
+    pub(crate) epochs: usize,
     /// σ_n when fixed.
-    noise: Option<f64>,
+    pub(crate) noise: Option<f64>,
     /// Per replica, σ_n at the start (the fixed value when σ_n is fixed).
-    noise_init: &'a [f64],
-    device: Device,
-    path: KernelPath,
+    pub(crate) noise_init: &'a [f64],
+    pub(crate) device: Device,
+    pub(crate) path: KernelPath,
     /// Labels: the data term is the Bernoulli NLL of the logit output.
-    bernoulli: bool,
+    pub(crate) bernoulli: bool,
 }
 
 impl MfviTrainer<'_> {
     /// The per-point negative ELBO per replica `[R, 1, 1]` at the network's output `out`
     /// (module docs), for targets `y` `[R, N, 1]`.
-    fn objective(&self, model: &BayesNet, out: Tensor<3>, y: Tensor<3>, dev: &Device) -> Tensor<3> {
+    pub(crate) fn objective(
+        &self,
+        model: &BayesNet,
+        out: Tensor<3>,
+        y: Tensor<3>,
+        dev: &Device,
+    ) -> Tensor<3> {
         let [rc, n, _] = y.dims();
         let inv_n = 1.0 / n as f64;
         let kl = model.kl(self.config.prior_sd).mul_scalar(inv_n);
@@ -445,8 +451,8 @@ impl ChunkTrainer for MfviTrainer<'_> {
     }
 
     fn train_chunk(&self, range: Range<usize>) -> Result<ChunkOut, MethodError> {
-        if self.host {
-            return self.train_chunk_host(range);
+        if let Some(level) = self.host {
+            return self.train_chunk_host(range, level);
         }
         let c = self.config;
         let rc = range.len();
@@ -525,9 +531,7 @@ impl ChunkTrainer for MfviTrainer<'_> {
         }
         let train = download(model.forward(x, None))?;
         Ok(ChunkOut {
-            weights: Vec::new(),
-            swa: Vec::new(),
-            resamples: Vec::new(),
+            collected: Vec::new(),
             pred,
             train_pred: train,
             objective: final_objective,

@@ -7,8 +7,11 @@ use std::any::Any;
 use burn::tensor::Tensor;
 use serde::{Deserialize, Serialize};
 
-use super::{cache_of, multiplicative_backward, LastGrads, LayerCache, StochasticLayer};
-use crate::device_rng::DeviceRng;
+use super::{
+    cache_of, linear_backward_host, linear_host, multiplicative_backward, times_factor,
+    HostCache, HostGrads, HostLast, LastGrads, LayerCache, StochasticLayer,
+};
+use crate::device_rng::{DeviceRng, HostStream};
 use uqbench_core::MethodError;
 
 /// MC dropout with drop rate `p`.
@@ -63,5 +66,32 @@ impl StochasticLayer for Bernoulli {
 
     fn as_any(&self) -> &dyn Any {
         self
+    }
+
+    /// The device's mask, exactly: 1/(1 − p) in f32 where the uniform (exact) is ≥ p in f32.
+    fn draw_host(&self, stream: &HostStream, counter: u64, out: &mut [f32]) {
+        stream.uniform(counter, out);
+        let (p, scale) = (self.p as f32, (1.0 / (1.0 - self.p)) as f32);
+        for v in out.iter_mut() {
+            *v = if *v >= p { scale } else { 0.0 };
+        }
+    }
+
+    fn forward_host(&self, x: &HostLast<'_>, noise: &[f32], out: &mut [f32], cache: &mut HostCache) {
+        cache.ht.clear();
+        cache.ht.extend(x.h.iter().zip(noise).map(|(&h, &m)| h * m));
+        linear_host(&cache.ht, x.w, x.b, out);
+    }
+
+    fn backward_host(
+        &self,
+        x: &HostLast<'_>,
+        noise: &[f32],
+        cache: &HostCache,
+        delta: &[f32],
+        g: &mut HostGrads<'_>,
+    ) {
+        linear_backward_host(&cache.ht, x.w, delta, g.gw, g.gb, g.dh);
+        times_factor(g.dh, noise);
     }
 }

@@ -10,8 +10,12 @@ use burn::tensor::activation::sigmoid;
 use burn::tensor::Tensor;
 use serde::{Deserialize, Serialize};
 
-use super::{cache_of, multiplicative_backward, LastGrads, LayerCache, ParamSlot, StochasticLayer};
-use crate::device_rng::DeviceRng;
+use super::{
+    cache_of, linear_backward_host, linear_host, multiplicative_backward, times_factor,
+    HostCache, HostGrads, HostLast, LastGrads, LayerCache, ParamSlot, StochasticLayer,
+};
+use crate::cpu::{math, simd};
+use crate::device_rng::{DeviceRng, HostStream};
 use uqbench_core::MethodError;
 
 /// Lower clamp of the relaxation's uniform noise (the reference implementation's 1e-7), so
@@ -134,5 +138,125 @@ impl StochasticLayer for Concrete {
 
     fn as_any(&self) -> &dyn Any {
         self
+    }
+
+    /// The device's uniforms (exact), clamped to [1e-7, 1 − 1e-7] in f32.
+    fn draw_host(&self, stream: &HostStream, counter: u64, out: &mut [f32]) {
+        stream.uniform(counter, out);
+        let (lo, hi) = (U_EPS as f32, (1.0 - U_EPS) as f32);
+        for v in out.iter_mut() {
+            *v = v.clamp(lo, hi);
+        }
+    }
+
+    /// z = 1 − σ((θ + log u − log(1 − u))/t), factor = z/(1 − p), h̃ = h·factor; the cache
+    /// keeps h̃, the factor and z.
+    fn forward_host(&self, x: &HostLast<'_>, noise: &[f32], out: &mut [f32], cache: &mut HostCache) {
+        let theta = x.params[0];
+        let len = noise.len();
+        cache.ht.resize(len, 0.0);
+        cache.factor.resize(len, 0.0);
+        cache.aux.resize(len, 0.0);
+        // Three transcendentals per unit and point: vectorised (`cpu::math`), at the run's
+        // instruction set.
+        simd::dispatch_at(
+            x.level,
+            Relax {
+                theta,
+                keep: 1.0 - math::sigmoid(theta),
+                t: self.temperature as f32,
+                noise,
+                h: x.h,
+                ht: &mut cache.ht,
+                factor: &mut cache.factor,
+                z: &mut cache.aux,
+            },
+        );
+        linear_host(&cache.ht, x.w, x.b, out);
+    }
+
+    /// The linear part's gradients; ∂/∂θ = Σ (δ·Wᵀ) ⊙ h̃ ⊙ (p − (1 − z)/t) (the tensor
+    /// twin's d h̃/dθ); δ at h = (δ·Wᵀ) ⊙ factor.
+    fn backward_host(
+        &self,
+        x: &HostLast<'_>,
+        _noise: &[f32],
+        cache: &HostCache,
+        delta: &[f32],
+        g: &mut HostGrads<'_>,
+    ) {
+        linear_backward_host(&cache.ht, x.w, delta, g.gw, g.gb, g.dh);
+        let p = sigmoid_host(x.params[0]);
+        let t = self.temperature as f32;
+        let terms: Vec<f32> = (g.dh.iter().zip(&cache.ht))
+            .zip(&cache.aux)
+            .map(|((&d, &ht), &z)| d * (ht * (p - (1.0 - z) / t)))
+            .collect();
+        g.gparams[0] = crate::cpu::simd::sum(&terms);
+        times_factor(g.dh, &cache.factor);
+    }
+
+    fn regularizer_host(&self, w: &[f32], k: usize, params: &[f32]) -> Option<f32> {
+        let p = sigmoid_host(params[0]);
+        let keep = 1.0 - p;
+        let sq: f32 = w.iter().map(|v| v * v).sum();
+        let entropy = p * p.ln() + keep * keep.ln();
+        Some(sq * self.weight_reg as f32 / keep + entropy * (self.dropout_reg * k as f64) as f32)
+    }
+
+    fn regularize_host(
+        &self,
+        w: &[f32],
+        k: usize,
+        params: &[f32],
+        gw: &mut [f32],
+        gparams: &mut [f32],
+    ) {
+        let theta = params[0];
+        let p = sigmoid_host(theta);
+        let keep = 1.0 - p;
+        let wr = self.weight_reg as f32;
+        let sq: f32 = w.iter().map(|v| v * v).sum();
+        for (g, &v) in gw.iter_mut().zip(w) {
+            *g += v * (2.0 * wr) / keep;
+        }
+        gparams[0] += sq * wr * p / keep + theta * p * keep * (self.dropout_reg * k as f64) as f32;
+    }
+}
+
+/// The logistic function in f32.
+fn sigmoid_host(x: f32) -> f32 {
+    math::sigmoid(x)
+}
+
+/// The relaxed mask of every unit and point as an operation for [`simd::dispatch_at`]:
+/// z = 1 − σ((θ + log u − log(1 − u))/t), factor = z/(1 − p), h̃ = h·factor.
+struct Relax<'a> {
+    theta: f32,
+    keep: f32,
+    t: f32,
+    noise: &'a [f32],
+    h: &'a [f32],
+    ht: &'a mut [f32],
+    factor: &'a mut [f32],
+    z: &'a mut [f32],
+}
+
+impl simd::Op for Relax<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn call(self, _: simd::Lanes) {
+        let (theta, keep, t) = (self.theta, self.keep, self.t);
+        for ((((&u, &h), ht), f), z) in (self.noise.iter().zip(self.h))
+            .zip(self.ht.iter_mut())
+            .zip(self.factor.iter_mut())
+            .zip(self.z.iter_mut())
+        {
+            let a = (math::ln(u) - math::ln(1.0 - u) + theta) / t;
+            *z = 1.0 - math::sigmoid(a);
+            *f = *z / keep;
+            *ht = h * *f;
+        }
     }
 }

@@ -26,7 +26,8 @@ use std::fmt::Debug;
 
 use burn::tensor::Tensor;
 
-use crate::device_rng::DeviceRng;
+use crate::cpu::simd;
+use crate::device_rng::{DeviceRng, HostStream};
 use uqbench_core::MethodError;
 
 mod bernoulli;
@@ -132,6 +133,169 @@ pub trait StochasticLayer: Debug + Send + Sync {
 
     /// The layer as [`Any`], for tests and reports that need its settings.
     fn as_any(&self) -> &dyn Any;
+
+    // The host execution (`crate::cpu::trainer`): the same layer for one replica, on host
+    // slices, point-major. Each method computes what its tensor twin above computes, from the
+    // same noise (`draw_host` gives the device's numbers; see `HostStream`).
+
+    /// [`draw`](Self::draw) for one replica: `out` (`[n, width]`) from its stream.
+    fn draw_host(&self, stream: &HostStream, counter: u64, out: &mut [f32]);
+
+    /// [`forward`](Self::forward) for one replica: the output `[n, o]` into `out`, what the
+    /// backward pass needs into `cache`.
+    fn forward_host(&self, x: &HostLast<'_>, noise: &[f32], out: &mut [f32], cache: &mut HostCache);
+
+    /// [`backward`](Self::backward) for one replica, from δ at the output `[n, o]`: writes
+    /// every gradient of `g`.
+    fn backward_host(
+        &self,
+        x: &HostLast<'_>,
+        noise: &[f32],
+        cache: &HostCache,
+        delta: &[f32],
+        g: &mut HostGrads<'_>,
+    );
+
+    /// [`regularizer`](Self::regularizer) for one replica (`w`: `[k, o]`), or `None`.
+    fn regularizer_host(&self, _w: &[f32], _k: usize, _params: &[f32]) -> Option<f32> {
+        None
+    }
+
+    /// [`regularize`](Self::regularize) for one replica: adds to `gw` and `gparams`.
+    fn regularize_host(
+        &self,
+        _w: &[f32],
+        _k: usize,
+        _params: &[f32],
+        _gw: &mut [f32],
+        _gparams: &mut [f32],
+    ) {
+    }
+}
+
+/// One replica's last layer on the host: the units `h` (`[n, k]`, point-major), W (`[k, o]`,
+/// row-major), b (`[o]`) and the layer's parameters, slot after slot.
+#[derive(Clone, Copy)]
+pub struct HostLast<'a> {
+    /// The units `[n, k]`.
+    pub h: &'a [f32],
+    /// The last layer's weights `[k, o]`.
+    pub w: &'a [f32],
+    /// Its biases `[o]`.
+    pub b: &'a [f32],
+    /// The layer's parameters ([`ParamSlot`]s, flat, in slot order).
+    pub params: &'a [f32],
+    /// Units k.
+    pub k: usize,
+    /// Outputs o.
+    pub o: usize,
+    /// The instruction set a layer may run its heavy loops at ([`simd::dispatch_at`]).
+    pub level: simd::Level,
+}
+
+impl HostLast<'_> {
+    /// Points n.
+    pub fn n(&self) -> usize {
+        self.h.len() / self.k
+    }
+}
+
+/// What a layer's host forward pass keeps for its backward pass: buffers reused from step to
+/// step (a layer uses those it needs; sized by the layer).
+#[derive(Debug, Default)]
+pub struct HostCache {
+    /// The noisy units h̃ `[n, k]`.
+    pub ht: Vec<f32>,
+    /// A per-unit factor `[n, k]` (the scaled mask).
+    pub factor: Vec<f32>,
+    /// The layer's own `[n, k]` or `[n, o]` values.
+    pub aux: Vec<f32>,
+}
+
+/// The last layer's gradients for one replica on the host: ∂/∂W `[k, o]`, ∂/∂b `[o]`, δ at
+/// the units `[n, k]`, and ∂/∂ the layer's parameters (flat, slot order).
+pub struct HostGrads<'a> {
+    /// ∂/∂W.
+    pub gw: &'a mut [f32],
+    /// ∂/∂b.
+    pub gb: &'a mut [f32],
+    /// δ at h.
+    pub dh: &'a mut [f32],
+    /// ∂/∂ parameters.
+    pub gparams: &'a mut [f32],
+}
+
+/// The linear part on the host: `out` (`[n, o]`) = h̃·W + b, every output its bias plus the
+/// products (one output: [`simd::dot`]'s order; more: the order of the units).
+#[inline(always)]
+pub(crate) fn linear_host(ht: &[f32], w: &[f32], b: &[f32], out: &mut [f32]) {
+    let o = b.len();
+    let k = w.len() / o;
+    if o == 1 {
+        for (v, row) in out.iter_mut().zip(ht.chunks_exact(k)) {
+            *v = b[0] + simd::dot(row, w);
+        }
+        return;
+    }
+    for (vals, row) in out.chunks_exact_mut(o).zip(ht.chunks_exact(k)) {
+        vals.copy_from_slice(b);
+        for (&hk, wk) in row.iter().zip(w.chunks_exact(o)) {
+            for (v, &wkj) in vals.iter_mut().zip(wk) {
+                *v += hk * wkj;
+            }
+        }
+    }
+}
+
+/// The linear part's backward on the host, from δ at the output (`[n, o]`): ∂/∂W = h̃ᵀ·δ,
+/// ∂/∂b = Σ_n δ, and δ·Wᵀ (`[n, k]`) into `dht`.
+#[inline(always)]
+pub(crate) fn linear_backward_host(
+    ht: &[f32],
+    w: &[f32],
+    delta: &[f32],
+    gw: &mut [f32],
+    gb: &mut [f32],
+    dht: &mut [f32],
+) {
+    let o = gb.len();
+    let k = w.len() / o;
+    gw.fill(0.0);
+    gb.fill(0.0);
+    for ((row, d), dr) in (ht.chunks_exact(k))
+        .zip(delta.chunks_exact(o))
+        .zip(dht.chunks_exact_mut(k))
+    {
+        for (g, &dj) in gb.iter_mut().zip(d) {
+            *g += dj;
+        }
+        if o == 1 {
+            let dj = d[0];
+            for ((g, &hk), (dv, &wk)) in gw.iter_mut().zip(row).zip(dr.iter_mut().zip(w)) {
+                *g += hk * dj;
+                *dv = dj * wk;
+            }
+            continue;
+        }
+        for ((&hk, gk), (dv, wk)) in (row.iter().zip(gw.chunks_exact_mut(o)))
+            .zip(dr.iter_mut().zip(w.chunks_exact(o)))
+        {
+            let mut acc = 0.0;
+            for ((g, &dj), &wkj) in gk.iter_mut().zip(d).zip(wk) {
+                *g += hk * dj;
+                acc += dj * wkj;
+            }
+            *dv = acc;
+        }
+    }
+}
+
+/// δ at h for h̃ = h ⊙ factor, in place: `dh` (δ·Wᵀ on entry) ⊙ factor.
+#[inline(always)]
+pub(crate) fn times_factor(dh: &mut [f32], factor: &[f32]) {
+    for (d, &f) in dh.iter_mut().zip(factor) {
+        *d *= f;
+    }
 }
 
 /// The cache of a layer's forward pass as the layer's own type.

@@ -9,8 +9,10 @@ use burn::tensor::activation::sigmoid;
 use burn::tensor::Tensor;
 use serde::{Deserialize, Serialize};
 
-use super::{cache_of, LastGrads, LayerCache, ParamSlot, StochasticLayer};
-use crate::device_rng::DeviceRng;
+use super::{
+    cache_of, HostCache, HostGrads, HostLast, LastGrads, LayerCache, ParamSlot, StochasticLayer,
+};
+use crate::device_rng::{DeviceRng, HostStream};
 use uqbench_core::MethodError;
 
 /// Molchanov et al. (2017), eq. 14: −KL ≈ k1·σ(k2 + k3·log α) − ½·log(1 + 1/α) − k1.
@@ -165,6 +167,105 @@ impl StochasticLayer for Variational {
     fn as_any(&self) -> &dyn Any {
         self
     }
+
+    /// The device's normals (Box–Muller in f32).
+    fn draw_host(&self, stream: &HostStream, counter: u64, out: &mut [f32]) {
+        stream.normal(counter, out);
+    }
+
+    /// out = h·W + b + s·ε with s = √(α·(h²)·(W²) + 1e-8); the cache keeps s `[n, o]`.
+    fn forward_host(&self, x: &HostLast<'_>, noise: &[f32], out: &mut [f32], cache: &mut HostCache) {
+        let alpha = clipped(x.params[0]).exp();
+        let (k, o) = (x.k, x.o);
+        cache.aux.resize(noise.len(), 0.0);
+        for (((vals, sv), eps), row) in (out.chunks_exact_mut(o))
+            .zip(cache.aux.chunks_exact_mut(o))
+            .zip(noise.chunks_exact(o))
+            .zip(x.h.chunks_exact(k))
+        {
+            for j in 0..o {
+                let (mut mu, mut v) = (0.0f32, 0.0f32);
+                for (&h, wk) in row.iter().zip(x.w.chunks_exact(o)) {
+                    mu += h * wk[j];
+                    v += (h * h) * (wk[j] * wk[j]);
+                }
+                sv[j] = (v * alpha + 1e-8).sqrt();
+                vals[j] = mu + x.b[j] + sv[j] * eps[j];
+            }
+        }
+    }
+
+    /// The tensor twin's gradients: with ds = δ·ε and dv = ds·α/(2s), ∂/∂W = hᵀδ +
+    /// (h²)ᵀdv ⊙ 2W, δ at h = δ·Wᵀ + (dv·(W²)ᵀ) ⊙ 2h, ∂/∂ log α = Σ ½·s·ds (0 when clipped).
+    fn backward_host(
+        &self,
+        x: &HostLast<'_>,
+        noise: &[f32],
+        cache: &HostCache,
+        delta: &[f32],
+        g: &mut HostGrads<'_>,
+    ) {
+        let raw = x.params[0];
+        let alpha = clipped(raw).exp();
+        let (k, o) = (x.k, x.o);
+        g.gw.fill(0.0);
+        g.gb.fill(0.0);
+        let mut dalpha = Vec::with_capacity(delta.len());
+        for ((((d, eps), sv), row), dh) in (delta.chunks_exact(o))
+            .zip(noise.chunks_exact(o))
+            .zip(cache.aux.chunks_exact(o))
+            .zip(x.h.chunks_exact(k))
+            .zip(g.dh.chunks_exact_mut(k))
+        {
+            dh.fill(0.0);
+            for j in 0..o {
+                let ds = d[j] * eps[j];
+                let dv = ds * alpha / (sv[j] * 2.0);
+                dalpha.push(ds * sv[j] * 0.5);
+                g.gb[j] += d[j];
+                for (((&h, wk), gk), dhk) in (row.iter().zip(x.w.chunks_exact(o)))
+                    .zip(g.gw.chunks_exact_mut(o))
+                    .zip(dh.iter_mut())
+                {
+                    gk[j] += h * d[j] + (h * h) * dv * (wk[j] * 2.0);
+                    *dhk += d[j] * wk[j] + dv * (wk[j] * wk[j]) * (h * 2.0);
+                }
+            }
+        }
+        let inside = raw.abs() < LOG_ALPHA_CLIP as f32;
+        g.gparams[0] = if inside { crate::cpu::simd::sum(&dalpha) } else { 0.0 };
+    }
+
+    fn regularizer_host(&self, w: &[f32], _k: usize, params: &[f32]) -> Option<f32> {
+        let log_alpha = clipped(params[0]);
+        let u = 1.0 / (1.0 + (-(log_alpha * K3 as f32 + K2 as f32)).exp());
+        let kl = K1 as f32 - u * K1 as f32 + (1.0 + (-log_alpha).exp()).ln() * 0.5;
+        Some(kl * (self.kl_weight * w.len() as f64) as f32)
+    }
+
+    fn regularize_host(
+        &self,
+        w: &[f32],
+        _k: usize,
+        params: &[f32],
+        _gw: &mut [f32],
+        gparams: &mut [f32],
+    ) {
+        let raw = params[0];
+        if raw.abs() >= LOG_ALPHA_CLIP as f32 {
+            return;
+        }
+        let u = 1.0 / (1.0 + (-(raw * K3 as f32 + K2 as f32)).exp());
+        let s = 1.0 / (1.0 + raw.exp());
+        let dkl = u * (1.0 - u) * (-K1 * K3) as f32 - s * 0.5;
+        gparams[0] += dkl * (self.kl_weight * w.len() as f64) as f32;
+    }
+}
+
+/// log α clipped to the reference range, in f32.
+#[inline(always)]
+fn clipped(log_alpha: f32) -> f32 {
+    log_alpha.clamp(-LOG_ALPHA_CLIP as f32, LOG_ALPHA_CLIP as f32)
 }
 
 #[cfg(test)]

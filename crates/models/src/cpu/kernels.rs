@@ -13,7 +13,7 @@ use burn::backend::flex::FlexTensor;
 use burn::backend::Flex;
 use burn::tensor::Tensor;
 
-use crate::simd;
+use crate::cpu::simd;
 
 /// Adam's hyper-parameters for one step (bias correction folded in).
 #[derive(Debug, Clone, Copy)]

@@ -17,16 +17,16 @@ use std::ops::Range;
 use uqbench_anchor::Rng;
 use uqbench_metrics::mcmc;
 
-use super::chain::{gamma_draw, ChainRecord, DualAveraging, HmcTrainer, PRIOR_A0, PRIOR_B0};
+use crate::hmc::chain::{gamma_draw, ChainRecord, DualAveraging, HmcTrainer, PRIOR_A0, PRIOR_B0};
 use crate::engine::ChunkOut;
-use crate::fused::{feature_major, Net};
+use crate::cpu::feature_major::{feature_major, FeatureMajorNet};
 use crate::mlp::xavier_init;
-use crate::simd;
+use crate::cpu::simd;
 use uqbench_core::MethodError;
 
 /// One chain's state and what the potential needs.
 struct Chain<'a> {
-    net: Net,
+    net: FeatureMajorNet,
     /// The training inputs, feature-major `[d, n]`.
     x: &'a [f32],
     /// The test inputs, feature-major `[d, m]`.
@@ -113,7 +113,11 @@ impl simd::Op for RunChain<'_, '_, '_> {
 
 impl HmcTrainer<'_> {
     /// [`crate::engine::ChunkTrainer::train_chunk`] on the host, chain by chain.
-    pub(super) fn train_chunk_host(&self, range: Range<usize>) -> Result<ChunkOut, MethodError> {
+    pub(crate) fn train_chunk_host(
+        &self,
+        range: Range<usize>,
+        level: simd::Level,
+    ) -> Result<ChunkOut, MethodError> {
         let c = self.config;
         let rc = range.len();
         let (n, m) = (
@@ -143,7 +147,7 @@ impl HmcTrainer<'_> {
             let rep = range.start + r;
             let y = &self.y[rep * n..(rep + 1) * n];
             let mut chain = Chain {
-                net: Net::new(layers.clone(), self.shape.negative_slope, n.max(m)),
+                net: FeatureMajorNet::new(layers.clone(), self.shape.negative_slope, n.max(m)),
                 x: &xt_train,
                 x_test: &xt_test,
                 y,
@@ -154,7 +158,7 @@ impl HmcTrainer<'_> {
             };
             let mut stream = Rng::new(self.stream[rep]);
             // The whole chain compiled for the CPU's widest vectors (the same bits).
-            let (record, u, draws_f, train_mean) = simd::dispatch(RunChain {
+            let (record, u, draws_f, train_mean) = simd::dispatch_at(level, RunChain {
                 trainer: self,
                 chain: &mut chain,
                 theta: &mut theta,
@@ -173,9 +177,7 @@ impl HmcTrainer<'_> {
             }
         }
         Ok(ChunkOut {
-            weights: Vec::new(),
-            swa: Vec::new(),
-            resamples: Vec::new(),
+            collected: Vec::new(),
             pred,
             train_pred: train,
             objective,
@@ -317,8 +319,8 @@ mod tests {
 
     use burn::tensor::{Device, Tensor, TensorData};
 
-    use super::super::chain::Params;
-    use super::super::{HmcConfig, HmcSettings};
+    use crate::hmc::chain::Params;
+    use crate::hmc::{HmcConfig, HmcSettings};
     use super::*;
     use crate::mlp::MlpShape;
 
@@ -384,7 +386,7 @@ mod tests {
                 device: dev.clone(),
                 records: Mutex::new(Vec::new()),
                 bernoulli,
-                host: false,
+                host: None,
             };
             let inv_s2 = 1.0f64 / 0.49;
             let (u, sse, grad) = trainer.potential(
@@ -398,7 +400,7 @@ mod tests {
             want.extend(grad.b.into_iter().flat_map(read));
             let xt: Vec<f32> = (0..d * n).map(|i| x[(i % n) * d + i / n]).collect();
             let mut chain = Chain {
-                net: Net::new(layers.clone(), 0.01, n),
+                net: FeatureMajorNet::new(layers.clone(), 0.01, n),
                 x: &xt,
                 x_test: &xt,
                 y: &y,
@@ -445,7 +447,7 @@ mod tests {
     fn both_instruction_sets_give_the_same_bits() {
         // [002]'s 1-20-1 network on 203 points (so that the eight-lane sums and their tails
         // both run) and a 2-9-7-1 one, both likelihoods: the potential, the SSE and every
-        // gradient entry at the baseline and at AVX2 (`crate::simd`) agree bit for bit.
+        // gradient entry at the baseline and at AVX2 (`crate::cpu::simd`) agree bit for bit.
         let net = |d_in: usize, hidden: Vec<usize>| MlpShape {
             d_in,
             hidden,
@@ -473,7 +475,7 @@ mod tests {
                     .collect();
                 let run = |level: simd::Level| {
                     let mut chain = Chain {
-                        net: Net::new(shape.layers(), 0.01, n),
+                        net: FeatureMajorNet::new(shape.layers(), 0.01, n),
                         x: &xt,
                         x_test: &xt,
                         y: &y,

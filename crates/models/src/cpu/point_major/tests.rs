@@ -2,7 +2,7 @@
 
 use super::product::{transpose, Layout, Product};
 use super::*;
-use crate::simd::{dispatch_at, Level, Op};
+use crate::cpu::simd::{dispatch_at, Level, Op};
 
 /// Products of every shape class, as bits.
 struct Products<'a> {
@@ -162,10 +162,10 @@ impl Op for Pass<'_> {
     #[inline(always)]
     fn call(self, lanes: Lanes) -> Vec<u32> {
         let n = self.delta.len();
-        let mut net = Net::new(vec![(2, 19), (19, 40), (40, 1)], 0.01, n);
+        let mut net = PointMajorNet::new(vec![(2, 19), (19, 40), (40, 1)], 0.01, n, Part::Whole);
         net.set_lanes(lanes);
         let mut f = vec![0.0f32; n];
-        let mut grad = vec![0.0f32; net.dim()];
+        let mut grad = vec![0.0f32; self.theta.len()];
         let mut gx = vec![0.0f32; 2 * n];
         net.forward(self.theta, self.xt, &mut f);
         net.backward(self.theta, self.xt, self.delta, &mut grad);
@@ -205,7 +205,7 @@ fn the_net_gives_the_same_bits_at_both_levels_and_its_gradient_is_right() {
         .collect();
     // Σ_p δ_p·f(x_p) (accumulated in f64) and the signs of every hidden pre-activation.
     let objective = |th: &[f32]| {
-        let mut net = Net::new(vec![(2, 19), (19, 40), (40, 1)], 0.01, n);
+        let mut net = PointMajorNet::new(vec![(2, 19), (19, 40), (40, 1)], 0.01, n, Part::Whole);
         let mut f = vec![0.0f32; n];
         net.forward(th, &xt, &mut f);
         let value = (f.iter().zip(&delta))

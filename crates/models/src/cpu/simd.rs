@@ -19,7 +19,7 @@
 //! vectorise sixteen wide, the explicit reductions stay on AVX2's lanes, and `blocked.rs`'s
 //! matrix products use AVX-512's (the same bits again); `UQBENCH_SIMD=avx2` leaves it out.
 
-use std::sync::OnceLock;
+use uqbench_core::SimdCap;
 
 #[cfg(target_arch = "x86_64")]
 use pulp::x86::V4;
@@ -38,24 +38,24 @@ pub enum Level {
     Avx512,
 }
 
-/// The environment variable that caps the level: `baseline` forces [`Level::Baseline`],
-/// `avx2` at most [`Level::Avx2`].
-pub const SIMD_ENV: &str = "UQBENCH_SIMD";
-
-/// The level [`dispatch`] uses: the CPU's best, capped by [`SIMD_ENV`]. Read once per
-/// process.
-pub fn level() -> Level {
-    static LEVEL: OnceLock<Level> = OnceLock::new();
-    *LEVEL.get_or_init(|| {
-        let cap = std::env::var(SIMD_ENV)
-            .unwrap_or_default()
-            .to_ascii_lowercase();
-        match (cap.as_str(), best()) {
-            ("baseline", _) => Level::Baseline,
-            ("avx2", Level::Avx512) => Level::Avx2,
+impl Level {
+    /// The CPU's best level under `cap`.
+    pub fn capped(cap: SimdCap) -> Level {
+        match (cap, best()) {
+            (SimdCap::Baseline, _) => Level::Baseline,
+            (SimdCap::Avx2, Level::Avx512) => Level::Avx2,
             (_, best) => best,
         }
-    })
+    }
+
+    /// The cap that gives this level on this CPU ([`Level::capped`]'s inverse).
+    pub fn cap(self) -> SimdCap {
+        match self {
+            Level::Baseline => SimdCap::Baseline,
+            Level::Avx2 if best() == Level::Avx512 => SimdCap::Avx2,
+            _ => SimdCap::Best,
+        }
+    }
 }
 
 /// The widest level this CPU supports.
@@ -98,10 +98,11 @@ impl<F: Op> NullaryFnOnce for OnV3<F> {
     }
 }
 
-/// Runs `f` at [`level`].
+/// Runs `f` at the CPU's best level (what code without a run's settings uses: tests, and
+/// the flex kernels, whose bits are the same at every level).
 #[inline(always)]
 pub fn dispatch<F: Op>(f: F) -> F::Output {
-    dispatch_at(level(), f)
+    dispatch_at(best(), f)
 }
 
 /// Runs `f` at `level` where the CPU has it, at the baseline otherwise.

@@ -2,14 +2,14 @@
 //! `tcc`'s width 40): one replica's MLP forward and backward over its points, activations
 //! point-major (`[points, width]`, the tensors' layout), every matrix product a register
 //! tile of up to five rows × sixteen columns whose partial sums stay in registers while the
-//! inner dimension runs. [`crate::fused`]'s feature-major loops suit [002]'s 1-W-1 networks
+//! inner dimension runs. [`crate::cpu::feature_major`]'s feature-major loops suit [002]'s 1-W-1 networks
 //! (a layer is in·out = W multiply-adds per point); for layers of thousands of weights they
 //! do one pass over the points per weight, and burn's gemm pays for packing, dispatch and a
 //! fresh output tensor per product on a chunk's small matrices (`docs/performance.md`).
 //!
 //! Every sum has its order written out: an output adds its bias (or zero) and then the
 //! products in the order of the inner index, one multiplication and one addition each (no
-//! fused multiply-add), so [`crate::simd::dispatch`]'s baseline and AVX2 copies give the
+//! fused multiply-add), so [`crate::cpu::simd::dispatch`]'s baseline and AVX2 copies give the
 //! same bits (tested). The order differs from gemm's, so from the same seeds a replica ends
 //! at nearby, not identical, weights: equal in distribution (docs/performance.md).
 
@@ -18,17 +18,18 @@ mod product;
 mod tests;
 
 use self::product::{transpose, Layout, Product};
-use crate::fused::HostNet;
-use crate::simd::Lanes;
+use super::{offsets, Part, ReplicaNet};
+use crate::cpu::simd::Lanes;
 
 /// One replica's network, point-major: layer shapes, flat parameters W₀ … W_L then b₀ … b_L
-/// (W_l row-major `[in, out]`, [`crate::fused::Net`]'s layout), and scratch.
-pub(crate) struct Net {
+/// (W_l row-major `[in, out]`, [`crate::cpu::feature_major::Net`]'s layout), and scratch.
+pub(crate) struct PointMajorNet {
     /// (in, out) per layer.
     layers: Vec<(usize, usize)>,
+    /// The layers run: all of them ([`Part::Whole`]) or all but the last ([`Part::Body`]).
+    run: usize,
     w_at: Vec<usize>,
     b_at: Vec<usize>,
-    dim: usize,
     slope: f32,
     /// The inputs of the last forward pass, point-major `[points, d]`.
     x: Vec<f32>,
@@ -42,25 +43,18 @@ pub(crate) struct Net {
     first: usize,
     /// W_lᵀ, for δ·Wᵀ.
     wt: Vec<f32>,
-    /// ∇ₓ point-major, for [`HostNet::input_gradient`].
+    /// ∇ₓ point-major, for [`ReplicaNet::input_gradient`].
     gx: Vec<f32>,
     lanes: Lanes,
 }
 
-impl Net {
-    pub fn new(layers: Vec<(usize, usize)>, slope: f64, points: usize) -> Net {
-        let (mut w_at, mut b_at, mut at) = (Vec::new(), Vec::new(), 0);
-        for &(i, o) in &layers {
-            w_at.push(at);
-            at += i * o;
-        }
-        for &(_, o) in &layers {
-            b_at.push(at);
-            at += o;
-        }
+impl PointMajorNet {
+    /// The network's `part` (see [`Part`]).
+    pub fn new(layers: Vec<(usize, usize)>, slope: f64, points: usize, part: Part) -> Self {
+        let (w_at, b_at, _) = offsets(&layers);
         let widest = layers.iter().map(|&(i, o)| i.max(o)).max().unwrap_or(1);
         let largest = layers.iter().map(|&(i, o)| i * o).max().unwrap_or(1);
-        Net {
+        PointMajorNet {
             x: vec![0.0; points * layers.first().map_or(1, |l| l.0)],
             gx: vec![0.0; points * layers.first().map_or(1, |l| l.0)],
             pre: layers.iter().map(|&(_, o)| vec![0.0; points * o]).collect(),
@@ -68,21 +62,27 @@ impl Net {
             delta: [vec![0.0; points * widest], vec![0.0; points * widest]],
             first: 0,
             wt: vec![0.0; largest],
+            run: match part {
+                Part::Whole => layers.len(),
+                Part::Body => layers.len() - 1,
+            },
             layers,
             w_at,
             b_at,
-            dim: at,
             slope: slope as f32,
             lanes: Lanes::BASELINE,
         }
     }
 }
 
-impl HostNet for Net {
-    fn dim(&self) -> usize {
-        self.dim
+impl PointMajorNet {
+    /// Outputs per point: the last layer's, or the body's units.
+    fn outputs(&self) -> usize {
+        self.layers[self.run - 1].1
     }
+}
 
+impl ReplicaNet for PointMajorNet {
     #[inline(always)]
     fn set_lanes(&mut self, lanes: Lanes) {
         self.lanes = lanes;
@@ -90,7 +90,7 @@ impl HostNet for Net {
 
     #[inline(always)]
     fn forward(&mut self, theta: &[f32], xt: &[f32], out: &mut [f32]) {
-        let n = out.len();
+        let n = out.len() / self.outputs();
         let d = self.layers[0].0;
         // Point-major inputs from the feature-major ones.
         for (k, col) in xt[..d * n].chunks_exact(n).enumerate() {
@@ -99,7 +99,7 @@ impl HostNet for Net {
             }
         }
         let last = self.layers.len() - 1;
-        for (l, &(din, dout)) in self.layers.iter().enumerate() {
+        for (l, &(din, dout)) in self.layers[..self.run].iter().enumerate() {
             let (before, after) = self.acts.split_at_mut(l);
             let input: &[f32] = if l == 0 { &self.x } else { &before[l - 1] };
             let z = &mut self.pre[l][..n * dout];
@@ -120,16 +120,27 @@ impl HostNet for Net {
                 }
             }
         }
-        // One output (`d_out` = 1, which the host trainer requires): `pre` is `[points]`.
-        out.copy_from_slice(&self.pre[last][..n]);
+        // The outputs, point-major: the last layer's pre-activations or the body's units.
+        let from = match self.run == self.layers.len() {
+            true => &self.pre[last],
+            false => &self.acts[self.run - 1],
+        };
+        out.copy_from_slice(&from[..out.len()]);
     }
 
     #[inline(always)]
     fn backward(&mut self, theta: &[f32], _xt: &[f32], delta_out: &[f32], grad: &mut [f32]) {
-        let n = delta_out.len();
+        let n = delta_out.len() / self.outputs();
         let mut cur = 0usize;
-        self.delta[cur][..n].copy_from_slice(delta_out);
-        for l in (0..self.layers.len()).rev() {
+        self.delta[cur][..delta_out.len()].copy_from_slice(delta_out);
+        if self.run < self.layers.len() {
+            // The body's outputs are activated: δ at its last pre-activation.
+            let z = &self.pre[self.run - 1][..delta_out.len()];
+            for (d, &zv) in self.delta[cur].iter_mut().zip(z) {
+                *d *= if zv > 0.0 { 1.0 } else { self.slope };
+            }
+        }
+        for l in (0..self.run).rev() {
             let (din, dout) = self.layers[l];
             let w = &theta[self.w_at[l]..self.w_at[l] + din * dout];
             let [d0, d1] = &mut self.delta;

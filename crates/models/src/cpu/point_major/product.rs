@@ -1,7 +1,7 @@
 //! The register-blocked product C = init + A·B and the transpose `blocked`'s network runs
 //! on, in AVX-512, AVX2 or plain lanes with the same bits.
 
-use crate::simd::Lanes;
+use crate::cpu::simd::Lanes;
 
 #[cfg(target_arch = "x86_64")]
 use pulp::{f32x16, x86::V4, NullaryFnOnce};

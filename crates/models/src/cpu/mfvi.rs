@@ -26,17 +26,17 @@ use std::ops::Range;
 
 use uqbench_anchor::Rng;
 
-use super::MfviTrainer;
+use crate::mfvi::MfviTrainer;
 use crate::engine::ChunkOut;
-use crate::fused::{combine, feature_major};
-use crate::kernels::{adam_slice, AdamStep};
+use crate::cpu::feature_major::{combine, feature_major};
+use crate::cpu::kernels::{adam_slice, AdamStep};
 use crate::mlp::xavier_init;
-use crate::simd;
+use crate::cpu::simd;
 use uqbench_core::MethodError;
 
 /// Offsets of one layer's parameters in the flat vector.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct LayerAt {
+pub(crate) struct LayerAt {
     pub d_in: usize,
     pub d_out: usize,
     pub mu_w: usize,
@@ -48,7 +48,7 @@ pub(super) struct LayerAt {
 /// The flat parameter layout: per layer μ_W `[in, out]` (row-major), ρ_W, μ_b `[out]`, ρ_b;
 /// then s = ln σ_n when it is learned.
 #[derive(Debug, Clone)]
-pub(super) struct Layout {
+pub(crate) struct Layout {
     pub layers: Vec<LayerAt>,
     pub s: Option<usize>,
     pub dim: usize,
@@ -82,7 +82,7 @@ impl Layout {
 }
 
 /// One replica's network with scratch for `points` points, feature-major.
-pub(super) struct Net {
+pub(crate) struct MfviNet {
     pub at: Layout,
     slope: f32,
     /// Per layer, its input (layer 0: empty, the data is read in place) and its square,
@@ -105,8 +105,8 @@ pub(super) struct Net {
     pub lanes: simd::Lanes,
 }
 
-impl Net {
-    pub fn new(at: Layout, slope: f64, points: usize) -> Net {
+impl MfviNet {
+    pub fn new(at: Layout, slope: f64, points: usize) -> MfviNet {
         let widest = at
             .layers
             .iter()
@@ -118,7 +118,7 @@ impl Net {
                 .map(|(i, l)| vec![0.0; f(i, l) * points])
                 .collect()
         };
-        Net {
+        MfviNet {
             acts: per(&|i, l| if i == 0 { 0 } else { l.d_in }),
             sq: per(&|_, l| l.d_in),
             z: per(&|_, l| l.d_out),
@@ -205,7 +205,7 @@ impl Net {
     }
 
     /// ∇ of Σ_p δ_p·f(x_p) with respect to the layers' parameters into `grad` (overwritten),
-    /// for δ at the output and the state of the last sampled [`Net::forward`] at `xt`.
+    /// for δ at the output and the state of the last sampled [`MfviNet::forward`] at `xt`.
     #[inline(always)]
     pub fn backward(&mut self, theta: &[f32], xt: &[f32], delta_out: &[f32], grad: &mut [f32]) {
         let n = delta_out.len();
@@ -278,7 +278,7 @@ impl Net {
 }
 
 /// What the objective needs besides the network: one replica's data and the prior.
-pub(super) struct Objective<'a> {
+pub(crate) struct Objective<'a> {
     pub y: &'a [f32],
     pub inv_p2: f64,
     pub ln_prior_sd: f64,
@@ -352,7 +352,11 @@ impl Objective<'_> {
 
 impl MfviTrainer<'_> {
     /// [`crate::engine::ChunkTrainer::train_chunk`] on the host, replica by replica.
-    pub(super) fn train_chunk_host(&self, range: Range<usize>) -> Result<ChunkOut, MethodError> {
+    pub(crate) fn train_chunk_host(
+        &self,
+        range: Range<usize>,
+        level: simd::Level,
+    ) -> Result<ChunkOut, MethodError> {
         let c = self.config;
         let rc = range.len();
         let d = self.shape.d_in;
@@ -365,9 +369,7 @@ impl MfviTrainer<'_> {
         let at = Layout::new(&self.shape.layers(), self.noise.is_none());
         let t = c.samples;
         let mut out = ChunkOut {
-            weights: Vec::new(),
-            swa: Vec::new(),
-            resamples: Vec::new(),
+            collected: Vec::new(),
             pred: vec![0.0; rc * t * m],
             train_pred: vec![0.0; rc * n],
             objective: vec![0.0; rc],
@@ -398,11 +400,11 @@ impl MfviTrainer<'_> {
                 fixed_log_noise: self.noise.unwrap_or(1.0).ln(),
                 bernoulli: self.bernoulli,
             };
-            let mut net = Net::new(at.clone(), self.shape.negative_slope, n.max(m));
+            let mut net = MfviNet::new(at.clone(), self.shape.negative_slope, n.max(m));
             let mut stream = Rng::new(self.stream[rep]);
             let pred = &mut out.pred[r * t * m..(r + 1) * t * m];
             let train = &mut out.train_pred[r * n..(r + 1) * n];
-            out.objective[r] = simd::dispatch(RunReplica {
+            out.objective[r] = simd::dispatch_at(level, RunMfviReplica {
                 trainer: self,
                 net: &mut net,
                 objective: &objective,
@@ -423,7 +425,7 @@ impl MfviTrainer<'_> {
     #[inline(always)]
     fn train_replica(
         &self,
-        net: &mut Net,
+        net: &mut MfviNet,
         objective: &Objective<'_>,
         theta: &mut [f32],
         stream: &mut Rng,
@@ -458,9 +460,9 @@ impl MfviTrainer<'_> {
 
 /// One replica's training and [`finish`] as an operation for [`simd::dispatch`] (a struct,
 /// not a closure: a closure's body would be compiled in a call shim outside the AVX2 copy).
-struct RunReplica<'a, 'b> {
+struct RunMfviReplica<'a, 'b> {
     trainer: &'a MfviTrainer<'b>,
-    net: &'a mut Net,
+    net: &'a mut MfviNet,
     objective: &'a Objective<'a>,
     theta: &'a mut [f32],
     stream: &'a mut Rng,
@@ -469,7 +471,7 @@ struct RunReplica<'a, 'b> {
     train: &'a mut [f32],
 }
 
-impl simd::Op for RunReplica<'_, '_> {
+impl simd::Op for RunMfviReplica<'_, '_> {
     type Output = f64;
 
     #[inline(always)]
@@ -489,7 +491,7 @@ impl simd::Op for RunReplica<'_, '_> {
 /// `train`.
 #[inline(always)]
 fn finish(
-    net: &mut Net,
+    net: &mut MfviNet,
     objective: &Objective<'_>,
     theta: &[f32],
     stream: &mut Rng,
@@ -517,9 +519,9 @@ mod tests {
     use burn::module::Param;
     use burn::tensor::{Device, Tensor, TensorData};
 
-    use super::super::{BayesLinear, BayesNet, MfviConfig, MfviSettings};
+    use crate::mfvi::{BayesLinear, BayesNet, MfviConfig, MfviSettings};
     use super::*;
-    use crate::kernels::KernelPath;
+    use crate::cpu::kernels::KernelPath;
     use crate::layers::LeakyRelu;
     use crate::mlp::MlpShape;
 
@@ -566,7 +568,7 @@ mod tests {
                     }) as f32
                 })
                 .collect();
-            let mut net = Net::new(at.clone(), 0.01, n);
+            let mut net = MfviNet::new(at.clone(), 0.01, n);
             net.draw(&mut rng, n);
             let objective = Objective {
                 y: &y,
@@ -617,7 +619,7 @@ mod tests {
             };
             let trainer = MfviTrainer {
                 config: &config,
-                host: true,
+                host: Some(crate::cpu::simd::best()),
                 shape: shape.clone(),
                 x_train: x.clone(),
                 x_test: x.clone(),

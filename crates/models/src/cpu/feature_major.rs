@@ -1,37 +1,18 @@
-//! The fused host loops: one replica's MLP (leaky-ReLU hidden layers, one linear output)
-//! forward and backward over its points, with activations stored feature-major
-//! (`[width, points]`) so that every inner loop runs over the points, contiguous and
-//! vectorised. A replica's parameters and activations (a few kB for [002]'s 1-W-1 networks)
-//! stay in cache, and nothing is allocated per pass. HMC's chains (`hmc/host.rs`) and the
-//! engine's small networks (`engine/host.rs`) run on it, MFVI's (`mfvi/host.rs`) on its
-//! [`combine`] and [`feature_major`]; callers run it through [`crate::simd::dispatch`].
+//! One replica's MLP (leaky-ReLU hidden layers, one linear output layer) forward and
+//! backward over its points, with activations stored feature-major (`[width, points]`) so
+//! that every inner loop runs over the points, contiguous and vectorised. A replica's
+//! parameters and activations (a few kB for [002]'s 1-W-1 networks) stay in cache, and
+//! nothing is allocated per pass. HMC's chains (`cpu/hmc.rs`) and the engine's small
+//! networks (`cpu/trainer.rs`) run on it, MFVI's (`cpu/mfvi.rs`) on its [`combine`] and
+//! [`feature_major`]; callers run it through [`crate::cpu::simd::dispatch`].
 //!
 //! Every reduction has its order written out (eight partial sums added in a fixed order, on
 //! [`Lanes`]), so the loops give the same bits at any vector width.
 
-use crate::simd::Lanes;
+use super::{offsets, transpose_into, Part, ReplicaNet};
+use crate::cpu::simd::Lanes;
 
-/// One replica's network on the host, as the engine's host trainer (`engine/host.rs`) runs
-/// it: this module's feature-major [`Net`] for small layers, [`crate::blocked::Net`]'s
-/// register tiles for larger ones. Inputs are feature-major (`[d, points]`) for both.
-pub(crate) trait HostNet {
-    /// The number of parameters (weights, then biases).
-    fn dim(&self) -> usize;
-    /// The lanes the reductions run on (set by the [`crate::simd::Op`] that runs the net).
-    fn set_lanes(&mut self, lanes: Lanes);
-    /// f at the points of `xt` (`[d, n]`) into `out` (`[n]`), keeping the activations.
-    fn forward(&mut self, theta: &[f32], xt: &[f32], out: &mut [f32]);
-    /// ∇θ of Σ_p δ_p·f(x_p) into `grad`, after a [`HostNet::forward`] at `xt`.
-    fn backward(&mut self, theta: &[f32], xt: &[f32], delta_out: &[f32], grad: &mut [f32]);
-    /// ∇ₓ of the same sum into `gx` (`[d, n]`), after a [`HostNet::backward`].
-    fn input_gradient(&mut self, theta: &[f32], gx: &mut [f32]);
-}
-
-impl HostNet for Net {
-    fn dim(&self) -> usize {
-        self.dim
-    }
-
+impl ReplicaNet for FeatureMajorNet {
     #[inline(always)]
     fn set_lanes(&mut self, lanes: Lanes) {
         self.lanes = lanes;
@@ -39,17 +20,17 @@ impl HostNet for Net {
 
     #[inline(always)]
     fn forward(&mut self, theta: &[f32], xt: &[f32], out: &mut [f32]) {
-        Net::forward(self, theta, xt, out);
+        FeatureMajorNet::forward(self, theta, xt, out);
     }
 
     #[inline(always)]
     fn backward(&mut self, theta: &[f32], xt: &[f32], delta_out: &[f32], grad: &mut [f32]) {
-        Net::backward(self, theta, xt, delta_out, grad);
+        FeatureMajorNet::backward(self, theta, xt, delta_out, grad);
     }
 
     #[inline(always)]
     fn input_gradient(&mut self, theta: &[f32], gx: &mut [f32]) {
-        Net::input_gradient(self, theta, gx);
+        FeatureMajorNet::input_gradient(self, theta, gx);
     }
 }
 
@@ -57,9 +38,11 @@ impl HostNet for Net {
 /// order in which the tensor version draws momenta; W_l row-major `[in, out]`), and scratch
 /// for every layer's activations, feature-major (`[width, points]`, so that every inner loop
 /// runs over the points, contiguous and vectorised).
-pub(crate) struct Net {
+pub(crate) struct FeatureMajorNet {
     /// (in, out) per layer.
     layers: Vec<(usize, usize)>,
+    /// The layers run: all of them ([`Part::Whole`]) or all but the last ([`Part::Body`]).
+    run: usize,
     /// Offsets of W_l and b_l in the flat parameters.
     w_at: Vec<usize>,
     b_at: Vec<usize>,
@@ -71,7 +54,7 @@ pub(crate) struct Net {
     pre: Vec<Vec<f32>>,
     /// δ buffers `[width, points]`, two alternating.
     delta: [Vec<f32>; 2],
-    /// What the reductions run on: set by the [`crate::simd::Op`] that runs the network to
+    /// What the reductions run on: set by the [`crate::cpu::simd::Op`] that runs the network to
     /// the lanes it was given (the baseline's until then).
     pub lanes: Lanes,
 }
@@ -129,21 +112,21 @@ pub(crate) fn combine(out: &mut [f32], init: f32, coefs: &[f32], stride: usize, 
     }
 }
 
-impl Net {
-    pub fn new(layers: Vec<(usize, usize)>, slope: f64, points: usize) -> Net {
-        let mut w_at = Vec::new();
-        let mut at = 0;
-        for &(i, o) in &layers {
-            w_at.push(at);
-            at += i * o;
-        }
-        let mut b_at = Vec::new();
-        for &(_, o) in &layers {
-            b_at.push(at);
-            at += o;
-        }
+impl FeatureMajorNet {
+    pub fn new(layers: Vec<(usize, usize)>, slope: f64, points: usize) -> FeatureMajorNet {
+        FeatureMajorNet::part(layers, slope, points, Part::Whole)
+    }
+
+    /// The network's `part` (see [`Part`]).
+    pub fn part(
+        layers: Vec<(usize, usize)>,
+        slope: f64,
+        points: usize,
+        part: Part,
+    ) -> FeatureMajorNet {
+        let (w_at, b_at, at) = offsets(&layers);
         let widest = layers.iter().map(|&(i, o)| i.max(o)).max().unwrap_or(1);
-        Net {
+        FeatureMajorNet {
             acts: (layers.iter().enumerate())
                 .map(|(l, &(i, _))| {
                     if l == 0 {
@@ -155,6 +138,10 @@ impl Net {
                 .collect(),
             pre: layers.iter().map(|&(_, o)| vec![0.0; points * o]).collect(),
             delta: [vec![0.0; points * widest], vec![0.0; points * widest]],
+            run: match part {
+                Part::Whole => layers.len(),
+                Part::Body => layers.len() - 1,
+            },
             layers,
             w_at,
             b_at,
@@ -164,13 +151,21 @@ impl Net {
         }
     }
 
-    /// f at `n` points (`xt`: feature-major `[d, n]`) into `out` (`[n]`), keeping the
-    /// activations.
+    /// Outputs per point: the last layer's, or the body's units.
+    pub fn outputs(&self) -> usize {
+        match self.run == self.layers.len() {
+            true => self.layers[self.run - 1].1,
+            false => self.layers[self.run].0,
+        }
+    }
+
+    /// The part's outputs at `n` points (`xt`: feature-major `[d, n]`) into `out` (`[n,
+    /// outputs]`), keeping the activations.
     #[inline(always)]
     pub fn forward(&mut self, theta: &[f32], xt: &[f32], out: &mut [f32]) {
-        let n = out.len();
+        let n = out.len() / self.outputs();
         let last = self.layers.len() - 1;
-        for (l, &(din, dout)) in self.layers.iter().enumerate() {
+        for (l, &(din, dout)) in self.layers[..self.run].iter().enumerate() {
             let w = &theta[self.w_at[l]..self.w_at[l] + din * dout];
             let b = &theta[self.b_at[l]..self.b_at[l] + dout];
             let (before, after) = self.acts.split_at_mut(l + 1);
@@ -198,17 +193,39 @@ impl Net {
                 }
             }
         }
-        out.copy_from_slice(&self.pre[last][..n]);
+        // The outputs, point-major: the last layer's pre-activations, or the body's units.
+        let (rows, from) = match self.run == self.layers.len() {
+            true => (self.layers[last].1, &self.pre[last]),
+            false => (self.layers[self.run].0, &self.acts[self.run]),
+        };
+        if rows == 1 {
+            out.copy_from_slice(&from[..n]);
+        } else {
+            transpose_into(&from[..rows * n], rows, out);
+        }
     }
 
-    /// ∇ of Σ_p δ_p·f(x_p) with respect to θ into `grad`, for δ at the output (`[n]`) and the
-    /// activations of the last [`Net::forward`] at the same inputs `xt`.
+    /// ∇ of Σ_p Σ_j δ_p,j·out_p,j with respect to θ into `grad`, for δ at the outputs (`[n,
+    /// outputs]`) and the activations of the last [`FeatureMajorNet::forward`] at the same
+    /// inputs `xt`.
     #[inline(always)]
     pub fn backward(&mut self, theta: &[f32], xt: &[f32], delta_out: &[f32], grad: &mut [f32]) {
-        let n = delta_out.len();
+        let width = self.outputs();
+        let n = delta_out.len() / width;
         let mut cur = 0usize;
-        self.delta[cur][..n].copy_from_slice(delta_out);
-        for l in (0..self.layers.len()).rev() {
+        if width == 1 {
+            self.delta[cur][..n].copy_from_slice(delta_out);
+        } else {
+            transpose_into(delta_out, n, &mut self.delta[cur][..width * n]);
+        }
+        if self.run < self.layers.len() {
+            // The body's outputs are activated: δ at its last pre-activation.
+            let z = &self.pre[self.run - 1][..width * n];
+            for (d, &zv) in self.delta[cur].iter_mut().zip(z) {
+                *d *= if zv > 0.0 { 1.0 } else { self.slope };
+            }
+        }
+        for l in (0..self.run).rev() {
             let (din, dout) = self.layers[l];
             let w = &theta[self.w_at[l]..self.w_at[l] + din * dout];
             let [d0, d1] = &mut self.delta;
@@ -253,16 +270,17 @@ impl Net {
         }
     }
 
-    /// ∇ₓ of Σ_p δ_p·f(x_p) at the inputs of the last [`Net::backward`] (`[n]` points) into
-    /// `gx` (feature-major `[d, n]`): ∂/∂x_k,p = Σ_j W₀[k, j]·δ₀_j,p, with δ₀ the first
-    /// layer's δ, which that pass left in buffer (L − 1) mod 2 (layer l's δ is in buffer
-    /// (L − 1 − l) mod 2: the output's in 0, and each layer writes the other).
+    /// ∇ₓ of Σ_p δ_p·f(x_p) at the inputs of the last [`FeatureMajorNet::backward`] (`[n]`
+    /// points) into `gx` (feature-major `[d, n]`): ∂/∂x_k,p = Σ_j W₀[k, j]·δ₀_j,p, with δ₀ the
+    /// first layer's δ, which that pass left in buffer (L − 1) mod 2 for the L layers it ran
+    /// (layer l's δ is in buffer (L − 1 − l) mod 2: the output's in 0, and each layer writes
+    /// the other).
     #[inline(always)]
     pub fn input_gradient(&self, theta: &[f32], gx: &mut [f32]) {
         let (din, dout) = self.layers[0];
         let n = gx.len() / din;
         let w = &theta[self.w_at[0]..self.w_at[0] + din * dout];
-        let d0 = &self.delta[(self.layers.len() - 1) % 2][..dout * n];
+        let d0 = &self.delta[(self.run - 1) % 2][..dout * n];
         for (k, gk) in gx.chunks_exact_mut(n).enumerate() {
             combine(gk, 0.0, &w[k * dout..], 1, d0);
         }
