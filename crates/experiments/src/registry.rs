@@ -12,8 +12,9 @@ use uqbench_eval::spec::ExperimentSpec;
 use uqbench_gp::Gp;
 use uqbench_models::{
     BootstrapScheme, DropoutKind, DropoutMethod, EnsMcd, Ensemble, EnsembleConfig, EnsembleKind,
-    Hmc, Laplace, Mfvi, QuantileNet, Swag,
+    Laplace, QuantileNet, Swag,
 };
+use uqbench_samplers::{Hmc, Mfvi};
 
 type Builder = fn(name: &str, settings: toml::Value) -> Result<Box<dyn Method>>;
 

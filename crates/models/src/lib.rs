@@ -1,40 +1,27 @@
-//! burn modules and training for the deep uncertainty-quantification methods that uqbench
-//! benchmarks. No file IO: methods take data as host arrays and return per-point predictions
-//! as host arrays.
+//! The trained-network methods of uqbench, one file each, all on the engine
+//! (`uqbench-engine`): deep ensembles (plain, adversarial, bootstrap, mean–variance), the
+//! dropout family (MC, concrete, variational), the ensemble of MC dropout, SWAG and
+//! MultiSWAG, the Laplace approximation, quantile networks (CQR's base) and the
+//! jackknife+-after-bootstrap. No file IO: methods take data as host arrays and return
+//! per-point predictions as host arrays.
 
-pub mod autodiff;
-pub mod backend;
-pub mod config;
-pub mod cpu;
-pub mod device_rng;
 pub mod dropout_method;
-pub mod engine;
 pub mod ens_mcd;
 pub mod ensemble;
-pub mod hmc;
 pub mod host_net;
 pub mod jackknife;
 pub mod laplace;
-pub mod layers;
-pub mod mfvi;
-pub mod mlp;
-pub mod optim;
 pub mod quantile;
-pub mod stochastic;
 pub mod swag;
 
-pub use backend::{open_device, wgpu_status, BackendKind, WgpuAdapter};
-pub use config::{MethodConfig, NetConfig, OptimConfig};
+// The engine's modules under the paths the method files use (`crate::engine::…`).
+use uqbench_engine::{config, engine, stochastic};
+
 pub use dropout_method::{DropoutConfig, DropoutKind, DropoutMethod, DropoutSettings};
-pub use engine::{train, Batching, Job, Resources, TrainOutput, TrainSettings};
 pub use ens_mcd::{EnsMcd, EnsMcdConfig, EnsMcdSettings};
 pub use ensemble::{BootstrapScheme, Ensemble, EnsembleConfig, EnsembleKind, EnsembleSettings};
-pub use hmc::{Hmc, HmcConfig, HmcSettings};
 pub use laplace::{Laplace, LaplaceConfig, LaplaceSettings};
-pub use mfvi::{Mfvi, MfviConfig, MfviSettings};
-pub use mlp::{xavier_init, HostWeights, MlpShape};
 pub use quantile::{QuantileConfig, QuantileNet, QuantileSettings};
-pub use stochastic::{Bernoulli, Concrete, StochasticLayer, Variational};
 pub use swag::{Swag, SwagConfig, SwagSettings};
 pub use uqbench_core::{
     combine_members, Compute, Family, IntervalSetting, Likelihood, Member, Method, MethodError,

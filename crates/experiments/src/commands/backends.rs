@@ -1,7 +1,7 @@
 //! `uqbench backends`: what this build can run on.
 
 use anyhow::Result;
-use uqbench_models::{wgpu_status, BackendKind};
+use uqbench_engine::{wgpu_status, BackendKind};
 
 /// Runs `uqbench backends`.
 pub fn run() -> Result<()> {

@@ -7,8 +7,8 @@ use anyhow::Result;
 use clap::{Args, Subcommand};
 use serde_json::json;
 use uqbench_anchor::{Rng, SeedPath};
-use uqbench_models::engine::{self, Job, Resources, TrainSettings};
-use uqbench_models::{open_device, BackendKind, Bernoulli, MlpShape};
+use uqbench_engine::engine::{self, Job, Resources, TrainSettings};
+use uqbench_engine::{open_device, BackendKind, Bernoulli, MlpShape};
 
 /// `uqbench bench …`.
 #[derive(Debug, Args)]
@@ -77,7 +77,7 @@ pub struct TrainBench {
 enum Route {
     /// The hand-written network (every built-in method).
     Engine,
-    /// burn autodiff on a `#[derive(Module)]` network (`uqbench_models::autodiff::McdNet`).
+    /// burn autodiff on a `#[derive(Module)]` network (`uqbench_engine::autodiff::McdNet`).
     Autodiff,
 }
 
@@ -288,7 +288,7 @@ fn report(args: &TrainBench, shape: &MlpShape, m: &Measured) -> Result<()> {
 }
 
 /// The autodiff route: the same job with MC dropout (p = 0.1) on the last hidden layer and one
-/// prediction pass, through burn autodiff on `McdNet` (`uqbench_models::autodiff`). Returns
+/// prediction pass, through burn autodiff on `McdNet` (`uqbench_engine::autodiff`). Returns
 /// (replicas per chunk if asked for, mean final objective, diverged replicas).
 fn autodiff(
     args: &TrainBench,
@@ -300,7 +300,7 @@ fn autodiff(
         dropout: Some(Arc::new(Bernoulli { p: 0.1 })),
         ..settings.clone()
     };
-    let out = uqbench_models::autodiff::train(job, &settings, res, &|_| {})?;
+    let out = uqbench_engine::autodiff::train(job, &settings, res, &|_| {})?;
     let objective = out.final_objective.iter().sum::<f64>() / args.replicas as f64;
     let diverged = out.diverged.iter().filter(|d| **d).count();
     Ok((Some(out.chunk), objective, diverged))

@@ -14,8 +14,9 @@ use serde_json::json;
 use uqbench_anchor::{Rng, SeedPath};
 use uqbench_core::noise::Tau;
 use uqbench_core::{Likelihood, Method, SeedBase, Task};
-use uqbench_models::engine::Resources;
-use uqbench_models::{open_device, BackendKind, Hmc, HmcConfig, HmcSettings, NetConfig};
+use uqbench_engine::engine::Resources;
+use uqbench_engine::{open_device, BackendKind, NetConfig};
+use uqbench_samplers::{Hmc, HmcConfig, HmcSettings};
 
 /// Arguments of `uqbench bench hmc`.
 #[derive(Debug, Args)]

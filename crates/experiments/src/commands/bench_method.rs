@@ -10,7 +10,7 @@ use serde_json::json;
 use uqbench_anchor::{Rng, SeedPath};
 use uqbench_core::{Compute, Likelihood, NoiseInfo, SeedBase, Task};
 
-use uqbench_models::Resources;
+use uqbench_engine::Resources;
 
 /// The noise sd of the synthetic targets y = sin(x) + N(0, σ²).
 const SIGMA: f64 = 0.1;

@@ -16,7 +16,7 @@ pub mod slurm;
 pub mod status;
 
 use clap::Args;
-use uqbench_models::Resources;
+use uqbench_engine::Resources;
 
 /// How a CPU backend runs the methods that have host loops: settings of a run, recorded in
 /// `run.json` (they are not globals: every method reads them from its `Compute`).
@@ -37,6 +37,6 @@ impl HostArgs {
     /// Sets the resources' host settings.
     pub fn apply(&self, res: &mut Resources) {
         res.host_loops = self.host_loops == "on";
-        res.simd = uqbench_models::cpu::simd::Level::capped(self.simd);
+        res.simd = uqbench_engine::cpu::simd::Level::capped(self.simd);
     }
 }

@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use anyhow::{bail, Result};
 use clap::Args;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
-use uqbench_models::{open_device, BackendKind, Resources};
+use uqbench_engine::{open_device, BackendKind, Resources};
 
 use crate::runner::{self, Event, Plan};
 use uqbench_eval::spec::ExperimentSpec;
@@ -141,7 +141,7 @@ impl RunSettings {
         resources.chunk = args.chunk;
         args.host.apply(&mut resources);
         let device_name = if args.backend.is_gpu() {
-            uqbench_models::wgpu_status()
+            uqbench_engine::wgpu_status()
                 .map(|a| a.to_string())
                 .unwrap_or_else(|_| args.backend.name().to_string())
         } else {

@@ -2,9 +2,10 @@
 //! uncertainty, exactness of batching, the heteroscedastic head and bad settings.
 
 use uqbench_anchor::{Problem, ProblemSpec, Region, Setting};
-use uqbench_models::engine::Resources;
+use uqbench_engine::engine::Resources;
+use uqbench_engine::{open_device, BackendKind};
 use uqbench_models::{
-    open_device, BackendKind, DropoutConfig, DropoutKind, DropoutMethod, DropoutSettings, Method,
+    DropoutConfig, DropoutKind, DropoutMethod, DropoutSettings, Method,
     Prediction, SeedBase, Task,
 };
 

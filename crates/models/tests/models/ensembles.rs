@@ -1,9 +1,10 @@
 //! The ensemble methods on a real benchmark problem (E1 at f_main = 1).
 
 use uqbench_anchor::{Problem, ProblemSpec, Region, Setting};
-use uqbench_models::engine::Resources;
+use uqbench_engine::engine::Resources;
+use uqbench_engine::{open_device, BackendKind};
 use uqbench_models::{
-    open_device, BackendKind, BootstrapScheme, Ensemble, EnsembleConfig, EnsembleKind,
+    BootstrapScheme, Ensemble, EnsembleConfig, EnsembleKind,
     EnsembleSettings, Method, Prediction, SeedBase, Task,
 };
 
@@ -228,7 +229,8 @@ fn ens_mcd_chunks_do_not_change_it() {
     // EnsMCD on the engine: 2 repetitions × 3 members in chunks of one replica on two threads
     // must equal one chunk, bit for bit, and progress must count every replica.
     use std::sync::atomic::{AtomicUsize, Ordering};
-    use uqbench_models::{EnsMcd, EnsMcdConfig, EnsMcdSettings, NetConfig};
+    use uqbench_engine::NetConfig;
+    use uqbench_models::{EnsMcd, EnsMcdConfig, EnsMcdSettings};
     let p = e1();
     let reps = [0u64, 1];
     let y: Vec<Vec<f64>> = reps.iter().map(|&r| p.draw(r).train_y).collect();

@@ -5,7 +5,7 @@
 //! machine without Vulkan.
 
 use burn::tensor::{Tensor, TensorData};
-use uqbench_models::{open_device, BackendKind};
+use uqbench_engine::{open_device, BackendKind};
 
 /// A batched matmul, the core operation of batched training, with a leaky ReLU.
 fn compute(kind: BackendKind) -> Vec<f32> {

@@ -62,6 +62,7 @@ use uqbench_core::MethodError;
 use uqbench_core::{Compute, Family, Likelihood, Method, Prediction, Task};
 
 pub(crate) mod chain;
+mod host;
 
 /// HMC's own settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

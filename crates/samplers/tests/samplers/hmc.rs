@@ -2,10 +2,10 @@
 
 use nalgebra::{DMatrix, DVector};
 use uqbench_anchor::Rng;
-use uqbench_models::engine::Resources;
-use uqbench_models::{
-    open_device, BackendKind, Hmc, HmcConfig, HmcSettings, Method, NetConfig, SeedBase, Task,
-};
+use uqbench_engine::engine::Resources;
+use uqbench_core::{Method, SeedBase, Task};
+use uqbench_engine::{open_device, BackendKind, NetConfig};
+use uqbench_samplers::{Hmc, HmcConfig, HmcSettings};
 
 #[test]
 fn hmc_on_bayesian_linear_regression_recovers_the_posterior() {
@@ -38,7 +38,7 @@ fn hmc_on_bayesian_linear_regression_recovers_the_posterior() {
         },
         features: None,
         noise: Default::default(),
-        likelihood: uqbench_models::Likelihood::Gaussian,
+        likelihood: uqbench_core::Likelihood::Gaussian,
     };
     let config = HmcConfig {
         net: NetConfig {

@@ -23,16 +23,16 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use super::feature_major::{feature_major, FeatureMajorNet};
-use super::kernels::AdamStep;
-use super::point_major::PointMajorNet;
-use super::simd::{self, Lanes, Level};
-use super::{adam_at, backward_at, forward_at, offsets, Part, ReplicaNet};
+use super::chunk::{PURPOSE_BATCH, PURPOSE_FIT, PURPOSE_NOISE, PURPOSE_PREDICT};
+use super::collect::{self, Collected, Event, Want};
+use super::memory::{bytes_per_replica, largest_tensor_per_replica, Resources};
+use super::{Batching, ChunkOut, ChunkTrainer, Job, TrainSettings};
+use crate::cpu::feature_major::{feature_major, FeatureMajorNet};
+use crate::cpu::kernels::AdamStep;
+use crate::cpu::point_major::PointMajorNet;
+use crate::cpu::simd::{self, Lanes, Level};
+use crate::cpu::{adam_at, backward_at, forward_at, offsets, Part, ReplicaNet};
 use crate::device_rng::HostStream;
-use crate::engine::chunk::{PURPOSE_BATCH, PURPOSE_FIT, PURPOSE_NOISE, PURPOSE_PREDICT};
-use crate::engine::collect::{self, Collected, Event, Want};
-use crate::engine::memory::{bytes_per_replica, largest_tensor_per_replica, Resources};
-use crate::engine::{Batching, ChunkOut, ChunkTrainer, Job, TrainSettings};
 use crate::mlp::xavier_init;
 use crate::stochastic::{HostCache, HostGrads, HostLast, StochasticLayer};
 
@@ -623,5 +623,5 @@ impl<N: ReplicaNet> RunReplica<'_, '_, '_, '_, N> {
 }
 
 #[cfg(test)]
-#[path = "trainer_tests.rs"]
+#[path = "host_tests.rs"]
 mod tests;

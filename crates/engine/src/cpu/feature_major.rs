@@ -38,7 +38,7 @@ impl ReplicaNet for FeatureMajorNet {
 /// order in which the tensor version draws momenta; W_l row-major `[in, out]`), and scratch
 /// for every layer's activations, feature-major (`[width, points]`, so that every inner loop
 /// runs over the points, contiguous and vectorised).
-pub(crate) struct FeatureMajorNet {
+pub struct FeatureMajorNet {
     /// (in, out) per layer.
     layers: Vec<(usize, usize)>,
     /// The layers run: all of them ([`Part::Whole`]) or all but the last ([`Part::Body`]).
@@ -46,6 +46,7 @@ pub(crate) struct FeatureMajorNet {
     /// Offsets of W_l and b_l in the flat parameters.
     w_at: Vec<usize>,
     b_at: Vec<usize>,
+    /// Parameters (weights, then biases).
     pub dim: usize,
     slope: f32,
     /// Per layer, its input `[in, points]` (layer 0: empty; the data is read in place).
@@ -61,7 +62,7 @@ pub(crate) struct FeatureMajorNet {
 
 /// Inputs feature-major `[d, points]` from row-major `[points, d]`: the layout every fused
 /// loop reads.
-pub(crate) fn feature_major(x: &[f32], d: usize) -> Vec<f32> {
+pub fn feature_major(x: &[f32], d: usize) -> Vec<f32> {
     let points = x.len() / d;
     (0..d * points)
         .map(|i| x[(i % points) * d + i / points])
@@ -82,7 +83,7 @@ fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
 /// in registers while every row is added, instead of one pass over `out` (a load and a
 /// store per element) per row.
 #[inline(always)]
-pub(crate) fn combine(out: &mut [f32], init: f32, coefs: &[f32], stride: usize, rows: &[f32]) {
+pub fn combine(out: &mut [f32], init: f32, coefs: &[f32], stride: usize, rows: &[f32]) {
     const BLOCK: usize = 32;
     let n = out.len();
     if n == 0 {
@@ -113,6 +114,8 @@ pub(crate) fn combine(out: &mut [f32], init: f32, coefs: &[f32], stride: usize, 
 }
 
 impl FeatureMajorNet {
+    /// The whole network of these (in, out) layers, leaky-ReLU slope `slope`, with scratch
+    /// for `points` points.
     pub fn new(layers: Vec<(usize, usize)>, slope: f64, points: usize) -> FeatureMajorNet {
         FeatureMajorNet::part(layers, slope, points, Part::Whole)
     }

@@ -29,6 +29,7 @@
 pub(crate) mod chunk;
 pub mod collect;
 pub mod head;
+mod host;
 pub mod job;
 pub mod memory;
 pub(crate) mod network;
@@ -44,7 +45,7 @@ pub use memory::{
     bytes_per_replica, chunk_size, largest_tensor_per_replica, Resources, CPU_CHUNK_BYTES,
     DEVICE_MEMORY_FRACTION, WGPU_MAX_BINDING,
 };
-pub(crate) use network::{try_download, upload};
+pub use network::{try_download, upload};
 pub use ops::OpCounts;
 pub use pool::{run_chunks, ChunkOut, ChunkTrainer, TrainOutput, Transfers};
 pub use settings::{Batching, LrSwitch, TrainSettings};
@@ -56,7 +57,7 @@ use uqbench_core::{MethodError, Task};
 /// replica) rather than as batched tensors on the backend: on every CPU backend, unless the
 /// run's host settings turn the loops off.
 pub fn trains_on_host(res: &Resources) -> bool {
-    crate::cpu::trainer::applies(res)
+    host::applies(res)
 }
 
 /// Trains every replica of `job` on the built-in network and predicts the test inputs.
@@ -70,7 +71,7 @@ pub fn train(
     job.validate()?;
     settings.validate(job.n_train(), job.shape)?;
     if trains_on_host(res) {
-        let trainer = crate::cpu::trainer::HostTrainer {
+        let trainer = host::HostTrainer {
             job,
             settings,
             level: res.simd,

@@ -529,7 +529,7 @@ fn download(t: Tensor<3>) -> Result<Vec<f32>, MethodError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::{open_device, BackendKind};
+    use uqbench_engine::backend::{open_device, BackendKind};
     use crate::engine::{run_chunks, Resources};
     use crate::mlp::MlpShape;
 

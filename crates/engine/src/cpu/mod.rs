@@ -8,10 +8,10 @@
 //!   the points; [002]'s 1-W-1 networks, whose layers are too small for a matrix product to
 //!   pay) and [`point_major`] (`[points, width]`, register-tiled products; E1–E3's
 //!   1-128-64-32-1 and wider);
-//! - [`trainer`]: the engine's host execution ([`crate::engine::train`] picks it on a CPU
-//!   backend): every job the tensor execution takes, one replica at a time in cache;
-//! - [`hmc`] and [`mfvi`]: the samplers' host loops per chain or replica (MFVI's network,
-//!   whose weights are sampled per point, is a third forward pass of its own);
+//! - [`sampled`]: MFVI's network, whose weights are sampled per point (a third layout);
+//! - the dispatched passes ([`forward_at`], [`backward_at`], [`adam_at`]) that the engine's
+//!   host execution (`crate::engine`'s `host.rs`) and the samplers' host loops
+//!   (`uqbench-samplers`) run the networks through;
 //! - [`kernels`]: fused in-place element-wise loops on flex tensors (bias and activation,
 //!   their backward, Adam), for the tensor execution on the CPU.
 //!
@@ -19,19 +19,17 @@
 //! (`Resources::host_loops` and `Resources::simd`, from `Compute`), recorded in `run.json`.
 
 pub mod feature_major;
-pub(crate) mod hmc;
 pub mod kernels;
 pub mod math;
-pub(crate) mod mfvi;
 pub(crate) mod point_major;
+pub mod sampled;
 pub mod simd;
-pub(crate) mod trainer;
 
 use simd::Lanes;
 
 /// Which part of a network a [`ReplicaNet`] runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Part {
+pub enum Part {
     /// Every layer, the last one linear: the network's outputs.
     Whole,
     /// Every layer but the last, the last one run activated: the last hidden layer's units,
@@ -44,7 +42,7 @@ pub(crate) enum Part {
 /// flat, the whole network's layout: W₀ … W_L then b₀ … b_L (W_l row-major `[in, out]`).
 /// Inputs are feature-major (`[d, points]`), outputs and δ at the outputs point-major
 /// (`[points, outputs]`). Callers run it through [`simd::dispatch`].
-pub(crate) trait ReplicaNet {
+pub trait ReplicaNet {
     /// The lanes the reductions run on (set by the [`simd::Op`] that runs the net).
     fn set_lanes(&mut self, lanes: Lanes);
     /// The outputs of the part at the points of `xt` (`[d, n]`) into `out` (`[n, outputs]`),
@@ -60,7 +58,7 @@ pub(crate) trait ReplicaNet {
 /// [`ReplicaNet::forward`] dispatched at `level`: one compiled copy of the network's loops
 /// per instruction set, whichever loop calls it (inlining a whole training loop into each
 /// dispatched copy multiplied the register-tiled products' code and the compile time).
-pub(crate) fn forward_at<N: ReplicaNet>(
+pub fn forward_at<N: ReplicaNet>(
     level: simd::Level,
     net: &mut N,
     theta: &[f32],
@@ -72,7 +70,7 @@ pub(crate) fn forward_at<N: ReplicaNet>(
 
 /// [`ReplicaNet::backward`], then with `gx` [`ReplicaNet::input_gradient`], dispatched at
 /// `level`.
-pub(crate) fn backward_at<N: ReplicaNet>(
+pub fn backward_at<N: ReplicaNet>(
     level: simd::Level,
     net: &mut N,
     theta: &[f32],
@@ -131,7 +129,7 @@ impl<N: ReplicaNet> simd::Op for NetOp<'_, N> {
 }
 
 /// [`kernels::adam_slice`] dispatched at `level`.
-pub(crate) fn adam_at(
+pub fn adam_at(
     level: simd::Level,
     p: &mut [f32],
     m: &mut [f32],
@@ -158,7 +156,7 @@ pub(crate) fn adam_at(
 
 /// The layer offsets of a flat parameter vector: W₀ … W_L, then b₀ … b_L. Returns (the
 /// offsets of the W_l, of the b_l, the dimension).
-pub(crate) fn offsets(layers: &[(usize, usize)]) -> (Vec<usize>, Vec<usize>, usize) {
+pub fn offsets(layers: &[(usize, usize)]) -> (Vec<usize>, Vec<usize>, usize) {
     let (mut w_at, mut b_at, mut at) = (Vec::new(), Vec::new(), 0);
     for &(i, o) in layers {
         w_at.push(at);
@@ -174,7 +172,7 @@ pub(crate) fn offsets(layers: &[(usize, usize)]) -> (Vec<usize>, Vec<usize>, usi
 /// `out` (`[n, w]`) from `src` (`[w, n]`), or back: a transpose of a row-major matrix with
 /// `rows` rows.
 #[inline(always)]
-pub(crate) fn transpose_into(src: &[f32], rows: usize, out: &mut [f32]) {
+pub fn transpose_into(src: &[f32], rows: usize, out: &mut [f32]) {
     let cols = src.len() / rows.max(1);
     for (r, row) in src.chunks_exact(cols).enumerate() {
         for (c, &v) in row.iter().enumerate() {

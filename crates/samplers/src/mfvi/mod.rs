@@ -1,6 +1,6 @@
 //! Mean-field variational inference for a Bayesian neural network (Bayes by backprop,
 //! Blundell et al. 2015; [002]'s BNN-VI), on the burn-autodiff route of the engine's trainer
-//! like [`crate::ens_mcd`].
+//! like `uqbench_models::ens_mcd`.
 //!
 //! Every weight and bias w has a factorised Gaussian posterior q(w) = N(μ, σ²), σ = e^ρ, and
 //! the prior N(0, σ_p²). One replica per repetition; each layer samples its pre-activations
@@ -34,6 +34,8 @@ use burn::optim::GradientsParams;
 use burn::tensor::{Device, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 use uqbench_anchor::Rng;
+
+mod host;
 
 use crate::config::MethodConfig;
 use crate::engine::{run_chunks, try_download, ChunkOut, ChunkTrainer, Head, Resources};

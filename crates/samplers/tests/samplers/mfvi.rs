@@ -3,11 +3,10 @@
 use nalgebra::{DMatrix, DVector};
 use uqbench_anchor::Rng;
 use uqbench_core::inputs::FeatureInputs;
-use uqbench_models::engine::Resources;
-use uqbench_models::{
-    open_device, BackendKind, Method, Mfvi, MfviConfig, MfviSettings, NetConfig, OptimConfig,
-    SeedBase, Task,
-};
+use uqbench_engine::engine::Resources;
+use uqbench_core::{Method, SeedBase, Task};
+use uqbench_engine::{open_device, BackendKind, NetConfig, OptimConfig};
+use uqbench_samplers::{Mfvi, MfviConfig, MfviSettings};
 
 /// The task with inputs `x` and features [1, x] at the training and test inputs.
 fn task<'a>(
@@ -32,7 +31,7 @@ fn task<'a>(
         },
         features,
         noise: Default::default(),
-        likelihood: uqbench_models::Likelihood::Gaussian,
+        likelihood: uqbench_core::Likelihood::Gaussian,
     }
 }
 

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use uqbench_anchor::Rng;
-use uqbench_models::engine::{self, Batching, Job, Resources, TrainOutput, TrainSettings};
-use uqbench_models::{
+use uqbench_engine::engine::{self, Batching, Job, Resources, TrainOutput, TrainSettings};
+use uqbench_engine::{
     open_device, BackendKind, Bernoulli, Concrete, MlpShape, StochasticLayer, Variational,
 };
 
@@ -57,7 +57,7 @@ type Route = fn(
     &TrainSettings,
     &Resources,
     &(dyn Fn(usize) + Sync),
-) -> Result<TrainOutput, uqbench_models::MethodError>;
+) -> Result<TrainOutput, uqbench_core::MethodError>;
 
 /// [`run`] on a given training route.
 fn run_on(
@@ -398,7 +398,7 @@ fn the_autodiff_route_computes_what_the_engine_computes() {
         };
         let engine = run(BackendKind::Flex, &ALL, &settings, None, 1);
         let auto = run_on(
-            uqbench_models::autodiff::train,
+            uqbench_engine::autodiff::train,
             BackendKind::Flex,
             &ALL,
             &settings,
@@ -425,7 +425,7 @@ fn the_autodiff_route_computes_what_the_engine_computes() {
         // The autodiff route on the trainer: chunks of one replica on two threads are one
         // chunk, bit for bit.
         let chunked = run_on(
-            uqbench_models::autodiff::train,
+            uqbench_engine::autodiff::train,
             BackendKind::Flex,
             &ALL,
             &settings,

@@ -60,7 +60,8 @@ impl Grads {
     }
 }
 
-pub(crate) fn upload(values: Vec<f32>, shape: [usize; 3], device: &Device) -> Tensor<3> {
+/// A host tensor `[a, b, c]` on the device.
+pub fn upload(values: Vec<f32>, shape: [usize; 3], device: &Device) -> Tensor<3> {
     Tensor::from_data(TensorData::new(values, shape), device)
 }
 
@@ -68,12 +69,12 @@ pub(crate) fn download(t: Tensor<3>) -> Vec<f32> {
     t.into_data().try_into_vec_as::<f32>().expect("float data")
 }
 
-/// [`download`] for the models on the trainer that report a failed read as an error naming
+/// `download` for the models on the trainer that report a failed read as an error naming
 /// `what` was read.
-pub(crate) fn try_download(t: Tensor<3>, what: &str) -> Result<Vec<f32>, crate::MethodError> {
+pub fn try_download(t: Tensor<3>, what: &str) -> Result<Vec<f32>, uqbench_core::MethodError> {
     t.into_data()
         .try_into_vec_as::<f32>()
-        .map_err(|e| crate::MethodError::invalid(what, format!("{e:?}"), "f32 data"))
+        .map_err(|e| uqbench_core::MethodError::invalid(what, format!("{e:?}"), "f32 data"))
 }
 
 impl State {
