@@ -2,15 +2,17 @@
 # The README's test command, for a fresh machine with only the Rust toolchain: installs
 # lavapipe (Mesa's software Vulkan driver, so the wgpu tests really run) when no Vulkan
 # driver is present, then runs the whole test suite in release mode. Extra arguments go to
-# `cargo test` (e.g. `bash scripts/test.sh -p uqbench-models`), after the house's limits
+# `cargo test` (e.g. `bash scripts/test.sh -- host_execution`: a test-name filter; keep
+# `--workspace`, since `-p CRATE` alone changes burn's features and rebuilds it), after the house's limits
 # (scripts/house-check.py); then the Slurm test
 # (scripts/slurm-test.sh) and the Python package's tests. `.ci/run` calls it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Reuse a warm build when one exists (a cold release build of burn takes ~27 minutes on two
-# cores); set CARGO_TARGET_DIR to build elsewhere.
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/uqbench-target}"
+# The same build as the README's first command (cargo's default, ./target) unless
+# CARGO_TARGET_DIR says otherwise (CI keeps it outside the clone): a cold release build of
+# burn takes about 27 minutes on two cores, and both commands share it.
+target="${CARGO_TARGET_DIR:-$PWD/target}"
 
 if ! ls /usr/share/vulkan/icd.d/*.json >/dev/null 2>&1 && [ "${UQBENCH_SKIP_WGPU:-0}" != "1" ]; then
     echo "scripts/test.sh: no Vulkan driver; installing mesa-vulkan-drivers (lavapipe)" >&2
@@ -42,7 +44,7 @@ cargo test --release --workspace "$@"
 # `uqbench slurm` under a real single-node Slurm (installs Debian's Slurm and munge; needs
 # root or sudo; UQBENCH_SKIP_SLURM=1 leaves it out deliberately).
 if [ "${UQBENCH_SKIP_SLURM:-0}" != "1" ]; then
-    UQBENCH_BIN="$CARGO_TARGET_DIR/release/uqbench" bash scripts/slurm-test.sh
+    UQBENCH_BIN="$target/release/uqbench" bash scripts/slurm-test.sh
 fi
 
 # The Python package (python/): its own virtual environment and target directory, so neither
@@ -54,4 +56,4 @@ fi
 CARGO_TARGET_DIR="${UQBENCH_PYTHON_TARGET:-$HOME/.cache/uqbench-python-target}" \
     "$venv/bin/pip" install -q "./python[test]"
 # Run from the repository root so that `import uqbench` finds the installed package.
-UQBENCH_BIN="$CARGO_TARGET_DIR/release/uqbench" "$venv/bin/pytest" -q python/tests
+UQBENCH_BIN="$target/release/uqbench" "$venv/bin/pytest" -q python/tests

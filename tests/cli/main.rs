@@ -7,6 +7,7 @@ mod backends;
 mod bad_specs;
 mod bench;
 mod export_and_score;
+mod host;
 mod limits;
 mod metrics_command;
 mod parts;

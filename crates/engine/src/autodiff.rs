@@ -6,7 +6,7 @@
 //! It computes what the engine computes, from the same seeds and the same device noise
 //! streams (draw 2t of the noise stream at step t, the prediction and fit streams at the
 //! end), with burn's autodiff in place of the hand-written backward pass: a module of your
-//! own can start here and be compared with the engine (`tests/models/engine.rs` checks that
+//! own can start here and be compared with the engine (`crates/engine/tests/engine/engine.rs` checks that
 //! both routes agree for every built-in stochastic layer). It is about 3× slower than the
 //! engine on the CPU (`uqbench bench train --route autodiff`), which is why the built-in
 //! methods run on the engine.

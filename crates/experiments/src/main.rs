@@ -16,7 +16,6 @@ macro_rules! outln {
 mod commands;
 mod figures;
 mod provenance;
-mod registry;
 mod report;
 mod runner;
 
@@ -27,7 +26,7 @@ use clap::{Parser, Subcommand};
 /// mimalloc instead of the system allocator: burn allocates a fresh buffer for every tensor
 /// operation, and glibc returns large freed buffers to the kernel, so every step paid for page
 /// faults and zeroing. mimalloc keeps and reuses them (measured with `uqbench bench train`:
-/// see the README's benchmark section).
+/// see docs/performance.md's benchmark section).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -2,13 +2,13 @@
 //! with Bernoulli dropout on its last hidden layer, T passes per member at prediction; the
 //! prediction and uncertainty are the mean and std over all M·T passes.
 //!
-//! This file is the README's "add your own method" example: a whole method at engine speed
+//! This file is the "add your own method" example of docs/methods.md: a whole method at engine speed
 //! in one file. Its parts: the settings ([`EnsMcdSettings`], read from the spec's
 //! `[methods.NAME]` table), the checks ([`EnsMcd::new`]), and the run: the engine's
 //! [`TrainSettings`] with a stochastic layer ([`Bernoulli`]; a layer of your own is one file
 //! in `crate::stochastic`), [`engine::train_task`] for the replica layout (M replicas per
 //! repetition), and [`combine_members`] for the ensemble. Plus one line in the registry
-//! (`crates/experiments/src/registry.rs`).
+//! (`KINDS` in `crates/methods/src/lib.rs`).
 
 use std::sync::Arc;
 

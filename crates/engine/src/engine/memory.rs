@@ -47,7 +47,7 @@ pub const DEVICE_MEMORY_FRACTION: f64 = 0.5;
 /// Working-set target of one chunk on a CPU backend, in bytes. A chunk's parameters, Adam
 /// moments and activations are touched several times per step; keeping them within about one
 /// core's L2 cache (1 MiB on the development machine) made training 1.8× faster than chunks
-/// of 32 replicas (`uqbench bench train --chunk C` sweeps; see the README's benchmark
+/// of 32 replicas (`uqbench bench train --chunk C` sweeps; see docs/performance.md's benchmark
 /// section).
 pub const CPU_CHUNK_BYTES: usize = 3 << 19;
 

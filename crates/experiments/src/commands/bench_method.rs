@@ -53,7 +53,7 @@ pub struct MethodBench<'a> {
 /// `epochs` epochs and prints replica-epochs per second and the peak memory.
 pub fn run(args: &MethodBench<'_>) -> Result<()> {
     let (name, res) = (args.name, &args.res);
-    let method = crate::registry::build(name, Some(&table(args.set)?))?;
+    let method = uqbench_methods::build(name, Some(&table(args.set)?))?;
     let members = method.replicas_per_repetition().max(1);
     let reps = args.replicas.div_ceil(members);
     let seed = |repetition: u64, purpose: &str| {

@@ -12,7 +12,7 @@ use uqbench_eval::predict::predict;
 use uqbench_eval::store::{rep_path, write_atomic};
 
 use super::{unit_done, Plan, Resolved, Unit};
-use crate::registry;
+use uqbench_methods as registry;
 
 /// What happens while units run, for a progress display.
 #[derive(Debug, Clone, Copy)]

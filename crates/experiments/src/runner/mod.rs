@@ -22,7 +22,7 @@ use uqbench_eval::spec::ExperimentSpec;
 use uqbench_eval::store::rep_path;
 use uqbench_eval::summary::ANCHOR;
 
-use crate::registry;
+use uqbench_methods as registry;
 
 pub use execute::{execute, schedule, Event};
 pub use finish::finish;

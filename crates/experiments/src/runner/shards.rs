@@ -7,7 +7,7 @@
 use anyhow::Result;
 
 use super::{Plan, Unit};
-use crate::registry;
+use uqbench_methods as registry;
 
 /// The expected cost of one repetition of each (setting, method): the method's own estimate
 /// ([`uqbench_core::Method::cost`]: replicas × epochs × training points for the networks).

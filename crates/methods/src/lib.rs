@@ -1,7 +1,13 @@
-//! The method registry: every name a spec may use, mapped to its constructor. Adding a
-//! method is one file in `crates/models/src/` plus one line in [`KINDS`].
+//! The method registry: every name a spec may use, mapped to its constructor, for the
+//! binary, the tests and anyone who builds methods from spec tables. Adding a method is one
+//! file in its room (`crates/models/src/` for a trained network, `crates/samplers/src/` for a
+//! sampler) plus one line in [`KINDS`].
+//!
+//! The rooms: trained networks on the engine (`uqbench-models`), samplers
+//! (`uqbench-samplers`), exact references (the anchor in `uqbench-anchor`, the GP in
+//! `uqbench-gp`), and wrappers that take another method (`base`): the post-hoc calibrations
+//! and `inputs = "features"` (`uqbench_core::posthoc`, `uqbench_core::inputs`).
 
-use anyhow::{bail, Context, Result};
 use uqbench_anchor::{Blr, Setting, ANCHOR};
 use uqbench_core::inputs::FeatureInputs;
 use uqbench_core::posthoc::{
@@ -16,12 +22,62 @@ use uqbench_models::{
 };
 use uqbench_samplers::{Hmc, Mfvi};
 
+/// Why a method could not be built from its table.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    /// A method table is malformed: the table, and what is wrong and what would be valid.
+    #[error("[methods.{table}]{message}")]
+    Table {
+        /// The table's name.
+        table: String,
+        /// What is wrong (with a leading separator).
+        message: String,
+    },
+    /// The method refused its settings.
+    #[error(transparent)]
+    Method(#[from] uqbench_core::MethodError),
+    /// The spec could not give the table (an expression that does not evaluate).
+    #[error(transparent)]
+    Spec(#[from] uqbench_eval::EvalError),
+    /// The base of a post-hoc method could not be built.
+    #[error("[methods.{table}] base = \"{base}\": {source}")]
+    Base {
+        /// The post-hoc table.
+        table: String,
+        /// Its base.
+        base: String,
+        /// Why.
+        source: Box<RegistryError>,
+    },
+}
+
+/// The registry's results.
+pub type Result<T> = std::result::Result<T, RegistryError>;
+
+/// A [`RegistryError::Table`] for `table` with `message` (after ": " or " ").
+fn table_error(table: &str, message: impl std::fmt::Display) -> RegistryError {
+    let message = message.to_string();
+    RegistryError::Table {
+        table: table.to_string(),
+        message: if message.starts_with(' ') || message.starts_with(':') {
+            message
+        } else {
+            format!(": {message}")
+        },
+    }
+}
+
+/// `bail!` for the registry's table errors.
+macro_rules! bail {
+    ($table:expr, $($arg:tt)*) => {
+        return Err(table_error($table, format!($($arg)*)))
+    };
+}
+
 type Builder = fn(name: &str, settings: toml::Value) -> Result<Box<dyn Method>>;
 
 fn config<T: serde::de::DeserializeOwned>(name: &str, settings: toml::Value) -> Result<T> {
-    settings
-        .try_into()
-        .with_context(|| format!("[methods.{name}]"))
+    settings.try_into().map_err(|e| table_error(name, e))
 }
 
 /// A method's settings as a table (empty when it has none).
@@ -58,7 +114,7 @@ fn deterministic(name: &str, s: toml::Value) -> Result<Box<dyn Method>> {
         }
         Some(toml::Value::Integer(1)) => {}
         Some(other) => {
-            bail!("[methods.{name}] members = {other}: the deterministic net has exactly 1 member")
+            bail!(name, " members = {other}: the deterministic net has exactly 1 member")
         }
     }
     ensemble(name, toml::Value::Table(table), EnsembleKind::Plain)
@@ -83,8 +139,8 @@ fn cqr(name: &str, s: toml::Value) -> Result<Box<dyn Method>> {
         Some(v) => v
             .as_float()
             .or(v.as_integer().map(|i| i as f64))
-            .with_context(|| {
-                format!("[methods.{name}] calibration_fraction = {v}: a number in (0, 1)")
+            .ok_or_else(|| {
+                table_error(name, format!(" calibration_fraction = {v}: a number in (0, 1)"))
             })?,
     };
     let base = QuantileNet::new(name, config(name, toml::Value::Table(table))?)?;
@@ -94,7 +150,7 @@ fn cqr(name: &str, s: toml::Value) -> Result<Box<dyn Method>> {
 /// The anchor: exact, it takes no settings.
 fn anchor(name: &str, s: toml::Value) -> Result<Box<dyn Method>> {
     if s.as_table().is_some_and(|t| !t.is_empty()) {
-        bail!("[methods.{name}]: the anchor ({ANCHOR}) takes no settings");
+        bail!(name, ": the anchor ({ANCHOR}) takes no settings");
     }
     Ok(Box::new(Blr))
 }
@@ -157,8 +213,9 @@ fn build_nested(
             Some(toml::Value::String(s)) if s == "x" => false,
             Some(toml::Value::String(s)) if s == "features" => true,
             Some(other) => bail!(
-                "[methods.{name}] inputs = {other}: valid are \"x\" (the default) and \
-                 \"features\" (the problem's features G(x))"
+                name,
+                " inputs = {other}: valid are \"x\" (the default) and \"features\" (the \
+                 problem's features G(x))"
             ),
         };
         let method = build(name, Some(&table))?;
@@ -170,7 +227,8 @@ fn build_nested(
     }
     if chain.iter().any(|c| c == name) {
         bail!(
-            "[methods.{name}] base: the bases form a circle ({} → {name})",
+            name,
+            " base: the bases form a circle ({} → {name})",
             chain.join(" → ")
         );
     }
@@ -178,15 +236,20 @@ fn build_nested(
     table.remove("kind");
     let base = match table.get("base") {
         Some(toml::Value::String(b)) => b.clone(),
-        Some(other) => bail!("[methods.{name}] base = {other}: the name of a method table"),
+        Some(other) => bail!(name, " base = {other}: the name of a method table"),
         None => bail!(
-            "[methods.{name}] base: missing; {kind} needs the method it calibrates, e.g. \
-             base = \"Ens\" (a [methods.Ens] table or a built-in kind)"
+            name,
+            " base: missing; {kind} needs the method it calibrates, e.g. base = \"Ens\" (a \
+             [methods.Ens] table or a built-in kind)"
         ),
     };
     chain.push(name.to_string());
-    let inner = build_nested(spec, &base, setting, chain)
-        .with_context(|| format!("[methods.{name}] base = \"{base}\""))?;
+    let inner =
+        build_nested(spec, &base, setting, chain).map_err(|e| RegistryError::Base {
+            table: name.to_string(),
+            base: base.clone(),
+            source: Box::new(e),
+        })?;
     chain.pop();
     let value = toml::Value::Table(table);
     Ok(match kind.as_str() {
@@ -210,28 +273,42 @@ pub fn build(name: &str, table: Option<&toml::Table>) -> Result<Box<dyn Method>>
     let kind = match table.remove("kind") {
         Some(toml::Value::String(k)) => k,
         Some(other) => bail!(
-            "[methods.{name}] kind = {other}: a method kind is a string, one of {}",
+            name,
+            " kind = {other}: a method kind is a string, one of {}",
             kinds()
         ),
         None => name.to_string(),
     };
     if POSTHOC.contains(&kind.as_str()) {
         bail!(
-            "[methods.{name}] kind = \"{kind}\" wraps another method table: build it with its spec"
+            name,
+            " kind = \"{kind}\" wraps another method table: build it with its spec"
         );
     }
     let Some((_, builder)) = KINDS.iter().find(|(k, _)| *k == kind) else {
-        bail!(
-            "unknown method `{kind}`{}; valid methods: {}",
-            if kind == name {
-                String::new()
-            } else {
-                format!(" (kind of `{name}`)")
-            },
-            kinds()
-        );
+        return Err(RegistryError::Table {
+            table: name.to_string(),
+            message: format!(
+                ": unknown method `{kind}`{}; valid methods: {}",
+                if kind == name {
+                    String::new()
+                } else {
+                    format!(" (kind of `{name}`)")
+                },
+                kinds()
+            ),
+        });
     };
     builder(name, toml::Value::Table(table))
+}
+
+/// Every name a spec may give a method's `kind` (or use as a table's name), in registry order.
+pub fn kind_names() -> Vec<&'static str> {
+    KINDS
+        .iter()
+        .map(|(k, _)| *k)
+        .chain(POSTHOC.iter().copied())
+        .collect()
 }
 
 fn kinds() -> String {
@@ -241,4 +318,31 @@ fn kinds() -> String {
         .chain(POSTHOC.iter().copied())
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_builds_from_defaults_and_refuses_an_unknown_key() {
+        // The registry is the list a spec, the tests and `bench train --method` draw on: each
+        // kind builds from an empty table, and a misspelt key is an error naming the table.
+        for (kind, _) in KINDS {
+            let method = build(kind, None).unwrap_or_else(|e| panic!("{kind}: {e}"));
+            assert_eq!(method.name(), *kind);
+            if *kind == ANCHOR {
+                continue;
+            }
+            let mut table = toml::Table::new();
+            table.insert("no_such_setting".into(), toml::Value::Integer(1));
+            let err = build(kind, Some(&table)).err().unwrap_or_else(|| panic!("{kind}"));
+            let text = err.to_string();
+            assert!(
+                text.contains(&format!("[methods.{kind}]")) && text.contains("no_such_setting"),
+                "{kind}: {text}"
+            );
+        }
+        assert_eq!(kind_names().len(), KINDS.len() + POSTHOC.len());
+    }
 }
