@@ -13,7 +13,9 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use uqbench_anchor::{Anchor, Problem, Setting};
 use uqbench_eval::metrics::{compute, Input, Options};
-use uqbench_eval::score::{classification_rep, regression_rep, score_setting, External};
+use uqbench_eval::score::{
+    classification_rep, regression_rep, score_setting, External, JointScoring,
+};
 use uqbench_eval::spec::ExperimentSpec;
 use uqbench_eval::summary::Summary;
 use uqbench_eval::{Stored, Track};
@@ -31,6 +33,8 @@ struct PyProblem {
     spec: ExperimentSpec,
     setting: Setting,
     problem: Problem,
+    /// The joint metrics' settings and seed (the spec's), for scoring.
+    joint: Option<JointScoring>,
 }
 
 #[pymethods]
@@ -54,6 +58,7 @@ impl PyProblem {
         let setting = spec.parse_setting(&args).map_err(value_error)?;
         let problem = spec.resolve(&setting).map_err(value_error)?;
         Ok(PyProblem {
+            joint: JointScoring::of(&spec),
             spec,
             setting,
             problem,
@@ -144,6 +149,7 @@ impl PyProblem {
             .map_err(value_error)?;
         let d = PyDict::new(py);
         d.set_item("predictive_std", post.predictive_std())?;
+        d.set_item("cov", post.cov())?;
         d.set_item("mean", post.mean)?;
         d.set_item("std", post.std)?;
         d.set_item("noise_std", post.noise_std)?;
@@ -217,7 +223,7 @@ impl PyProblem {
             .map(|k| k.to_string())
             .collect::<Vec<_>>();
         let valid: &[&str] = match track {
-            Track::Regression => &["mean", "std", "noise_std", "samples"],
+            Track::Regression => &["mean", "std", "noise_std", "samples", "cov"],
             Track::Classification => &["probs"],
         };
         if let Some(bad) = keys.iter().find(|k| !valid.contains(&k.as_str())) {
@@ -243,26 +249,32 @@ impl PyProblem {
         };
         match track {
             Track::Regression => {
-                let prediction = match get("samples") {
-                    Some(s) => {
-                        if keys.len() > 1 {
-                            return Err(
-                                "`samples` comes alone (mean and std are taken from them)".into()
-                            );
+                let matrix = |key: &str, what: &str| -> Result<Option<Vec<Vec<f64>>>, String> {
+                    get(key)
+                        .map(|v| {
+                            v.extract::<Vec<Vec<f64>>>()
+                                .map_err(|_| format!("`{key}`: not a 2-D array ({what})"))
+                        })
+                        .transpose()
+                };
+                let prediction = match matrix("samples", "test inputs × draws")? {
+                    Some(samples) => {
+                        if keys.iter().any(|k| k != "samples" && k != "noise_std") {
+                            return Err("`samples` comes alone or with `noise_std` (one per \
+                                        draw); mean and std are taken from them"
+                                .into());
                         }
-                        External::Samples(s.extract::<Vec<Vec<f64>>>().map_err(|_| {
-                            "`samples`: not a 2-D array (test inputs × draws)".to_string()
-                        })?)
+                        External::Samples { samples, noise_std: vector("noise_std")? }
                     }
                     None => External::Gaussian {
                         mean: vector("mean")?
-                            .ok_or("`mean` and `std` are needed (or `samples`)")?,
-                        std: vector("std")?
-                            .ok_or("`mean` and `std` are needed (or `samples`)")?,
+                            .ok_or("`mean` with `std` or `cov` is needed (or `samples`)")?,
+                        std: vector("std")?,
                         noise_std: vector("noise_std")?,
+                        cov: matrix("cov", "test inputs × test inputs")?,
                     },
                 };
-                regression_rep(k, prediction, &self.problem, levels)
+                regression_rep(k, prediction, &self.problem, levels, self.joint.as_ref())
                     .map(Stored::Regression)
                     .map_err(|e| e.to_string())
             }
@@ -290,7 +302,7 @@ impl PyProblem {
                         "probs at test input {i}: {p}; valid: a number in [0, 1]"
                     ));
                 }
-                classification_rep(k, per_input, &self.problem, levels)
+                classification_rep(k, per_input, &self.problem, levels, self.joint.as_ref())
                     .map(Stored::Classification)
                     .map_err(|e| e.to_string())
             }

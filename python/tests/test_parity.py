@@ -22,12 +22,12 @@ from uqbench import _frame
 )
 def test_anchor_and_data_equal_the_cli(root, cli, spec, setting, rep):
     problem = uqbench.Problem(root / spec, setting=setting)
-    args = ["anchor", spec, "--rep", str(rep), "--json"]
+    args = ["anchor", spec, "--rep", str(rep), "--json", "--joint"]
     for k, v in (setting or {}).items():
         args += ["--setting", f"{k}={v}"]
     expected = cli(*args, json_out=True)
     a = problem.anchor(rep)
-    for key in ("mean", "std", "noise_std", "predictive_std", "gamma_hat"):
+    for key in ("mean", "std", "noise_std", "predictive_std", "gamma_hat", "cov"):
         np.testing.assert_array_equal(getattr(a, key), np.asarray(expected[key]), err_msg=key)
     assert a.dof == expected["dof"]
     assert a.condition == expected["condition"]

@@ -72,7 +72,8 @@ class Anchor:
     not None, i.e. when σ's scale is estimated); ``noise_std``: the noise sd used; ``dof``: the
     t posterior's degrees of freedom or None for a normal one; ``predictive_std``: the sd
     (scale) of a new y; ``gamma_hat``: the posterior mean of γ; ``condition``: the condition
-    number of the design.
+    number of the design; ``cov``: the posterior covariance of f at the test inputs (M × M; the
+    t's scale matrix when ``dof`` is not None), for joint predictions.
     """
 
     mean: np.ndarray
@@ -82,6 +83,7 @@ class Anchor:
     dof: Optional[float]
     gamma_hat: np.ndarray
     condition: float
+    cov: np.ndarray
 
 
 def _array(values: Any, dtype: Any = float) -> Optional[np.ndarray]:
@@ -169,6 +171,7 @@ class Problem:
             dof=d["dof"],
             gamma_hat=np.asarray(d["gamma_hat"], dtype=float),
             condition=float(d["condition"]),
+            cov=np.asarray(d["cov"], dtype=float),
         )
 
     def __repr__(self) -> str:
@@ -217,6 +220,11 @@ def _prediction_lists(p: Mapping[str, Any], k: int) -> Dict[str, Any]:
         if key in ("mean", "std", "noise_std") and a.ndim != 1:
             raise ValueError(
                 f"predictions[{k}]['{key}']: shape {a.shape}; valid: one value per test input"
+                + (" (or per draw, with samples)" if key == "noise_std" else "")
+            )
+        if key == "cov" and (a.ndim != 2 or a.shape[0] != a.shape[1]):
+            raise ValueError(
+                f"predictions[{k}]['cov']: shape {a.shape}; valid: test inputs × test inputs"
             )
         if key == "probs" and a.ndim not in (1, 2):
             raise ValueError(
@@ -243,8 +251,11 @@ def score(
     """Scores a method's predictions of ``problem``, exactly as ``uqbench score`` does.
 
     ``predictions``: one dict per repetition 0..K−1, each ``{"mean": array, "std": array}``
-    (optionally ``"noise_std"``: the method's noise sd of y; the problem's σ(x) otherwise), or
-    ``{"samples": array}`` (test inputs × draws: intervals from their quantiles), or for a
+    (optionally ``"noise_std"``: the method's noise sd of y; the problem's σ(x) otherwise),
+    ``{"mean": array, "cov": array}`` (a Gaussian joint of f: the covariance at the test
+    inputs), or ``{"samples": array}`` (test inputs × draws: intervals from their quantiles;
+    a draw is one function, so the draws are also the joint; optionally ``"noise_std"`` per
+    draw), or for a
     classification problem ``{"probs": array}`` (P(y = 1 | x) per test input, or test inputs
     × draws). ``levels``: the interval levels (default 0.95, 0.9, 0.8, 0.7).
     """

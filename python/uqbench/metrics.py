@@ -18,7 +18,7 @@ import numpy as np
 
 from ._uqbench import metrics as _metrics
 
-__all__ = ["regression", "classification", "draws", "information"]
+__all__ = ["regression", "classification", "draws", "information", "joint"]
 
 _LEVELS = (0.95, 0.9, 0.8, 0.7)
 
@@ -110,3 +110,54 @@ def information(loglik: Any, y: Optional[Any] = None) -> Dict[str, float]:
     out = regression(np.zeros(n), np.ones(n), np.zeros(n) if y is None else y, loglik=table)
     keys = ("neg_waic1", "neg_waic1_se", "neg_waic2", "neg_waic2_se", "iscv", "iscv_se")
     return {k: out[k] for k in keys}
+
+
+def joint(
+    sigma: Any,
+    samples: Any = None,
+    mean: Any = None,
+    cov: Any = None,
+    std: Any = None,
+    noise_std: Any = None,
+    exact_mean: Any = None,
+    exact_cov: Any = None,
+    exact_dof: Optional[float] = None,
+    truth: Any = None,
+    tau: Sequence[int] = (1, 10),
+    kappa: int = 2,
+    batches: int = 1000,
+    seed: int = 0,
+) -> Dict[str, Any]:
+    """Joint-prediction metrics (spec §10) of a method's predictive of f at M points.
+
+    The method: ``samples`` (M × S draws of f, one function per column; ``noise_std`` per
+    draw optional), or ``mean`` with ``cov`` (M × M, a Gaussian joint) or ``std`` (marginals
+    only; ``noise_std`` per point optional). ``sigma``: the true noise sd per point (the
+    method's too, unless ``noise_std`` says otherwise). References: the exact posterior of f
+    (``exact_mean``, ``exact_cov``; ``exact_dof`` for a Student t) and/or the true ``truth``.
+    Returns ``joint_kl_T`` (KL from the exact posterior predictive of y at τ = T dyadically
+    sampled points, κ anchors) and ``env_kl_T`` (from N(truth, σ²)), each with ``…_se``, and
+    ``joint_kind``."""
+    payload: Dict[str, Any] = {
+        "kind": "joint",
+        "sigma": _checked("sigma", sigma, 1),
+        "tau": [int(t) for t in tau],
+        "kappa": int(kappa),
+        "batches": int(batches),
+        "seed": int(seed),
+    }
+    for name, value, ndim in (
+        ("samples", samples, 2),
+        ("mean", mean, 1),
+        ("cov", cov, 2),
+        ("std", std, 1),
+        ("noise_std", noise_std, 1),
+        ("exact_mean", exact_mean, 1),
+        ("exact_cov", exact_cov, 2),
+        ("truth", truth, 1),
+    ):
+        if value is not None:
+            payload[name] = _checked(name, value, ndim)
+    if exact_dof is not None:
+        payload["exact_dof"] = float(exact_dof)
+    return _run(payload)

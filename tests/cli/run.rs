@@ -279,8 +279,22 @@ fn method_settings_sweep_like_problem_numbers() {
         .collect();
     assert_eq!(labels, ["width=2", "width=5"]);
     // The problem does not read `width`: both settings share their data, so the anchor's
-    // results agree exactly, while the ensembles differ.
-    assert_eq!(settings[0]["methods"]["BLR"], settings[1]["methods"]["BLR"]);
+    // results agree exactly (but for the joint metrics, whose batches are seeded per
+    // setting), while the ensembles differ.
+    let without_joint = |m: &serde_json::Value| {
+        let mut m = m.clone();
+        for region in m["aggregate"].as_object_mut().unwrap().values_mut() {
+            region
+                .as_object_mut()
+                .unwrap()
+                .retain(|k, _| !k.starts_with("joint_kl") && !k.starts_with("env_kl"));
+        }
+        m
+    };
+    assert_eq!(
+        without_joint(&settings[0]["methods"]["BLR"]),
+        without_joint(&settings[1]["methods"]["BLR"])
+    );
     assert_ne!(
         settings[0]["methods"]["Ens"]["points"]["deviation"],
         settings[1]["methods"]["Ens"]["points"]["deviation"]

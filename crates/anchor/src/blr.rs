@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use uqbench_core::{Compute, Family, Method, MethodError, Prediction, Task};
+use uqbench_core::{Compute, Family, FactorJoint, Method, MethodError, Prediction, Task};
 
 use crate::posterior::Anchor;
 
@@ -78,6 +78,10 @@ impl Method for Blr {
                     },
                     mean: post.mean,
                     std: post.std,
+                    joint: Some(FactorJoint {
+                        factor: post.factor,
+                        rank: f.p,
+                    }),
                     train_mean: Some(post.fitted),
                     scalars: BTreeMap::new(),
                     ..Prediction::default()

@@ -49,6 +49,8 @@ pub struct Anchor {
     weights: DVector<f64>,
     /// Test features G(x*) (M×p).
     test_g: DMatrix<f64>,
+    /// Z = R⁻ᵀ D G(x*)ᵀ (p×M): the covariance of f at the test inputs is scale²·ZᵀZ.
+    test_z: DMatrix<f64>,
     /// ‖R⁻ᵀ D G(x*)‖² per test point.
     test_var: Vec<f64>,
     /// σ(x*) per test point.
@@ -70,6 +72,10 @@ pub struct Posterior {
     pub noise_std: Vec<f64>,
     /// Degrees of freedom of the Student-t posterior; `None` for the normal posterior.
     pub dof: Option<f64>,
+    /// The joint of f at the test inputs: a factor F `[M, p]` (row-major) with Cov f = F·Fᵀ
+    /// (for the Student-t posterior, the scale matrix), F = scale·(R⁻ᵀ D G*ᵀ)ᵀ. Its rows'
+    /// norms are `std`.
+    pub factor: Vec<f64>,
     /// γ̂.
     pub gamma_hat: Vec<f64>,
     /// The fitted values G(x_i)ᵀγ̂ at the training inputs.
@@ -84,6 +90,16 @@ impl Posterior {
             .iter()
             .zip(&self.noise_std)
             .map(|(s, n)| (s * s + n * n).sqrt())
+            .collect()
+    }
+
+    /// The covariance of f at the test inputs (a t's scale matrix), F·Fᵀ, as rows.
+    pub fn cov(&self) -> Vec<Vec<f64>> {
+        let m = self.mean.len();
+        let p = self.factor.len() / m.max(1);
+        let row = |i: usize| &self.factor[i * p..(i + 1) * p];
+        (0..m)
+            .map(|i| (0..m).map(|j| row(i).iter().zip(row(j)).map(|(a, b)| a * b).sum()).collect())
             .collect()
     }
 
@@ -279,6 +295,7 @@ impl Anchor {
             col_scale,
             weights,
             test_g,
+            test_z: z,
             test_var,
             test_sigma: test_sigma.to_vec(),
             sigma_known,
@@ -349,6 +366,8 @@ impl Anchor {
             std: self.test_var.iter().map(|v| scale * v.sqrt()).collect(),
             noise_std: self.test_sigma.iter().map(|s| scale * s).collect(),
             dof,
+            // Z is column-major p×M: its storage, column after column, is Zᵀ row-major.
+            factor: self.test_z.iter().map(|v| scale * v).collect(),
             gamma_hat: gamma_hat.iter().copied().collect(),
             fitted,
         })

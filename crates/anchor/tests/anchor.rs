@@ -193,6 +193,34 @@ fn anchor_std_is_the_smallest_unbiased_uncertainty_and_matches_the_simulated_spr
             points[k]
         );
     }
+    // The joint (spec §10): its diagonal is std², and its off-diagonal entries are the
+    // sampling covariances of the posterior mean. The sample covariance of k pairs has sd
+    // sqrt((σ_ii σ_jj + σ_ij²)/(k − 1)); 4.5 of those per pair (3 pairs, false alarm < 2e-5).
+    let post = anchor.posterior(&p.draw(0).train_y).unwrap();
+    let cov = post.cov();
+    for (k, &i) in points.iter().enumerate() {
+        assert!((cov[i][i] - std[k] * std[k]).abs() < 1e-12 * cov[i][i]);
+    }
+    let centred: Vec<Vec<f64>> = means
+        .iter()
+        .map(|m| {
+            let avg = m.iter().sum::<f64>() / K as f64;
+            m.iter().map(|v| v - avg).collect()
+        })
+        .collect();
+    for (a, b) in [(0, 1), (1, 2), (0, 2)] {
+        let sample = (centred[a].iter().zip(&centred[b]))
+            .map(|(x, y)| x * y)
+            .sum::<f64>()
+            / (K - 1) as f64;
+        let (i, j) = (points[a], points[b]);
+        let sd = ((cov[i][i] * cov[j][j] + cov[i][j].powi(2)) / (K - 1) as f64).sqrt();
+        assert!(
+            (sample - cov[i][j]).abs() < 4.5 * sd,
+            "points {i}, {j}: sampled {sample}, joint {}",
+            cov[i][j]
+        );
+    }
 }
 
 #[test]

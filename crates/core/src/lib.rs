@@ -35,7 +35,8 @@ pub use error::MethodError;
 pub use noise::{fixed_noise_sd, KnownSigma, Tau};
 pub use parallel::par_map;
 pub use prediction::{
-    central_quantile, combine_members, mean_std, Family, IntervalSetting, Member, Prediction,
+    central_quantile, combine_members, mean_std, FactorJoint, Family, IntervalSetting, Member,
+    Prediction,
 };
 pub use seed::{Rng, SeedPath};
 pub use task::{

@@ -72,6 +72,10 @@ pub struct Prediction {
     /// draws the noise with its samples (HMC's σ draws): the predictive of y is then the
     /// mixture of N(sample, σ_s²) over the samples, not a mixture with one σ.
     pub noise_samples: Option<Vec<f64>>,
+    /// The noise sd of each row of `samples` at every test input, when each draw carries its
+    /// own (a mean–variance ensemble's members, σ_m(x)): the joint predictive of y is then the
+    /// mixture of Π_i N(sample_i, σ_m(x_i)²) (spec §10).
+    pub sample_noise: Option<Vec<Vec<f64>>>,
     /// The predictive distribution's family: where the intervals come from.
     pub family: Family,
     /// Member predictions or Monte-Carlo samples, one row per member or sample: when asked,
@@ -93,9 +97,43 @@ pub struct Prediction {
     /// networks of CQR), one band per level: the PI at those levels when there is no
     /// calibration.
     pub quantiles: Option<Vec<QuantileBand>>,
+    /// A Gaussian (or, with a Student-t family, t) joint of f at the test inputs, when the
+    /// method has one in closed form (BLR, GP, linearised Laplace): the joint predictions'
+    /// input (spec §10).
+    pub joint: Option<FactorJoint>,
+}
+
+/// The covariance (a t's scale matrix) of f at the test inputs as a factor: Cov = F·Fᵀ.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct FactorJoint {
+    /// F `[M, rank]`, row-major: one row per test input.
+    pub factor: Vec<f64>,
+    /// The columns of F.
+    pub rank: usize,
+}
+
+impl FactorJoint {
+    /// Splits the rows after the first `m` off.
+    pub fn split_off(&mut self, m: usize) -> FactorJoint {
+        FactorJoint {
+            factor: self.factor.split_off(m * self.rank),
+            rank: self.rank,
+        }
+    }
 }
 
 impl Prediction {
+    /// A normal predictive of f: `mean`, `std`, and the draws behind them if any.
+    pub fn normal(mean: Vec<f64>, std: Vec<f64>, samples: Option<Vec<Vec<f64>>>) -> Prediction {
+        Prediction {
+            mean,
+            std,
+            family: Family::Normal,
+            samples,
+            ..Prediction::default()
+        }
+    }
+
     /// Splits the predictions at the test inputs after the first `m` off (inputs a caller
     /// appended to the task's test inputs: validation or calibration points) and returns
     /// them: mean, std, noise and predictive sd, and samples; the per-draw noise sds stay
@@ -115,6 +153,10 @@ impl Prediction {
                 .as_mut()
                 .map(|rows| rows.iter_mut().map(|r| r.split_off(m)).collect()),
             noise_samples: self.noise_samples.clone(),
+            sample_noise: self
+                .sample_noise
+                .as_mut()
+                .map(|rows| rows.iter_mut().map(|r| r.split_off(m)).collect()),
             quantiles: self.quantiles.as_mut().map(|bands| {
                 bands
                     .iter_mut()
@@ -125,6 +167,7 @@ impl Prediction {
                     })
                     .collect()
             }),
+            joint: self.joint.as_mut().map(|j| j.split_off(m)),
             noise_known: self.noise_known,
             family: self.family,
             diverged: self.diverged,
@@ -224,6 +267,7 @@ pub fn combine_members(members: &[Member<'_>], family: Family, keep_samples: boo
         noise_known: false,
         predictive_std: None,
         noise_samples: None,
+        sample_noise: None,
         family,
         samples: (keep_samples || family == Family::Empirical).then(|| {
             rows.iter()
@@ -235,6 +279,7 @@ pub fn combine_members(members: &[Member<'_>], family: Family, keep_samples: boo
         diverged,
         calibration: None,
         quantiles: None,
+        joint: None,
     }
 }
 

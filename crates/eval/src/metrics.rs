@@ -12,6 +12,8 @@ use uqbench_metrics::regression as reg;
 
 use crate::bail;
 use crate::error::{Context, Result};
+use crate::summary::joint::{self, factor_of, Exact, JointInput, JointSettings, JOINT_DRAWS};
+use uqbench_core::{Prediction, SeedPath};
 
 /// The settings of the metrics that have any.
 #[derive(Debug, Clone)]
@@ -71,6 +73,183 @@ pub enum Input {
         /// Draws per chain.
         draws: Vec<Vec<f64>>,
     },
+    /// A joint predictive of f at M points against an exact joint or the data-generating
+    /// distribution (spec §10): `joint_kl_T` and `env_kl_T`.
+    Joint(Box<JointSpec>),
+}
+
+/// `{"kind": "joint", …}`: the method's joint (draws `samples` `[M][S]` with an optional
+/// `noise_std` per draw, or `mean` with `cov` `[M][M]` or `std` and an optional `noise_std`
+/// per point), the noise sd `sigma` per point, and the references: the exact joint of f
+/// (`exact_mean`, `exact_cov`, `exact_dof` for a t) and/or the true f (`truth`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JointSpec {
+    /// Draws of f, one row per point.
+    #[serde(default)]
+    pub samples: Option<Vec<Vec<f64>>>,
+    /// The method's mean of f.
+    #[serde(default)]
+    pub mean: Option<Vec<f64>>,
+    /// Its covariance of f.
+    #[serde(default)]
+    pub cov: Option<Vec<Vec<f64>>>,
+    /// Its sd of f (marginals only, without `cov`).
+    #[serde(default)]
+    pub std: Option<Vec<f64>>,
+    /// The method's noise sd: per draw with `samples`, per point otherwise (default `sigma`).
+    #[serde(default)]
+    pub noise_std: Option<Vec<f64>>,
+    /// The true noise sd per point (the exact joint's and the environment's).
+    pub sigma: Vec<f64>,
+    /// The exact posterior mean of f.
+    #[serde(default)]
+    pub exact_mean: Option<Vec<f64>>,
+    /// The exact posterior covariance of f (a t's scale matrix).
+    #[serde(default)]
+    pub exact_cov: Option<Vec<Vec<f64>>>,
+    /// The exact posterior's degrees of freedom (a t; its noise scale is then `sigma`).
+    #[serde(default)]
+    pub exact_dof: Option<f64>,
+    /// The true f per point.
+    #[serde(default)]
+    pub truth: Option<Vec<f64>>,
+    /// Batch sizes τ.
+    #[serde(default = "default_tau")]
+    pub tau: Vec<usize>,
+    /// Dyadic sampling's anchors κ.
+    #[serde(default = "default_kappa")]
+    pub kappa: usize,
+    /// Batches per τ.
+    #[serde(default = "default_batches")]
+    pub batches: usize,
+    /// Seed of the batches and the draws of y.
+    #[serde(default)]
+    pub seed: u64,
+}
+
+fn default_tau() -> Vec<usize> {
+    JointSettings::default().tau
+}
+
+fn default_kappa() -> usize {
+    JointSettings::default().kappa
+}
+
+fn default_batches() -> usize {
+    JointSettings::default().batches
+}
+
+/// The joint metrics of one [`JointSpec`].
+fn joint_metrics(j: &JointSpec, out: &mut Map<String, Value>) -> Result<()> {
+    let m = j.sigma.len();
+    if m == 0 {
+        bail!("sigma: empty; valid: one noise sd > 0 per point");
+    }
+    if let Some((i, v)) = j.sigma.iter().enumerate().find(|(_, v)| !(v.is_finite() && **v > 0.0)) {
+        bail!("sigma[{i}] = {v}; valid: a noise sd, finite and > 0");
+    }
+    let len = |name: &str, v: &Option<Vec<f64>>| -> Result<()> {
+        match v {
+            Some(v) if v.len() != m => bail!("{name}: {} values; valid: {m}, one per point (as sigma)", v.len()),
+            Some(v) => match v.iter().find(|x| !x.is_finite()) {
+                Some(x) => bail!("{name} holds {x}; valid: finite numbers"),
+                None => Ok(()),
+            },
+            None => Ok(()),
+        }
+    };
+    len("mean", &j.mean)?;
+    len("std", &j.std)?;
+    len("exact_mean", &j.exact_mean)?;
+    len("truth", &j.truth)?;
+    if let Some(&t) = j.tau.iter().find(|&&t| !(1..=crate::spec::MAX_JOINT_TAU).contains(&t)) {
+        bail!("tau contains {t}; valid: 1 to {}", crate::spec::MAX_JOINT_TAU);
+    }
+    if j.kappa == 0 || j.batches == 0 {
+        bail!("kappa = {}, batches = {}; valid: both at least 1", j.kappa, j.batches);
+    }
+    let mut pred = Prediction::default();
+    match (&j.samples, &j.mean) {
+        (Some(cols), None) => {
+            if cols.len() != m || cols.iter().any(|c| c.len() != cols[0].len() || c.is_empty()) {
+                bail!("samples: {} rows; valid: {m} rows (one per point) of equally many draws", cols.len());
+            }
+            if let Some(x) = cols.iter().flatten().find(|x| !x.is_finite()) {
+                bail!("samples hold {x}; valid: finite numbers");
+            }
+            let s = cols[0].len();
+            if let Some(n) = &j.noise_std {
+                if n.len() != s || n.iter().any(|v| !(v.is_finite() && *v > 0.0)) {
+                    bail!("noise_std with samples: {} values; valid: {s}, one finite value > 0 per draw", n.len());
+                }
+            }
+            pred.samples = Some((0..s).map(|k| cols.iter().map(|c| c[k]).collect()).collect());
+            pred.noise_samples = j.noise_std.clone();
+            pred.mean = cols.iter().map(|c| c.iter().sum::<f64>() / s as f64).collect();
+        }
+        (None, Some(mean)) => {
+            len("noise_std", &j.noise_std)?;
+            pred.mean = mean.clone();
+            match (&j.cov, &j.std) {
+                (Some(c), _) => {
+                    let f = factor_of(c, m)?;
+                    pred.std = (0..m).map(|i| c[i][i].max(0.0).sqrt()).collect();
+                    pred.joint = Some(f);
+                }
+                (None, Some(s)) => pred.std = s.clone(),
+                (None, None) => bail!("mean needs cov (a Gaussian joint) or std (marginals only)"),
+            }
+            pred.noise_std = j.noise_std.clone();
+        }
+        _ => bail!("give the method's joint as samples, or as mean with cov or std (one of the two)"),
+    }
+    let exact_factor = match (&j.exact_mean, &j.exact_cov) {
+        (Some(_), Some(c)) => Some(factor_of(c, m).context("exact_cov")?),
+        (None, None) => None,
+        _ => bail!("exact_mean and exact_cov come together"),
+    };
+    if exact_factor.is_none() && j.truth.is_none() {
+        bail!("nothing to compare with: give exact_mean and exact_cov, or truth, or both");
+    }
+    let settings = JointSettings { tau: j.tau.clone(), kappa: j.kappa, batches: j.batches };
+    let regions = vec![("all", (0..m).collect::<Vec<_>>())];
+    let exact = match (&j.exact_mean, &exact_factor) {
+        (Some(mean), Some(f)) => Some(Exact {
+            mean,
+            factor: &f.factor,
+            rank: f.rank,
+            noise_sd: &j.sigma,
+            dof: j.exact_dof,
+        }),
+        _ => None,
+    };
+    let input = JointInput {
+        settings: &settings,
+        seed: SeedPath {
+            base: j.seed,
+            experiment: "metrics",
+            setting: "",
+            repetition: 0,
+            member: 0,
+            purpose: JOINT_DRAWS,
+        },
+        regions: &regions,
+        exact,
+    };
+    let noise = pred.noise_std.clone().unwrap_or_else(|| j.sigma.clone());
+    // Without the truth, the environment's KL is not asked for: the exact mean stands in and
+    // the env_kl values are dropped.
+    let truth = j.truth.clone().or_else(|| j.exact_mean.clone()).expect("checked above");
+    let (kind, metrics) = joint::regression(&pred, &noise, &truth, &j.sigma, &input)?;
+    out.insert("joint_kind".into(), json!(kind));
+    for (name, v) in &metrics["all"] {
+        if j.truth.is_none() && name.starts_with(joint::ENV_KL) {
+            continue;
+        }
+        out.insert(name.clone(), json!(v));
+    }
+    Ok(())
 }
 
 fn loglik_metrics(table: &[Vec<f64>], out: &mut Map<String, Value>) -> Result<()> {
@@ -103,6 +282,7 @@ pub fn compute(input: &Input, args: &Options) -> Result<Map<String, Value>> {
     let mut out = Map::new();
     match input {
         Input::Draws { draws } => draws_metrics(draws, &mut out)?,
+        Input::Joint(j) => joint_metrics(j, &mut out)?,
         Input::Regression {
             mean,
             std,

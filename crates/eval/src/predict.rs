@@ -3,12 +3,13 @@
 //! `run.noise`, the validation inputs are predicted after the test inputs and split off, and
 //! a method without a noise model gets the run's noise estimate.
 
-use uqbench_anchor::{Anchor, Problem, SeedPath, Setting, ANCHOR};
+use uqbench_anchor::{Anchor, Posterior, Problem, SeedPath, Setting, ANCHOR};
 use uqbench_core::{Compute, Method, Prediction, SeedBase};
 
 use crate::bail;
 use crate::error::{Context, Result};
 use crate::spec::{ExperimentSpec, NoiseSource};
+use crate::summary::joint::{Exact, JointInput};
 use crate::summary::{self, AnchorRef, RepContext};
 use crate::track::{Stored, Track};
 
@@ -51,9 +52,11 @@ pub fn predict(
     );
     let total = (reps.len() * method.replicas_per_repetition()) as f64;
     let context = || format!("method {} at {}", method.name(), problem.display_name());
-    // A classification problem needs every member's or pass's logits.
+    // Classification needs every member's or pass's logits; the joint metrics every method's
+    // draws (used in memory when the repetition is stored, not written).
+    let keep_samples = classification || spec.joint_settings().is_some();
     let mut outputs = method
-        .run(&task, compute, classification, &|done| {
+        .run(&task, compute, keep_samples, &|done| {
             progress(done as f64 / total)
         })
         .with_context(context)?;
@@ -92,9 +95,10 @@ pub fn predict(
             o.scalars.insert(name.to_string(), sd);
         }
     }
-    // The exact posterior of every repetition, for the distances to it (W2, KL): for a
-    // regression problem with an anchor, and every method but the anchor itself.
-    let anchor = (!classification && method.name() != ANCHOR && problem.linear().is_some())
+    // The exact posterior of every repetition, for the distances to it (W2, KL: every method
+    // but the anchor itself) and the joint metrics (every method) of a regression problem
+    // with an anchor.
+    let anchor = (!classification && problem.linear().is_some())
         .then(|| Anchor::fit(problem).ok())
         .flatten();
     let posteriors: Vec<_> = data
@@ -102,17 +106,54 @@ pub fn predict(
         .iter()
         .map(|y| anchor.as_ref().and_then(|a| a.posterior(y).ok()))
         .collect();
+    store(spec, setting, problem, method, track, reps, outputs, &data.y, &posteriors, levels)
+}
+
+/// Each repetition's output in its track's stored form, with the distances to the exact
+/// posterior (not for the anchor itself) and the joint metrics.
+#[allow(clippy::too_many_arguments)]
+fn store(
+    spec: &ExperimentSpec,
+    setting: &Setting,
+    problem: &Problem,
+    method: &dyn Method,
+    track: Track,
+    reps: &[u64],
+    outputs: Vec<Prediction>,
+    ys: &[Vec<f64>],
+    posteriors: &[Option<Posterior>],
+    levels: &[f64],
+) -> Result<Vec<Stored>> {
+    let context = || format!("method {} at {}", method.name(), problem.display_name());
+    let is_anchor = method.name() == ANCHOR;
+    let joint = spec.joint_settings();
+    let regions = summary::regions(&summary::TestInfo::of(problem));
+    let label = setting.label();
     reps.iter()
         .zip(outputs)
-        .zip(&data.y)
-        .zip(&posteriors)
+        .zip(ys)
+        .zip(posteriors)
         .map(|(((&r, o), y), post)| {
+            let joint_input = joint.as_ref().map(|settings| JointInput {
+                settings,
+                seed: SeedPath {
+                    base: spec.seed,
+                    experiment: &spec.name,
+                    setting: &label,
+                    repetition: r,
+                    member: 0,
+                    purpose: summary::joint::JOINT_DRAWS,
+                },
+                regions: &regions,
+                exact: post.as_ref().map(Exact::of),
+            });
             let ctx = RepContext {
-                anchor: post.as_ref().map(|p| AnchorRef {
+                anchor: post.as_ref().filter(|_| !is_anchor).map(|p| AnchorRef {
                     mean: &p.mean,
                     std: &p.std,
                     dof: p.dof,
                 }),
+                joint: joint_input.as_ref(),
                 levels,
                 truth: &problem.test.truth,
                 test_sigma: &problem.test.sigma,

@@ -5,13 +5,14 @@
 use std::collections::BTreeMap;
 
 use uqbench_anchor::{Blr, Problem, Setting, ANCHOR};
-use uqbench_core::{Compute, Family};
+use uqbench_core::{Compute, Family, Prediction, SeedPath};
 
 use crate::bail;
 use crate::error::Result;
 use crate::predict::{label_source, predict};
 use crate::spec::ExperimentSpec;
-use crate::summary::{self, ClassRep, RepResult, SettingSummary, TestInfo};
+use crate::summary::joint::{factor_of, Exact, JointInput, JointSettings, JOINT_DRAWS};
+use crate::summary::{self, ClassRep, RepContext, RepResult, SettingSummary, TestInfo};
 use crate::track::{Stored, Track};
 
 /// Summarises `method`'s repetitions `external` (repetition k at index k, in its track's
@@ -62,14 +63,23 @@ pub enum External {
     Gaussian {
         /// Prediction of f.
         mean: Vec<f64>,
-        /// Its standard deviation.
-        std: Vec<f64>,
+        /// Its standard deviation (the square roots of `cov`'s diagonal when absent).
+        std: Option<Vec<f64>>,
         /// The noise sd of y, when the method has one.
         noise_std: Option<Vec<f64>>,
+        /// The covariance of f at the test inputs (`[M][M]`): a Gaussian joint, for the joint
+        /// metrics; without it, the joint is the product of the marginals.
+        cov: Option<Vec<Vec<f64>>>,
     },
     /// Draws of f per test input (`samples[i]`: the draws at input i): an empirical
-    /// predictive distribution, intervals from their quantiles.
-    Samples(Vec<Vec<f64>>),
+    /// predictive distribution, intervals from their quantiles; a draw is one function (the
+    /// same k across inputs), so the draws also give the joint.
+    Samples {
+        /// The draws, `[M][S]`.
+        samples: Vec<Vec<f64>>,
+        /// The noise sd of y that goes with each draw (`[S]`), when the method draws it.
+        noise_std: Option<Vec<f64>>,
+    },
 }
 
 /// Mean and sample standard deviation (n − 1) of each test input's draws.
@@ -94,22 +104,53 @@ fn from_samples(samples: &[Vec<f64>]) -> Result<(Vec<f64>, Vec<f64>)> {
     Ok((mean, std))
 }
 
+/// The joint metrics of scored predictions: the settings, and the seed of the run they
+/// stand in for (the spec's seed and name), so that a scored repetition draws the same
+/// batches and y as a native one.
+#[derive(Debug, Clone)]
+pub struct JointScoring {
+    /// τ, κ, batches.
+    pub settings: JointSettings,
+    /// The spec's seed.
+    pub base: u64,
+    /// The spec's name.
+    pub experiment: String,
+}
+
+impl JointScoring {
+    /// The spec's joint settings (its `[run]`'s, else the defaults).
+    pub fn of(spec: &ExperimentSpec) -> Option<JointScoring> {
+        let settings = spec.joint_settings()?;
+        Some(JointScoring {
+            settings,
+            base: spec.seed,
+            experiment: spec.name.clone(),
+        })
+    }
+}
+
 /// Repetition `rep` of external regression predictions for `problem`, checked against its
-/// test inputs, in stored form with intervals at `levels` (and 0.95).
+/// test inputs, in stored form with intervals at `levels` (and 0.95), the distances to the
+/// anchor and (with `joint`) the joint metrics: the same path as a native method's
+/// ([`RepResult::from_output`]).
 pub fn regression_rep(
     rep: u64,
     prediction: External,
     problem: &Problem,
     levels: &[f64],
+    joint: Option<&JointScoring>,
 ) -> Result<RepResult> {
     let m = problem.test.truth.len();
-    let (mean, std, noise_std, samples) = match prediction {
-        External::Gaussian {
-            mean,
-            std,
-            noise_std,
-        } => (mean, std, noise_std, None),
-        External::Samples(draws) => {
+    let (mean, std, noise_std, samples, noise_samples, cov) = match prediction {
+        External::Gaussian { mean, std, noise_std, cov } => {
+            let std = match (std, &cov) {
+                (Some(s), _) => s,
+                (None, Some(c)) => c.iter().enumerate().map(|(i, r)| r.get(i).copied().unwrap_or(f64::NAN).max(0.0).sqrt()).collect(),
+                (None, None) => bail!("`std` or `cov` is needed with `mean`"),
+            };
+            (mean, std, noise_std, None, None, cov)
+        }
+        External::Samples { samples: draws, noise_std } => {
             if draws.len() != m {
                 bail!(
                     "samples for {} test inputs, but the problem has {m} (one row of draws per \
@@ -118,7 +159,12 @@ pub fn regression_rep(
                 );
             }
             let (mean, std) = from_samples(&draws)?;
-            (mean, std, None, Some(draws))
+            if let Some(n) = &noise_std {
+                if n.len() != draws[0].len() || n.iter().any(|v| !(v.is_finite() && *v > 0.0)) {
+                    bail!("noise_std with samples: {} values; valid: one finite value > 0 per draw ({})", n.len(), draws[0].len());
+                }
+            }
+            (mean, std, None, Some(draws), noise_std, None)
         }
     };
     if mean.len() != m || std.len() != m {
@@ -144,56 +190,56 @@ pub fn regression_rep(
             bail!("noise_std needs {m} finite values ≥ 0");
         }
     }
-    let (family, intervals, crps) = match &samples {
-        Some(columns) => {
-            let (intervals, crps) = summary::empirical(
-                columns,
-                summary::NoiseSd::PerPoint(noise_std.as_deref().unwrap_or(&problem.test.sigma)),
-                &summary::with_coverage_level(levels),
-                &problem.test.truth,
-            )?;
-            (Family::Empirical, intervals, Some(crps))
-        }
-        None => (Family::Normal, BTreeMap::new(), None),
-    };
-    // The distance to the exact posterior of the same repetition, where the problem has one.
-    let posterior = problem
-        .linear()
-        .and_then(|_| uqbench_anchor::Anchor::fit(problem).ok())
-        .and_then(|a| a.posterior(&problem.draw(rep).train_y).ok());
-    let (w2_anchor, kl_anchor) = match &posterior {
-        Some(p) => {
-            let as_prediction = uqbench_core::Prediction {
-                mean: mean.clone(),
-                std: std.clone(),
-                family,
-                ..Default::default()
-            };
-            let anchor = summary::AnchorRef {
-                mean: &p.mean,
-                std: &p.std,
-                dof: p.dof,
-            };
-            let (w, k) = summary::to_anchor(&as_prediction, samples.as_deref(), &anchor);
-            (Some(w), k)
-        }
-        None => (None, None),
-    };
-    Ok(RepResult {
-        repetition: rep,
+    let factor = cov.as_deref().map(|c| factor_of(c, m)).transpose()?;
+    // Draws become rows (one per draw), as methods return them.
+    let rows = samples.map(|cols| {
+        (0..cols[0].len()).map(|k| cols.iter().map(|c| c[k]).collect()).collect()
+    });
+    let out = Prediction {
+        family: if rows.is_some() { Family::Empirical } else { Family::Normal },
         mean,
         std,
         noise_std,
-        predictive_std: None,
-        family,
-        intervals,
-        calibrated_pi: BTreeMap::new(),
-        w2_anchor,
-        kl_anchor,
-        crps,
-        scalars: BTreeMap::new(),
-        diverged: false,
-    })
+        noise_samples,
+        samples: rows,
+        joint: factor,
+        ..Default::default()
+    };
+    // The exact posterior of the same repetition, where the problem has one.
+    let train_y = problem.draw(rep).train_y;
+    let posterior = problem
+        .linear()
+        .and_then(|_| uqbench_anchor::Anchor::fit(problem).ok())
+        .and_then(|a| a.posterior(&train_y).ok());
+    let regions = summary::regions(&TestInfo::of(problem));
+    let label = problem.setting.label();
+    let joint_input = joint.map(|j| JointInput {
+        settings: &j.settings,
+        seed: SeedPath {
+            base: j.base,
+            experiment: &j.experiment,
+            setting: &label,
+            repetition: rep,
+            member: 0,
+            purpose: JOINT_DRAWS,
+        },
+        regions: &regions,
+        exact: posterior.as_ref().map(Exact::of),
+    });
+    let ctx = RepContext {
+        anchor: posterior.as_ref().map(|p| summary::AnchorRef {
+            mean: &p.mean,
+            std: &p.std,
+            dof: p.dof,
+        }),
+        joint: joint_input.as_ref(),
+        levels,
+        truth: &problem.test.truth,
+        test_sigma: &problem.test.sigma,
+        train_y: &train_y,
+        train_sigma: &problem.train_sigma,
+    };
+    RepResult::from_output(rep, out, &ctx)
 }
 
 /// Repetition `rep` of external classification predictions for `problem`: per test input one
@@ -204,6 +250,7 @@ pub fn classification_rep(
     per_input: Vec<Vec<f64>>,
     problem: &Problem,
     levels: &[f64],
+    joint: Option<&JointScoring>,
 ) -> Result<ClassRep> {
     let m = problem.test.truth.len();
     if per_input.len() != m {
@@ -229,5 +276,24 @@ pub fn classification_rep(
     let draws: Vec<Vec<f64>> = (0..t)
         .map(|k| per_input.iter().map(|d| d[k]).collect())
         .collect();
-    ClassRep::from_draws(rep, &draws, levels, BTreeMap::new(), false)
+    let mut out = ClassRep::from_draws(rep, &draws, levels, BTreeMap::new(), false)?;
+    if let Some(j) = joint {
+        let regions = summary::regions(&TestInfo::of(problem));
+        let label = problem.setting.label();
+        let input = JointInput {
+            settings: &j.settings,
+            seed: SeedPath {
+                base: j.base,
+                experiment: &j.experiment,
+                setting: &label,
+                repetition: rep,
+                member: 0,
+                purpose: JOINT_DRAWS,
+            },
+            regions: &regions,
+            exact: None,
+        };
+        out.joint = summary::joint::classification(&draws, &problem.test.truth, &input)?;
+    }
+    Ok(out)
 }

@@ -5,6 +5,7 @@ use std::path::Path;
 
 use crate::bail;
 use crate::error::{Context, Result};
+use crate::summary::joint::JointSettings;
 use crate::track::Track;
 use serde::{Deserialize, Serialize};
 use uqbench_anchor::{
@@ -194,6 +195,38 @@ pub struct RunSpec {
     /// (from the training residuals of the method's mean).
     #[serde(default)]
     pub noise: NoiseSource,
+    /// The joint predictions' batch sizes τ (spec §10; `[]` turns them off).
+    #[serde(default = "default_joint_tau")]
+    pub joint_tau: Vec<usize>,
+    /// Dyadic sampling's anchors κ.
+    #[serde(default = "default_joint_kappa")]
+    pub joint_kappa: usize,
+    /// Batches per repetition, region and τ.
+    #[serde(default = "default_joint_batches")]
+    pub joint_batches: usize,
+}
+
+impl RunSpec {
+    /// The joint metrics' settings, `None` when `joint_tau` is empty.
+    pub fn joint(&self) -> Option<JointSettings> {
+        (!self.joint_tau.is_empty()).then(|| JointSettings {
+            tau: self.joint_tau.clone(),
+            kappa: self.joint_kappa,
+            batches: self.joint_batches,
+        })
+    }
+}
+
+fn default_joint_tau() -> Vec<usize> {
+    JointSettings::default().tau
+}
+
+fn default_joint_kappa() -> usize {
+    JointSettings::default().kappa
+}
+
+fn default_joint_batches() -> usize {
+    JointSettings::default().batches
 }
 
 /// The source of the noise sd of y for methods without a noise model (`run.noise`).
@@ -228,6 +261,9 @@ impl NoiseSource {
         }
     }
 }
+
+/// The largest τ of `run.joint_tau`: a batch's covariance is factorised per batch (O(τ³)).
+pub const MAX_JOINT_TAU: usize = 1000;
 
 fn default_levels() -> Vec<f64> {
     vec![0.95, 0.9, 0.8, 0.7]
@@ -289,6 +325,15 @@ fn merge(base: &mut toml::Table, over: &toml::Table) {
 }
 
 impl ExperimentSpec {
+    /// The joint metrics' settings: `[run]`'s (`None` when it turns them off), the defaults
+    /// for a spec without `[run]` (scored, not run).
+    pub fn joint_settings(&self) -> Option<JointSettings> {
+        match &self.run {
+            Some(run) => run.joint(),
+            None => Some(JointSettings::default()),
+        }
+    }
+
     /// The method tables the `listed` methods use: themselves and, transitively, the `base`
     /// of each post-hoc one.
     pub fn tables_used(&self, listed: &[String]) -> Vec<String> {
@@ -383,6 +428,16 @@ impl ExperimentSpec {
                         "run.levels contains {level}: interval levels lie strictly between 0 and 1"
                     );
                 }
+            }
+            if let Some(&t) = run.joint_tau.iter().find(|&&t| !(1..=MAX_JOINT_TAU).contains(&t)) {
+                bail!("run.joint_tau contains {t}: a batch holds 1 to {MAX_JOINT_TAU} test inputs");
+            }
+            if run.joint_kappa == 0 || run.joint_batches == 0 {
+                bail!(
+                    "run.joint_kappa = {}, run.joint_batches = {}: both must be at least 1",
+                    run.joint_kappa,
+                    run.joint_batches
+                );
             }
             if run.band_repetition >= run.repetitions {
                 bail!(
@@ -633,66 +688,5 @@ impl ExperimentSpec {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn e1(profile: Option<&str>) -> Result<ExperimentSpec> {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../experiments/e1.toml");
-        ExperimentSpec::load_profile(&path, profile)
-    }
-
-    fn decay(spec: &ExperimentSpec, method: &str) -> f64 {
-        spec.methods[method]["weight_decay"].as_float().unwrap()
-    }
-
-    #[test]
-    fn profiles_combine_in_order() {
-        let base = e1(None).unwrap();
-        assert_eq!(decay(&base, "Ens"), 2e-4);
-        let both = e1(Some("quick,literal")).unwrap();
-        assert_eq!(decay(&both, "Ens"), 0.02);
-        assert_eq!(
-            both.run.as_ref().unwrap().repetitions,
-            20,
-            "quick's repetitions survive literal"
-        );
-        assert_eq!(both.methods["Ens"]["members"].as_integer(), Some(6));
-        let err = format!("{:#}", e1(Some("quick,fast")).unwrap_err());
-        assert!(
-            err.contains("--profile fast") && err.contains("literal"),
-            "{err}"
-        );
-    }
-
-    #[test]
-    fn a_spec_has_one_problem_and_a_surrogate_no_anchor() {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../experiments/boston.toml");
-        let text = std::fs::read_to_string(path).unwrap();
-        let spec = ExperimentSpec::from_toml_str(&text, None).unwrap();
-        assert!(matches!(spec.problem, ProblemDecl::Surrogate(_)));
-        assert!(spec.problem_variables().is_empty());
-        // Both tables, or neither.
-        let cubic = std::fs::read_to_string(
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../experiments/cubic.toml"),
-        )
-        .unwrap();
-        let problem = &cubic[cubic.find("[problem]").unwrap()..cubic.find("\n[run]").unwrap()];
-        let both = format!("{text}\n{problem}");
-        let err = format!(
-            "{:#}",
-            ExperimentSpec::from_toml_str(&both, None).unwrap_err()
-        );
-        assert!(err.contains("[problem] and [surrogate]"), "{err}");
-        let start = text.find("[surrogate]").unwrap();
-        let end = text.find("\n[run]").unwrap();
-        let neither = format!("{}{}", &text[..start], &text[end..]);
-        let err = format!(
-            "{:#}",
-            ExperimentSpec::from_toml_str(&neither, None).unwrap_err()
-        );
-        assert!(
-            err.contains("no [problem]") && err.contains("[surrogate]"),
-            "{err}"
-        );
-    }
-}
+#[path = "spec_tests.rs"]
+mod tests;

@@ -76,13 +76,13 @@ impl Track {
                     .iter()
                     .map(|row| row.iter().map(|&f| logistic(f)).collect())
                     .collect();
-                Stored::Classification(ClassRep::from_draws(
-                    rep,
-                    &draws,
-                    ctx.levels,
-                    out.scalars,
-                    out.diverged,
-                )?)
+                let mut r =
+                    ClassRep::from_draws(rep, &draws, ctx.levels, out.scalars, out.diverged)?;
+                if let (Some(input), false) = (ctx.joint, r.diverged) {
+                    r.joint = summary::joint::classification(&draws, ctx.truth, input)
+                        .with_context(|| format!("repetition {rep}: joint metrics"))?;
+                }
+                Stored::Classification(r)
             }
         })
     }

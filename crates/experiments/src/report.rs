@@ -106,6 +106,7 @@ pub fn write(
     }
     if header.track == Track::Classification {
         classification_table(&mut md, header.methods, summary);
+        joint_tables(&mut md, header.methods, summary);
         return Ok(write_atomic(&dir.join("report.md"), md.as_bytes())?);
     }
     let _ = writeln!(md, "## Aggregates\n");
@@ -129,7 +130,53 @@ pub fn write(
     for s in &summary.settings {
         regression_table(&mut md, header.methods, s);
     }
+    joint_tables(&mut md, header.methods, summary);
     Ok(write_atomic(&dir.join("report.md"), md.as_bytes())?)
+}
+
+/// The joint predictions (spec §10) of every setting: per method, what its joint is made of
+/// and the KL at each τ from the exact posterior predictive and from the data-generating
+/// distribution (all test inputs; per region in `aggregate.csv`).
+fn joint_tables(md: &mut String, methods: &[String], summary: &Summary) {
+    let mut columns: Vec<String> = Vec::new();
+    for prefix in ["joint_kl", "env_kl"] {
+        for tau in crate::figures::joint_taus(summary, prefix) {
+            columns.push(format!("{prefix}_{tau}"));
+        }
+    }
+    if columns.is_empty() {
+        return;
+    }
+    let _ = writeln!(md, "## Joint predictions
+");
+    let _ = writeln!(
+        md,
+        "KL at τ test inputs drawn by dyadic sampling (κ anchors; Osband et al. 2022), in nats \
+         for the τ points together, the mean over repetitions ± its standard error: \
+         `joint_kl_T` from the exact posterior predictive of y to the method's (0 for the \
+         anchor), `env_kl_T` from the data-generating N(f(x), σ²(x)) (classification: the \
+         labels' Bernoullis). τ = 1 is the mean marginal KL over the test inputs; a method that \
+         knows which inputs share their uncertainty keeps joint_kl_T / T near joint_kl_1. A \
+         method's joint: `gaussian` (closed form), `draws` (its members, passes or posterior \
+         draws, each with its noise sd), `marginals` (it has none: the product of its \
+         marginals).\n"
+    );
+    for s in &summary.settings {
+        let title = if s.setting.is_empty() { "(no sweep)" } else { s.setting.as_str() };
+        let _ = writeln!(md, "### {title}\n");
+        let _ = writeln!(md, "| method | joint | {} |", columns.join(" | "));
+        let _ = writeln!(md, "|{}", "---|".repeat(2 + columns.len()));
+        for (name, m) in methods.iter().filter_map(|n| s.methods.get(n).map(|m| (n, m))) {
+            let all = m.aggregate.get(names::ALL);
+            let kind = m.joint_kind.map_or("–".to_string(), |k| {
+                serde_json::to_value(k).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default()
+            });
+            let cells: Vec<String> =
+                columns.iter().map(|c| cell(all.and_then(|a| a.get(c)))).collect();
+            let _ = writeln!(md, "| {name} | {kind} | {} |", cells.join(" | "));
+        }
+        let _ = writeln!(md);
+    }
 }
 
 /// One setting's aggregates of a regression run: coverage per region, deviation and

@@ -31,7 +31,7 @@ use argmin::solver::quasinewton::LBFGS;
 use nalgebra::DVector;
 use serde::{Deserialize, Serialize};
 use uqbench_core::noise::{KnownSigma, Tau};
-use uqbench_core::{Compute, Family, Method, MethodError, Prediction, Rng, Task};
+use uqbench_core::{Compute, FactorJoint, Family, Method, MethodError, Prediction, Rng, Task};
 
 mod marginal;
 
@@ -274,6 +274,7 @@ impl Gp {
         let f = inputs.features.as_deref();
         let predict = |xs: &[f64], fs: Option<&[f64]>| predict(kernel, &theta, inputs, &e, xs, fs);
         let (mean, std) = predict(x_test, test_features);
+        let joint = joint(kernel, &theta, inputs, &e, x_test, test_features);
         let (train_mean, _) = predict(inputs.x, f);
         let h = hyper(&theta);
         let mut scalars = std::collections::BTreeMap::new();
@@ -297,8 +298,38 @@ impl Gp {
             diverged: false,
             calibration: None,
             quantiles: None,
+            joint: Some(joint),
+            sample_noise: None,
         })
     }
+}
+
+/// The joint of f at inputs `xs`: Cov = K** − VᵀV (V = L⁻¹K*), as the factor U·√Λ⁺ of its
+/// symmetric eigendecomposition (negative rounding eigenvalues set to 0), for the joint
+/// predictions (spec §10).
+fn joint(
+    kernel: Kernel,
+    theta: &[f64; 4],
+    inputs: &Inputs<'_>,
+    e: &Eval,
+    xs: &[f64],
+    fs: Option<&[f64]>,
+) -> FactorJoint {
+    let f = inputs.features.as_deref();
+    let (ks, _) = cross(kernel, theta, (inputs.x, f), (xs, fs), inputs.d, inputs.p, false);
+    let (kss, _) = cross(kernel, theta, (xs, fs), (xs, fs), inputs.d, inputs.p, false);
+    let v = e.chol.l_dirty().solve_lower_triangular(&ks).expect("L is invertible");
+    let c = kss - v.transpose() * v;
+    let c = (&c + c.transpose()) * 0.5;
+    let eig = c.symmetric_eigen();
+    let m = eig.eigenvalues.len();
+    let mut factor = vec![0.0; m * m];
+    for i in 0..m {
+        for j in 0..m {
+            factor[i * m + j] = eig.eigenvectors[(i, j)] * eig.eigenvalues[j].max(0.0).sqrt();
+        }
+    }
+    FactorJoint { factor, rank: m }
 }
 
 /// The predictive mean and sd of f at inputs `xs` (features `fs` for the features kernel)

@@ -10,6 +10,8 @@
 //!   (one general calibration error), reliability diagrams, ensemble entropies.
 //! - [`information`]: WAIC (types 1 and 2) and importance-sampling CV with standard errors.
 //! - [`ranking`]: ROC AUC and referral curves.
+//! - [`joint`]: joint predictive distributions of y at τ inputs and the KL between them
+//!   (closed form for Gaussians, Monte Carlo otherwise, exact enumeration for labels; spec §10).
 //! - [`mcmc`]: rank-normalised split-R̂ (bulk, tail), bulk and tail ESS, MCSE, E-BFMI and
 //!   divergent transitions (spec §8).
 
@@ -18,6 +20,7 @@ pub mod coverage;
 pub mod distance;
 pub mod error;
 pub mod information;
+pub mod joint;
 pub mod mcmc;
 pub mod ranking;
 pub mod regression;

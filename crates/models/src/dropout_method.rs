@@ -313,6 +313,8 @@ impl Method for DropoutMethod {
                     diverged: out.diverged[k],
                     calibration: None,
                     quantiles: None,
+                    joint: None,
+                    sample_noise: None,
                 }
             })
             .collect())

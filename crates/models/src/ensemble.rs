@@ -308,6 +308,11 @@ impl Method for Ensemble {
                         .unzip();
                     o.noise_std = Some(noise);
                     o.predictive_std = Some(predictive);
+                    // Each member's own σ_m(x), row for row with the samples (the members
+                    // kept), for the joint predictive (spec §10).
+                    if o.samples.is_some() {
+                        o.sample_noise = Some(member_sds(&variances, &kept, mt));
+                    }
                 }
                 let resamples: Vec<&Resample> = match self.config.jackknife_plus {
                     true => out.collected(0),
@@ -347,6 +352,19 @@ fn naive_bootstrap_dof(members: &[Member<'_>]) -> f64 {
     }) as f64
 }
 
+/// The noise sd σ_m(x) of each member `r` in `kept` at the `mt` test inputs, from the
+/// members' variances `[R, mt]`.
+fn member_sds(variances: &[f32], kept: &[usize], mt: usize) -> Vec<Vec<f64>> {
+    kept.iter()
+        .map(|&r| {
+            variances[r * mt..(r + 1) * mt]
+                .iter()
+                .map(|&v| f64::from(v).sqrt())
+                .collect()
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -366,3 +384,4 @@ mod tests {
         assert_eq!(naive_bootstrap_dof(&all), 5.0);
     }
 }
+

@@ -25,7 +25,8 @@ use uqbench_metrics::classification::{
 };
 use uqbench_metrics::ranking::{referral_curve, roc_auc};
 
-use super::compute::{mean_se_per_point, mixing_flag, proportions, region_aggregate, regions};
+use super::compute::{insert_joint, mean_se_per_point, mixing_flag, proportions, region_aggregate, regions};
+use super::joint::{JointKind, JointMetrics};
 use super::names;
 use super::types::{level_name, nullable_vec, MethodSummary, PointMetric, Scalar, TestInfo};
 use uqbench_metrics::regression::quantile_sorted;
@@ -81,6 +82,9 @@ pub struct ClassRep {
     /// Whether training diverged; such repetitions are counted but left out of the metrics.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub diverged: bool,
+    /// The joint metrics per region (`env_kl_T`, spec §10), when they ran.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub joint: JointMetrics,
 }
 
 /// The binary entropy H(p) = −p log p − (1 − p) log(1 − p) in nats.
@@ -159,6 +163,7 @@ impl ClassRep {
             expected_entropy,
             scalars,
             diverged,
+            joint: JointMetrics::new(),
         })
     }
 }
@@ -246,6 +251,7 @@ pub fn summarize_classification(
             aggregate: BTreeMap::new(),
             flags: vec!["every repetition diverged".into()],
             per_repetition: BTreeMap::new(),
+            joint_kind: None,
         });
     }
     let regs = regions(test);
@@ -305,6 +311,7 @@ pub fn summarize_classification(
     } = tables;
     labelled.insert_into(&mut aggregate)?;
     insert_scalars(aggregate.entry(names::ALL.to_string()).or_default(), &used);
+    insert_joint(&mut aggregate, used.iter().map(|r| &r.joint));
     let mut flags: Vec<String> = mixing_flag(used.iter().map(|r| &r.scalars), reps.len());
     if !diverged.is_empty() {
         flags.push(format!(
@@ -320,6 +327,8 @@ pub fn summarize_classification(
         aggregate,
         flags,
         per_repetition,
+        // Every classification method returns draws (members' or passes' probabilities).
+        joint_kind: used.iter().any(|r| !r.joint.is_empty()).then_some(JointKind::Draws),
     })
 }
 

@@ -9,6 +9,7 @@ use uqbench_anchor::Region;
 use uqbench_core::Family;
 use uqbench_metrics::coverage::{self, Intervals};
 
+use super::joint::JointMetrics;
 use super::names;
 use super::types::{
     level_name, MethodSummary, PointMetric, RepResult, Scalar, SettingSummary, TestInfo, Which,
@@ -129,6 +130,7 @@ pub fn summarize_method(
             aggregate,
             flags: Vec::new(),
             per_repetition: BTreeMap::new(),
+            joint_kind: None,
         });
     }
     // Every quantity below is first computed per repetition and test input (`[r][i]`); a
@@ -202,6 +204,7 @@ pub fn summarize_method(
     points.insert(names::COVERAGE.into(), proportions(&hits, k));
     points.insert(names::RMSE.into(), rmse);
     insert_scalars(aggregate.entry(names::ALL.into()).or_default(), &ok);
+    insert_joint(&mut aggregate, ok.iter().map(|r| &r.joint));
 
     Ok(MethodSummary {
         repetitions: k,
@@ -210,6 +213,7 @@ pub fn summarize_method(
         aggregate,
         flags: Vec::new(),
         per_repetition,
+        joint_kind: ok.iter().find_map(|r| r.joint_kind),
     })
 }
 
@@ -405,6 +409,38 @@ fn insert_scalars(all: &mut BTreeMap<String, Scalar>, ok: &[&RepResult]) {
             continue;
         };
         all.insert(name.clone(), Scalar::with_se(s.mean, s.se));
+    }
+}
+
+/// The joint metrics (spec §10) per region: the mean and standard error over repetitions of
+/// each repetition's value (its Monte Carlo error is part of the spread between repetitions);
+/// each repetition's own `…_se` stays in its file.
+pub(super) fn insert_joint<'a>(
+    aggregate: &mut BTreeMap<String, BTreeMap<String, Scalar>>,
+    reps: impl Iterator<Item = &'a JointMetrics> + Clone,
+) {
+    let mut keys: Vec<(String, String)> = reps
+        .clone()
+        .flat_map(|j| {
+            j.iter().flat_map(|(region, m)| {
+                m.keys()
+                    .filter(|k| !k.ends_with("_se"))
+                    .map(move |k| (region.clone(), k.clone()))
+            })
+        })
+        .collect();
+    keys.sort();
+    keys.dedup();
+    for (region, name) in keys {
+        let v: Vec<f64> = reps
+            .clone()
+            .filter_map(|j| j.get(&region)?.get(&name).copied())
+            .filter(|v| v.is_finite())
+            .collect();
+        if let Ok(s) = coverage::mean_se(&v) {
+            let se = if v.len() > 1 { s.se } else { f64::NAN };
+            aggregate.entry(region).or_default().insert(name, Scalar::with_se(s.mean, se));
+        }
     }
 }
 

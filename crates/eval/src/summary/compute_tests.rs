@@ -25,6 +25,8 @@ fn rep(r: u64, mean: [f64; 2], std: [f64; 2]) -> RepResult {
         crps: None,
         scalars: BTreeMap::from([("train_mse".to_string(), r as f64)]),
         diverged: false,
+        joint_kind: None,
+        joint: BTreeMap::new(),
     }
 }
 
@@ -245,6 +247,7 @@ test = { kind = "grid", n = 9, low = -2, high = 2.5 }
                     train_y: y,
                     train_sigma: &problem.train_sigma,
                     anchor: None,
+                    joint: None,
                 },
             )
             .unwrap()

@@ -10,6 +10,8 @@
 //! - `classify`: the classification track's stored repetition and its metrics against the
 //!   exact P(y = 1 | x) (interval coverage and width, ECE, Brier, NLL, entropies, accuracy,
 //!   AUC, referral curves, reliability diagram), in the same summary types;
+//! - [`joint`]: the joint predictions' KL at τ inputs against the exact posterior and the
+//!   data-generating distribution (spec §10), per repetition and region;
 //! - [`names`]: the metric and region names, in one place;
 //! - `files`: summary.json, summary.csv and aggregate.csv.
 
@@ -18,6 +20,8 @@ mod compute;
 mod distance;
 mod empirical;
 mod files;
+mod grouped;
+pub mod joint;
 mod levels;
 pub mod names;
 mod types;
@@ -25,7 +29,7 @@ mod types;
 pub use classify::{
     referral_fractions, summarize_classification, test_labels, ClassRep, ECE_BINS, TEST_LABELS,
 };
-pub use compute::summarize_setting;
+pub use compute::{regions, summarize_setting};
 pub use distance::to_anchor;
 pub use types::{
     empirical, level_name, with_coverage_level, AnchorRef, NoiseSd, RepContext, RepResult, Scalar,

@@ -16,6 +16,7 @@ pub use super::distance::AnchorRef;
 pub use super::empirical::{columns_of, empirical, NoiseSd};
 pub(super) use super::levels::nullable_vec;
 pub use super::levels::{level_name, with_coverage_level, LevelBounds, PiBounds, COVERAGE_LEVEL};
+use super::joint::{JointInput, JointKind, JointMetrics};
 use super::levels::{nullable_map, nullable_opt_vec};
 
 /// The reference method's name.
@@ -98,6 +99,12 @@ pub struct RepResult {
     /// counted but left out of the metrics.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub diverged: bool,
+    /// What the method's joint predictive was made of (spec §10), when joint metrics ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub joint_kind: Option<JointKind>,
+    /// The joint metrics per region: `joint_kl_T`, `env_kl_T` and their `…_se`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub joint: JointMetrics,
 }
 
 /// Which interval.
@@ -126,6 +133,8 @@ pub struct RepContext<'a> {
     /// The exact posterior of f in this repetition, for the distances to it (W2, KL); `None`
     /// for the anchor itself and for problems without one.
     pub anchor: Option<AnchorRef<'a>>,
+    /// The joint metrics' settings, seed, regions and exact joint (`None`: none computed).
+    pub joint: Option<&'a JointInput<'a>>,
 }
 
 impl RepContext<'_> {
@@ -209,8 +218,20 @@ impl RepResult {
                 );
             }
         }
+        let (joint_kind, joint) = match (ctx.joint, out.diverged) {
+            (Some(input), false) => {
+                let noise = out.noise_std.as_deref().unwrap_or(ctx.test_sigma);
+                let (kind, metrics) =
+                    super::joint::regression(&out, noise, ctx.truth, ctx.test_sigma, input)
+                        .map_err(|e| e.context(format!("repetition {rep}: joint metrics")))?;
+                (Some(kind), metrics)
+            }
+            _ => (None, JointMetrics::new()),
+        };
         Ok(RepResult {
             repetition: rep,
+            joint_kind,
+            joint,
             calibrated_pi,
             w2_anchor,
             kl_anchor,
@@ -386,6 +407,10 @@ pub struct MethodSummary {
     /// histograms over simulations).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub per_repetition: BTreeMap<String, Vec<f64>>,
+    /// What the method's joint predictive was made of (spec §10; `marginals`: scored with the
+    /// product of its marginals), when the joint metrics ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub joint_kind: Option<JointKind>,
 }
 
 /// A method whose mean in-distribution deviation exceeds the anchor's by more than this
@@ -469,6 +494,8 @@ mod tests {
             crps: None,
             scalars: BTreeMap::new(),
             diverged: false,
+            joint_kind: None,
+            joint: BTreeMap::new(),
         }
     }
 

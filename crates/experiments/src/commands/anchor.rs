@@ -24,6 +24,10 @@ pub struct AnchorArgs {
     /// Print the full result as one JSON object instead of a summary.
     #[arg(long)]
     pub json: bool,
+    /// With --json: add `cov`, the posterior covariance of f at the test inputs (M × M; for
+    /// the Student-t posterior its scale matrix, with `dof`), for joint predictions.
+    #[arg(long, requires = "json")]
+    pub joint: bool,
 }
 
 /// Runs `uqbench anchor`.
@@ -52,7 +56,7 @@ pub fn run(args: &AnchorArgs) -> Result<()> {
             .enumerate()
             .filter_map(|(i, l)| l.as_ref().map(|l| json!({"index": i, "label": l})))
             .collect();
-        let out = json!({
+        let mut out = json!({
             "experiment": spec.name,
             "setting": setting.label(),
             "repetition": args.rep,
@@ -73,6 +77,9 @@ pub fn run(args: &AnchorArgs) -> Result<()> {
             "gamma_hat": post.gamma_hat,
             "condition": anchor.condition(),
         });
+        if args.joint {
+            out["cov"] = json!(post.cov());
+        }
         outln!("{out}");
         return Ok(());
     }

@@ -12,7 +12,10 @@ use uqbench_eval::metrics::{compute, Input, Options};
 pub struct MetricsArgs {
     /// Input JSON: {"kind": "regression", "mean": [..], "std": [..], "y": [..], "samples":
     /// [[..], ..]}, {"kind": "classification", "probs": [[..], ..], "labels": [..]} or
-    /// {"kind": "draws", "draws": [[..chain 0..], [..chain 1..], ..]} (MCMC diagnostics).
+    /// {"kind": "draws", "draws": [[..chain 0..], [..chain 1..], ..]} (MCMC diagnostics), or
+    /// {"kind": "joint", "samples" | "mean" with "cov" or "std", "sigma", "exact_mean" and
+    /// "exact_cov" and/or "truth"[, "tau", "kappa", "batches", "seed"]} (joint predictions,
+    /// docs/metrics.md).
     #[arg(long)]
     pub input: PathBuf,
     /// Bins of the classification calibration errors (equal width for ECE/RMSCE/SCE, equal
@@ -35,7 +38,8 @@ pub fn run(args: &MetricsArgs) -> Result<()> {
         format!(
             "{} is not a metrics input: expected {{\"kind\": \"regression\", \"mean\", \"std\", \"y\"[, \
              \"samples\"]}}, {{\"kind\": \"classification\", \"probs\", \"labels\"}} or \
-             {{\"kind\": \"draws\", \"draws\": [[chain 0], [chain 1], ..]}}",
+             {{\"kind\": \"draws\", \"draws\": [[chain 0], [chain 1], ..]}} or {{\"kind\": \"joint\", \
+             ..}} (docs/metrics.md)",
             args.input.display()
         )
     })?;

@@ -33,6 +33,10 @@ pub struct RunArgs {
     /// Run directory (default: runs/NAME-PROFILE).
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// The joint predictions' batch sizes τ, comma separated (e.g. 1,10,100), replacing the
+    /// spec's run.joint_tau (default 1,10); `none` turns the joint metrics off.
+    #[arg(long, value_name = "LIST")]
+    pub joint_tau: Option<String>,
     /// Continue an interrupted run in --out: finished units are kept, the rest is run.
     #[arg(long)]
     pub resume: bool,
@@ -173,10 +177,30 @@ impl RunSettings {
     }
 }
 
+/// `--joint-tau`: `none`, or batch sizes 1..=MAX_JOINT_TAU.
+fn parse_taus(list: &str) -> Result<Vec<usize>> {
+    if list.trim() == "none" {
+        return Ok(Vec::new());
+    }
+    let max = uqbench_eval::spec::MAX_JOINT_TAU;
+    list.split(',')
+        .map(|t| match t.trim().parse::<usize>() {
+            Ok(v) if (1..=max).contains(&v) => Ok(v),
+            _ => anyhow::bail!(
+                "--joint-tau {list}: `{t}` is not a batch size; valid: `none` or comma-separated \
+                 integers 1 to {max}"
+            ),
+        })
+        .collect()
+}
+
 /// The plan of `uqbench run`'s arguments (restricted to `--reps`, its spec listing the methods
 /// actually run) and the repetitions asked for, without opening a device.
 pub fn plan_of(args: &RunArgs) -> Result<(Plan, Option<std::ops::Range<u64>>)> {
-    let spec = ExperimentSpec::load_profile(&args.spec, args.profile.as_deref())?;
+    let mut spec = ExperimentSpec::load_profile(&args.spec, args.profile.as_deref())?;
+    if let (Some(list), Some(run)) = (&args.joint_tau, spec.run.as_mut()) {
+        run.joint_tau = parse_taus(list)?;
+    }
     let mut plan = Plan::new(spec, args.methods.as_deref())?;
     let reps = args
         .reps

@@ -9,7 +9,9 @@ use clap::Args;
 use serde::Deserialize;
 
 use uqbench_anchor::Problem;
-use uqbench_eval::score::{classification_rep, regression_rep, score_setting, External};
+use uqbench_eval::score::{
+    classification_rep, regression_rep, score_setting, External, JointScoring,
+};
 use uqbench_eval::spec::ExperimentSpec;
 use uqbench_eval::store::{rep_stem, setting_dir};
 use uqbench_eval::summary::{ClassRep, RepResult, Summary, ANCHOR};
@@ -22,7 +24,9 @@ pub struct ScoreArgs {
     pub spec: PathBuf,
     /// Directory with one sub-directory per setting (`f_main=2`, or `default` without a sweep)
     /// holding `rep-NNN.csv` (columns mean,std[,noise_std]) or `rep-NNN.json`
-    /// ({"mean", "std"[, "noise_std"]} or {"samples": [[..] per test input]}). For a
+    /// ({"mean", "std"[, "noise_std"]}, {"mean", "cov"[, "noise_std"]} with the covariance of
+    /// f at the test inputs, or {"samples": [[..] per test input][, "noise_std": [.. per
+    /// draw]]}: a draw is one function, the same index at every input). For a
     /// classification problem: `rep-NNN.csv` with a column `prob`, or `rep-NNN.json` with
     /// {"probs": [P(y = 1 | x) per test input]} or {"probs": [[draws] per test input]}.
     #[arg(long)]
@@ -47,12 +51,17 @@ pub struct ScoreArgs {
 enum JsonPrediction {
     Gaussian {
         mean: Vec<f64>,
-        std: Vec<f64>,
+        #[serde(default)]
+        std: Option<Vec<f64>>,
         #[serde(default)]
         noise_std: Option<Vec<f64>>,
+        #[serde(default)]
+        cov: Option<Vec<Vec<f64>>>,
     },
     Samples {
         samples: Vec<Vec<f64>>,
+        #[serde(default)]
+        noise_std: Option<Vec<f64>>,
     },
 }
 
@@ -104,7 +113,13 @@ fn read_csv(path: &Path) -> Result<Columns> {
 
 /// Reads one repetition's predictions (`rep-NNN.csv` or `rep-NNN.json`); the checks and the
 /// stored form are `uqbench_eval::score`'s.
-fn read_rep(dir: &Path, rep: u64, problem: &Problem, levels: &[f64]) -> Result<RepResult> {
+fn read_rep(
+    dir: &Path,
+    rep: u64,
+    problem: &Problem,
+    levels: &[f64],
+    joint: Option<&JointScoring>,
+) -> Result<RepResult> {
     let stem = rep_stem(rep);
     let csv = dir.join(format!("{stem}.csv"));
     let json = dir.join(format!("{stem}.json"));
@@ -119,8 +134,9 @@ fn read_rep(dir: &Path, rep: u64, problem: &Problem, levels: &[f64]) -> Result<R
             (
                 External::Gaussian {
                     mean,
-                    std,
+                    std: Some(std),
                     noise_std,
+                    cov: None,
                 },
                 csv,
             )
@@ -139,12 +155,16 @@ fn read_rep(dir: &Path, rep: u64, problem: &Problem, levels: &[f64]) -> Result<R
                     mean,
                     std,
                     noise_std,
+                    cov,
                 } => External::Gaussian {
                     mean,
                     std,
                     noise_std,
+                    cov,
                 },
-                JsonPrediction::Samples { samples } => External::Samples(samples),
+                JsonPrediction::Samples { samples, noise_std } => {
+                    External::Samples { samples, noise_std }
+                }
             };
             (prediction, json)
         }
@@ -154,7 +174,8 @@ fn read_rep(dir: &Path, rep: u64, problem: &Problem, levels: &[f64]) -> Result<R
             json.display()
         ),
     };
-    regression_rep(rep, prediction, problem, levels).with_context(|| path.display().to_string())
+    regression_rep(rep, prediction, problem, levels, joint)
+        .with_context(|| path.display().to_string())
 }
 
 /// The repetition indices present in `dir`; they must be 0..K without gaps.
@@ -209,7 +230,13 @@ enum ProbsField {
 
 /// Reads one repetition's classification predictions (`rep-NNN.json` with `probs`, or
 /// `rep-NNN.csv` with a `prob` column) into its stored form: draws as rows.
-fn read_class_rep(dir: &Path, rep: u64, problem: &Problem, levels: &[f64]) -> Result<ClassRep> {
+fn read_class_rep(
+    dir: &Path,
+    rep: u64,
+    problem: &Problem,
+    levels: &[f64],
+    joint: Option<&JointScoring>,
+) -> Result<ClassRep> {
     let stem = rep_stem(rep);
     let csv = dir.join(format!("{stem}.csv"));
     let json = dir.join(format!("{stem}.json"));
@@ -269,12 +296,15 @@ fn read_class_rep(dir: &Path, rep: u64, problem: &Problem, levels: &[f64]) -> Re
             json.display()
         ),
     };
-    classification_rep(rep, per_input, problem, levels).with_context(|| path.display().to_string())
+    classification_rep(rep, per_input, problem, levels, joint)
+        .with_context(|| path.display().to_string())
 }
 
 /// Runs `uqbench score`.
 pub fn run(args: &ScoreArgs) -> Result<()> {
     let spec = ExperimentSpec::load(&args.spec)?;
+    // The joint metrics with the spec's settings (run.joint_*), seeded as its run would be.
+    let joint = JointScoring::of(&spec);
     if args.method == ANCHOR {
         bail!("--method {ANCHOR}: that name is the anchor's; choose another");
     }
@@ -304,10 +334,11 @@ pub fn run(args: &ScoreArgs) -> Result<()> {
             .iter()
             .map(|&r| match track {
                 Track::Regression => {
-                    read_rep(&dir, r, &problem, &args.levels).map(Stored::Regression)
+                    read_rep(&dir, r, &problem, &args.levels, joint.as_ref()).map(Stored::Regression)
                 }
                 Track::Classification => {
-                    read_class_rep(&dir, r, &problem, &args.levels).map(Stored::Classification)
+                    read_class_rep(&dir, r, &problem, &args.levels, joint.as_ref())
+                        .map(Stored::Classification)
                 }
             })
             .collect::<Result<Vec<_>>>()?;

@@ -20,6 +20,9 @@ mod classification;
 mod coverage;
 mod distance;
 mod heatmaps;
+mod joint;
+
+pub(crate) use joint::taus as joint_taus;
 
 use uqbench_eval::store::setting_dir;
 use uqbench_eval::summary::{SettingSummary, Summary};
@@ -209,6 +212,7 @@ const SETTING_FIGURES: &[(&str, SettingFigure)] = &[
     ("coverage_along", coverage::along),
     ("coverage_histograms", coverage::histograms),
     ("distance_along", distance::along),
+    ("joint", joint::against_tau),
     ("classification", classification::draw_setting),
 ];
 

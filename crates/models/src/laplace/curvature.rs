@@ -175,13 +175,18 @@ impl Posterior {
         Ok(Posterior::Full(l))
     }
 
-    /// The linearised predictive variance Jᵀ Σ J at every row of `jac`.
-    pub fn variances(&self, jac: &[Vec<f64>]) -> Vec<f64> {
+    /// The linearised joint of f at the rows of `jac`: a factor F (`[m, p]`, row-major) with
+    /// Cov f = J Σ Jᵀ = F Fᵀ, F's row i = (L⁻¹ J_i)ᵀ (Σ = (L Lᵀ)⁻¹), or J_i / √h for the
+    /// diagonal precision h; its rows' squared norms are the linearised variances Jᵀ Σ J.
+    pub fn factor(&self, jac: &[Vec<f64>]) -> (Vec<f64>, usize) {
         match self {
-            Posterior::Diag(d) => jac
-                .iter()
-                .map(|j| j.iter().zip(d).map(|(v, h)| v * v / h).sum())
-                .collect(),
+            Posterior::Diag(d) => {
+                let f = jac
+                    .iter()
+                    .flat_map(|j| j.iter().zip(d).map(|(v, h)| v / h.sqrt()))
+                    .collect();
+                (f, d.len())
+            }
             Posterior::Full(l) => {
                 let (m, p) = (jac.len(), l.nrows());
                 let mut rhs = DMatrix::<f64>::zeros(p, m);
@@ -193,7 +198,9 @@ impl Posterior {
                 let v = l
                     .solve_lower_triangular(&rhs)
                     .expect("a Cholesky factor has a nonzero diagonal");
-                (0..m).map(|i| v.column(i).norm_squared()).collect()
+                // v = L⁻¹ Jᵀ is p × m, column-major: its storage, column after column, is F
+                // row-major.
+                (v.iter().copied().collect(), p)
             }
         }
     }
@@ -269,9 +276,10 @@ mod tests {
         let full = ggn(&jac, &[0.5; 3]);
         let test = vec![vec![(vec![0.5, 0.5], vec![1.0])]];
         let kv = kron_variances(&layers, 0.1, &test).unwrap();
-        let fv = Posterior::new(&full, 0.1, false)
+        let (f, rank) = Posterior::new(&full, 0.1, false)
             .unwrap()
-            .variances(&[vec![0.5, 0.5, 1.0]]);
+            .factor(&[vec![0.5, 0.5, 1.0]]);
+        let fv: Vec<f64> = f.chunks(rank).map(|r| r.iter().map(|v| v * v).sum()).collect();
         assert!((kv[0] / fv[0] - 1.0).abs() < 1e-10, "{kv:?} vs {fv:?}");
         let mut a = kron_spectrum(&layers);
         let mut b = spectrum(&full, false);

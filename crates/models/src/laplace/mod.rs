@@ -34,7 +34,9 @@ enum Fitted {
     Dense(Posterior),
     Kron(Vec<KronLayer>, f64),
 }
-use uqbench_core::{Compute, Family, Likelihood, Method, MethodError, Prediction, Task, Tau};
+use uqbench_core::{
+    Compute, FactorJoint, Likelihood, Method, MethodError, Prediction, Task, Tau,
+};
 
 /// The noise sd at the training and at the test inputs.
 type Sigmas = (Vec<f64>, Vec<f64>);
@@ -307,22 +309,26 @@ fn build_ggn(
 }
 
 /// The MAP's output and the linearised predictive variance at every test input.
+/// The linearised predictive of f at the test inputs: mean, variances and, for a dense or
+/// diagonal posterior, the joint's factor (spec §10; the Kronecker posterior gives marginals).
 fn linearised(
     posterior: &Fitted,
     net: &TrainedNet,
     x_test: &[Vec<f64>],
     subset: Subset,
-) -> Result<(Vec<f64>, Vec<f64>), MethodError> {
+) -> Result<(Vec<f64>, Vec<f64>, Option<FactorJoint>), MethodError> {
     Ok(match posterior {
         Fitted::Dense(p) => {
             let (mean, jac): (Vec<f64>, Vec<Vec<f64>>) =
                 x_test.iter().map(|xi| net.jacobian(xi, subset)).unzip();
-            (mean, p.variances(&jac))
+            let (factor, rank) = p.factor(&jac);
+            let var = factor.chunks(rank.max(1)).map(|r| r.iter().map(|v| v * v).sum()).collect();
+            (mean, var, Some(FactorJoint { factor, rank }))
         }
         Fitted::Kron(layers, d) => {
             let (mean, factors): (Vec<f64>, Vec<_>) =
                 x_test.iter().map(|xi| net.factors(xi, subset)).unzip();
-            (mean, curvature::kron_variances(layers, *d, &factors)?)
+            (mean, curvature::kron_variances(layers, *d, &factors)?, None)
         }
     })
 }
@@ -439,7 +445,7 @@ impl Laplace {
             };
             break (fitted, lml);
         };
-        let (mean, variances) = linearised(&posterior, &net, x_test, subset)?;
+        let (mean, variances, joint) = linearised(&posterior, &net, x_test, subset)?;
         let std: Vec<f64> = variances.iter().map(|v| v.sqrt()).collect();
         // Labels: the linearised logits' draws, which the classification track averages
         // through the logistic (MC over the GLM predictive, laplace-torch's `link_approx="mc"`).
@@ -456,13 +462,10 @@ impl Laplace {
                 .collect()
         });
         let mut pred = Prediction {
-            mean,
-            std,
             noise_std: (!bernoulli).then_some(s_test),
-            family: Family::Normal,
-            samples,
             train_mean: Some(fit(&net)),
-            ..Prediction::default()
+            joint: joint.filter(|_| !bernoulli),
+            ..Prediction::normal(mean, std, samples)
         };
         pred.scalars.insert("prior_precision".into(), delta);
         pred.scalars

@@ -320,6 +320,8 @@ impl Hmc {
             diverged,
             calibration: None,
             quantiles: None,
+            joint: None,
+            sample_noise: None,
         }
     }
 
