@@ -123,3 +123,28 @@ def test_the_anchors_own_joint_scores_zero(root):
     assert rows.value.abs().max() < 1e-6, rows
     blr = agg[(agg.method == "BLR") & (agg.metric == "joint_kl_10")]
     assert (blr.value == 0).all()
+
+
+def test_the_classification_enumeration_matches_numpy():
+    # 2^τ label vectors enumerated by numpy, under dyadic sampling's law enumerated too.
+    truth = np.array([0.2, 0.7, 0.55])
+    probs = np.array([[0.3, 0.1, 0.25], [0.6, 0.8, 0.9], [0.5, 0.4, 0.7]])  # M × S draws
+    m, tau = 3, 4
+    out = metrics.joint_classification(probs, truth, tau=[1, tau], batches=4000, seed=3)
+
+    def kl(x):
+        total = 0.0
+        for labels in itertools.product([0, 1], repeat=len(x)):
+            lab = np.array(labels)
+            p = np.prod(np.where(lab == 1, truth[x], 1 - truth[x]))
+            q = np.mean(np.prod(np.where(lab[:, None] == 1, probs[x], 1 - probs[x]), axis=0))
+            total += p * np.log(p / q)
+        return total
+
+    assert out["env_kl_1"] == pytest.approx(np.mean([kl([i]) for i in range(m)]), rel=1e-10)
+    want = 0.0
+    for u, v in itertools.product(range(m), repeat=2):
+        for pattern in itertools.product([u, v], repeat=tau):
+            want += kl(list(pattern)) / (m * m * 2**tau)
+    got, se = out[f"env_kl_{tau}"], out[f"env_kl_{tau}_se"]
+    assert se > 0 and abs(got - want) < Z * se, (got, want, se)

@@ -18,7 +18,7 @@ import numpy as np
 
 from ._uqbench import metrics as _metrics
 
-__all__ = ["regression", "classification", "draws", "information", "joint"]
+__all__ = ["regression", "classification", "draws", "information", "joint", "joint_classification"]
 
 _LEVELS = (0.95, 0.9, 0.8, 0.7)
 
@@ -161,3 +161,27 @@ def joint(
     if exact_dof is not None:
         payload["exact_dof"] = float(exact_dof)
     return _run(payload)
+
+
+def joint_classification(
+    probs: Any,
+    truth: Any,
+    tau: Sequence[int] = (1, 10),
+    kappa: int = 2,
+    batches: int = 1000,
+    seed: int = 0,
+) -> Dict[str, Any]:
+    """Joint-prediction KL of labels (spec §10): ``probs`` (M × S draws of P(y = 1 | x), one
+    function per column) against the true ``truth`` (M). Returns ``env_kl_T`` and ``…_se``:
+    exact by enumerating each batch's label counts where the budget allows."""
+    return _run(
+        {
+            "kind": "joint_classification",
+            "probs": _checked("probs", probs, 2),
+            "truth": _checked("truth", truth, 1),
+            "tau": [int(t) for t in tau],
+            "kappa": int(kappa),
+            "batches": int(batches),
+            "seed": int(seed),
+        }
+    )

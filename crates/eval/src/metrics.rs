@@ -76,6 +76,69 @@ pub enum Input {
     /// A joint predictive of f at M points against an exact joint or the data-generating
     /// distribution (spec §10): `joint_kl_T` and `env_kl_T`.
     Joint(Box<JointSpec>),
+    /// Draws of P(y = 1 | x) at M points against the true probabilities: `env_kl_T` of the
+    /// labels (spec §10).
+    JointClassification {
+        /// Draws per point, `[M][S]`.
+        probs: Vec<Vec<f64>>,
+        /// The true P(y = 1 | x) per point.
+        truth: Vec<f64>,
+        /// Batch sizes τ.
+        #[serde(default = "default_tau")]
+        tau: Vec<usize>,
+        /// Dyadic sampling's anchors κ.
+        #[serde(default = "default_kappa")]
+        kappa: usize,
+        /// Batches per τ.
+        #[serde(default = "default_batches")]
+        batches: usize,
+        /// Seed of the batches.
+        #[serde(default)]
+        seed: u64,
+    },
+}
+
+/// `env_kl_T` of label draws (`probs` `[M][S]`) against the true probabilities.
+fn joint_classification(
+    probs: &[Vec<f64>],
+    truth: &[f64],
+    settings: JointSettings,
+    seed: u64,
+    out: &mut Map<String, Value>,
+) -> Result<()> {
+    let m = truth.len();
+    let s = probs.first().map_or(0, Vec::len);
+    if m == 0 || probs.len() != m || s == 0 || probs.iter().any(|p| p.len() != s) {
+        bail!("probs: {} rows; valid: {m} rows (one per point, as truth) of equally many draws", probs.len());
+    }
+    if let Some(p) = probs.iter().flatten().chain(truth).find(|p| !(0.0..=1.0).contains(*p)) {
+        bail!("a probability {p}; valid: a number in [0, 1]");
+    }
+    if let Some(&t) = settings.tau.iter().find(|&&t| !(1..=crate::spec::MAX_JOINT_TAU).contains(&t)) {
+        bail!("tau contains {t}; valid: 1 to {}", crate::spec::MAX_JOINT_TAU);
+    }
+    if settings.kappa == 0 || settings.batches == 0 {
+        bail!("kappa = {}, batches = {}; valid: both at least 1", settings.kappa, settings.batches);
+    }
+    let draws: Vec<Vec<f64>> = (0..s).map(|k| probs.iter().map(|p| p[k]).collect()).collect();
+    let regions = vec![("all", (0..m).collect::<Vec<_>>())];
+    let input = JointInput {
+        settings: &settings,
+        seed: SeedPath {
+            base: seed,
+            experiment: "metrics",
+            setting: "",
+            repetition: 0,
+            member: 0,
+            purpose: JOINT_DRAWS,
+        },
+        regions: &regions,
+        exact: None,
+    };
+    for (name, v) in &joint::classification(&draws, truth, &input)?["all"] {
+        out.insert(name.clone(), json!(v));
+    }
+    Ok(())
 }
 
 /// `{"kind": "joint", …}`: the method's joint (draws `samples` `[M][S]` with an optional
@@ -283,6 +346,17 @@ pub fn compute(input: &Input, args: &Options) -> Result<Map<String, Value>> {
     match input {
         Input::Draws { draws } => draws_metrics(draws, &mut out)?,
         Input::Joint(j) => joint_metrics(j, &mut out)?,
+        Input::JointClassification {
+            probs,
+            truth,
+            tau,
+            kappa,
+            batches,
+            seed,
+        } => {
+            let settings = JointSettings { tau: tau.clone(), kappa: *kappa, batches: *batches };
+            joint_classification(probs, truth, settings, *seed, &mut out)?
+        }
         Input::Regression {
             mean,
             std,
