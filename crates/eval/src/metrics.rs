@@ -114,12 +114,7 @@ fn joint_classification(
     if let Some(p) = probs.iter().flatten().chain(truth).find(|p| !(0.0..=1.0).contains(*p)) {
         bail!("a probability {p}; valid: a number in [0, 1]");
     }
-    if let Some(&t) = settings.tau.iter().find(|&&t| !(1..=crate::spec::MAX_JOINT_TAU).contains(&t)) {
-        bail!("tau contains {t}; valid: 1 to {}", crate::spec::MAX_JOINT_TAU);
-    }
-    if settings.kappa == 0 || settings.batches == 0 {
-        bail!("kappa = {}, batches = {}; valid: both at least 1", settings.kappa, settings.batches);
-    }
+    settings.check("")?;
     let draws: Vec<Vec<f64>> = (0..s).map(|k| probs.iter().map(|p| p[k]).collect()).collect();
     let regions = vec![("all", (0..m).collect::<Vec<_>>())];
     let input = JointInput {
@@ -226,12 +221,12 @@ fn joint_metrics(j: &JointSpec, out: &mut Map<String, Value>) -> Result<()> {
     len("std", &j.std)?;
     len("exact_mean", &j.exact_mean)?;
     len("truth", &j.truth)?;
-    if let Some(&t) = j.tau.iter().find(|&&t| !(1..=crate::spec::MAX_JOINT_TAU).contains(&t)) {
-        bail!("tau contains {t}; valid: 1 to {}", crate::spec::MAX_JOINT_TAU);
-    }
-    if j.kappa == 0 || j.batches == 0 {
-        bail!("kappa = {}, batches = {}; valid: both at least 1", j.kappa, j.batches);
-    }
+    let settings = JointSettings {
+        tau: j.tau.clone(),
+        kappa: j.kappa,
+        batches: j.batches,
+    };
+    settings.check("")?;
     let mut pred = Prediction::default();
     match (&j.samples, &j.mean) {
         (Some(cols), None) => {
@@ -275,7 +270,6 @@ fn joint_metrics(j: &JointSpec, out: &mut Map<String, Value>) -> Result<()> {
     if exact_factor.is_none() && j.truth.is_none() {
         bail!("nothing to compare with: give exact_mean and exact_cov, or truth, or both");
     }
-    let settings = JointSettings { tau: j.tau.clone(), kappa: j.kappa, batches: j.batches };
     let regions = vec![("all", (0..m).collect::<Vec<_>>())];
     let exact = match (&j.exact_mean, &exact_factor) {
         (Some(mean), Some(f)) => Some(Exact {

@@ -118,6 +118,29 @@ pub struct JointScoring {
 }
 
 impl JointScoring {
+    /// The joint metrics' input for repetition `rep` of `problem`, seeded as its run would be.
+    fn input<'a>(
+        &'a self,
+        rep: u64,
+        label: &'a str,
+        regions: &'a [(&'static str, Vec<usize>)],
+        exact: Option<Exact<'a>>,
+    ) -> JointInput<'a> {
+        JointInput {
+            settings: &self.settings,
+            seed: SeedPath {
+                base: self.base,
+                experiment: &self.experiment,
+                setting: label,
+                repetition: rep,
+                member: 0,
+                purpose: JOINT_DRAWS,
+            },
+            regions,
+            exact,
+        }
+    }
+
     /// The spec's joint settings (its `[run]`'s, else the defaults).
     pub fn of(spec: &ExperimentSpec) -> Option<JointScoring> {
         let settings = spec.joint_settings()?;
@@ -213,19 +236,7 @@ pub fn regression_rep(
         .and_then(|a| a.posterior(&train_y).ok());
     let regions = summary::regions(&TestInfo::of(problem));
     let label = problem.setting.label();
-    let joint_input = joint.map(|j| JointInput {
-        settings: &j.settings,
-        seed: SeedPath {
-            base: j.base,
-            experiment: &j.experiment,
-            setting: &label,
-            repetition: rep,
-            member: 0,
-            purpose: JOINT_DRAWS,
-        },
-        regions: &regions,
-        exact: posterior.as_ref().map(Exact::of),
-    });
+    let joint_input = joint.map(|j| j.input(rep, &label, &regions, posterior.as_ref().map(Exact::of)));
     let ctx = RepContext {
         anchor: posterior.as_ref().map(|p| summary::AnchorRef {
             mean: &p.mean,
@@ -280,19 +291,7 @@ pub fn classification_rep(
     if let Some(j) = joint {
         let regions = summary::regions(&TestInfo::of(problem));
         let label = problem.setting.label();
-        let input = JointInput {
-            settings: &j.settings,
-            seed: SeedPath {
-                base: j.base,
-                experiment: &j.experiment,
-                setting: &label,
-                repetition: rep,
-                member: 0,
-                purpose: JOINT_DRAWS,
-            },
-            regions: &regions,
-            exact: None,
-        };
+        let input = j.input(rep, &label, &regions, None);
         out.joint = summary::joint::classification(&draws, &problem.test.truth, &input)?;
     }
     Ok(out)

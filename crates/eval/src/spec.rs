@@ -262,8 +262,7 @@ impl NoiseSource {
     }
 }
 
-/// The largest τ of `run.joint_tau`: a batch's covariance is factorised per batch (O(τ³)).
-pub const MAX_JOINT_TAU: usize = 1000;
+pub use crate::summary::joint::MAX_JOINT_TAU;
 
 fn default_levels() -> Vec<f64> {
     vec![0.95, 0.9, 0.8, 0.7]
@@ -429,15 +428,8 @@ impl ExperimentSpec {
                     );
                 }
             }
-            if let Some(&t) = run.joint_tau.iter().find(|&&t| !(1..=MAX_JOINT_TAU).contains(&t)) {
-                bail!("run.joint_tau contains {t}: a batch holds 1 to {MAX_JOINT_TAU} test inputs");
-            }
-            if run.joint_kappa == 0 || run.joint_batches == 0 {
-                bail!(
-                    "run.joint_kappa = {}, run.joint_batches = {}: both must be at least 1",
-                    run.joint_kappa,
-                    run.joint_batches
-                );
+            if let Some(joint) = run.joint() {
+                joint.check("run.joint_")?;
             }
             if run.band_repetition >= run.repetitions {
                 bail!(

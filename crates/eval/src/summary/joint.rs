@@ -42,6 +42,28 @@ pub struct JointSettings {
     pub batches: usize,
 }
 
+impl JointSettings {
+    /// An error naming the setting (`prefix` + `tau`, `kappa`, `batches`: `run.joint_` in a
+    /// spec, empty in a metrics input) when τ is outside 1..=[`MAX_JOINT_TAU`] or κ or the
+    /// batches are 0.
+    pub fn check(&self, prefix: &str) -> Result<()> {
+        if let Some(&t) = self.tau.iter().find(|&&t| !(1..=MAX_JOINT_TAU).contains(&t)) {
+            bail!("{prefix}tau contains {t}: a batch holds 1 to {MAX_JOINT_TAU} test inputs");
+        }
+        if self.kappa == 0 || self.batches == 0 {
+            bail!(
+                "{prefix}kappa = {}, {prefix}batches = {}: both must be at least 1",
+                self.kappa,
+                self.batches
+            );
+        }
+        Ok(())
+    }
+}
+
+/// The largest τ: a batch's joint is factorised per batch.
+pub const MAX_JOINT_TAU: usize = 1000;
+
 impl Default for JointSettings {
     fn default() -> Self {
         JointSettings {
@@ -100,6 +122,19 @@ pub struct JointInput<'a> {
     pub regions: &'a [(&'static str, Vec<usize>)],
     /// The exact posterior, where the problem has one.
     pub exact: Option<Exact<'a>>,
+}
+
+impl JointInput<'_> {
+    /// The random stream of region `r`'s batches at τ: its own seed path, so that adding a
+    /// region or a τ changes no other's draws.
+    fn rng(&self, r: usize, tau: usize) -> Rng {
+        SeedPath {
+            member: (r * 1_000_000 + tau) as u64,
+            purpose: JOINT_DRAWS,
+            ..self.seed.clone()
+        }
+        .rng()
+    }
 }
 
 /// One repetition's joint metrics: per region, `joint_kl_T`, `env_kl_T` and their `…_se`.
@@ -275,87 +310,31 @@ impl<'a> MethodJoint<'a> {
         }
     }
 
-    fn at(&self, x: &[usize]) -> Joint {
+    /// Its Student-t marginals at the τ inputs `x` as a product (the one joint that is not
+    /// elliptical, so it is evaluated at y in full).
+    fn t_marginals(&self, x: &[usize], dof: f64) -> Joint {
         let out = self.out;
-        match self.kind {
-            JointKind::Gaussian => {
-                let j = out.joint.as_ref().expect("kind Gaussian");
-                let (mean, factor) = (pick(&out.mean, x), pick_rows(&j.factor, j.rank, x));
-                let noise_var = squares(pick(self.noise_sd, x));
-                match out.family {
-                    Family::StudentT { dof } => Joint::StudentT {
-                        mean,
-                        factor,
-                        rank: j.rank,
-                        noise_var,
-                        dof,
+        Joint::Independent(
+            x.iter()
+                .map(|&i| Marginal {
+                    mean: out.mean[i],
+                    scale: match &out.predictive_std {
+                        Some(p) => p[i],
+                        None => out.std[i].hypot(self.noise_sd[i]),
                     },
-                    _ => Joint::Gaussian {
-                        mean,
-                        factor,
-                        rank: j.rank,
-                        noise_var,
-                    },
-                }
-            }
-            JointKind::Draws => {
-                let rows = out.samples.as_ref().expect("kind Draws");
-                let draws = rows.iter().flat_map(|r| pick(r, x)).collect();
-                let sd = Self::sds(out, self.noise_sd, x);
-                Joint::Mixture {
-                    draws,
-                    sd,
-                    tau: x.len(),
-                }
-            }
-            JointKind::Marginals => {
-                let dof = match out.family {
-                    Family::StudentT { dof } => Some(dof),
-                    _ => None,
-                };
-                let marginals: Vec<Marginal> = x
-                    .iter()
-                    .map(|&i| {
-                        let scale = match &out.predictive_std {
-                            Some(p) => p[i],
-                            None => out.std[i].hypot(self.noise_sd[i]),
-                        };
-                        Marginal {
-                            mean: out.mean[i],
-                            scale,
-                            dof,
-                        }
-                    })
-                    .collect();
-                match dof {
-                    // Normal marginals: a diagonal Gaussian, for the closed form.
-                    None => Joint::Gaussian {
-                        mean: marginals.iter().map(|m| m.mean).collect(),
-                        factor: Vec::new(),
-                        rank: 0,
-                        noise_var: marginals.iter().map(|m| m.scale * m.scale).collect(),
-                    },
-                    Some(_) => Joint::Independent(marginals),
-                }
-            }
-        }
+                    dof: Some(dof),
+                })
+                .collect(),
+        )
     }
 }
 
-/// The standard normals and (for a t reference) χ² draws of one batch: `draws` samples of y.
-fn noise(rng: &mut Rng, tau: usize, draws: usize, dof: Option<f64>) -> (Vec<f64>, Vec<f64>) {
-    let z = (0..tau * draws).map(|_| rng.normal()).collect();
-    // χ²_ν as a sum of ν squared normals (ν = N − p, an integer for the anchor).
+/// One draw of y's standard normals (τ) and, for a t reference, its χ²_ν (as a sum of ν
+/// squared normals: ν = N − p, an integer for the anchor).
+fn noise(rng: &mut Rng, tau: usize, dof: Option<f64>) -> (Vec<f64>, Vec<f64>) {
+    let z = (0..tau).map(|_| rng.normal()).collect();
     let chi2 = dof
-        .map(|nu| {
-            (0..draws)
-                .map(|_| {
-                    (0..nu.round().max(1.0) as usize)
-                        .map(|_| rng.normal().powi(2))
-                        .sum()
-                })
-                .collect()
-        })
+        .map(|nu| vec![(0..nu.round().max(1.0) as usize).map(|_| rng.normal().powi(2)).sum()])
         .unwrap_or_default();
     (z, chi2)
 }
@@ -457,9 +436,12 @@ fn region_kl(
             }
             // Student-t marginals only: their product is not elliptical; y in full.
             (_, None) => {
+                let Family::StudentT { dof: nu } = method.out.family else {
+                    unreachable!("parts are None only for draws and t marginals")
+                };
                 let (p, dof) = source.at(x);
-                let (z, chi2) = noise(rng, x.len(), 1, dof);
-                kl(&p, &method.at(x), &z, &chi2)?.value
+                let (z, chi2) = noise(rng, x.len(), dof);
+                kl(&p, &method.t_marginals(x, nu), &z, &chi2)?.value
             }
         };
         values.push(value);
@@ -493,12 +475,7 @@ pub fn regression(
     for (r, (region, idx)) in input.regions.iter().enumerate() {
         let entry = metrics.entry((*region).to_string()).or_default();
         for &tau in &input.settings.tau {
-            let mut rng = SeedPath {
-                member: (r * 1_000_000 + tau) as u64,
-                purpose: JOINT_DRAWS,
-                ..input.seed.clone()
-            }
-            .rng();
+            let mut rng = input.rng(r, tau);
             let b = batches(idx, tau, input.settings, &mut rng);
             let per_input = (tau == 1).then(|| (input.settings.batches / idx.len()).max(1));
             let mut put = |prefix: &str, e: Estimate| {
@@ -529,12 +506,7 @@ pub fn classification(
     for (r, (region, idx)) in input.regions.iter().enumerate() {
         let entry = metrics.entry((*region).to_string()).or_default();
         for &tau in &input.settings.tau {
-            let mut rng = SeedPath {
-                member: (r * 1_000_000 + tau) as u64,
-                purpose: JOINT_DRAWS,
-                ..input.seed.clone()
-            }
-            .rng();
+            let mut rng = input.rng(r, tau);
             // τ = 1: every input once (exact); else dyadic batches.
             let b = match tau {
                 1 => idx.iter().map(|&i| vec![i]).collect(),
