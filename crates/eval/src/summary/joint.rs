@@ -503,6 +503,8 @@ pub fn classification(
     input: &JointInput<'_>,
 ) -> Result<JointMetrics> {
     let mut metrics = JointMetrics::new();
+    let m = truth.len();
+    let q: Vec<f64> = draws.iter().flat_map(|d| d.iter().copied()).collect();
     for (r, (region, idx)) in input.regions.iter().enumerate() {
         let entry = metrics.entry((*region).to_string()).or_default();
         for &tau in &input.settings.tau {
@@ -512,8 +514,6 @@ pub fn classification(
                 1 => idx.iter().map(|&i| vec![i]).collect(),
                 _ => batches(idx, tau, input.settings, &mut rng),
             };
-            let m = truth.len();
-            let q: Vec<f64> = draws.iter().flat_map(|d| d.iter().copied()).collect();
             let values: Vec<f64> = b
                 .iter()
                 .map(|x| grouped::kl_bernoulli(&Groups::of(x), truth, &q, m, &mut rng))
