@@ -117,10 +117,15 @@ fn scoring_the_anchor_reproduces_the_anchor_exactly() {
     }
     // Joint predictions: the anchor's marginals are its joint at τ = 1 (KL 0 up to the JSON
     // export's rounding) and lose the correlations at τ = 10; the anchor's own joint is 0.
-    let kl = |m: &serde_json::Value, name: &str| m["aggregate"]["all"][name]["value"].as_f64().unwrap();
+    let kl =
+        |m: &serde_json::Value, name: &str| m["aggregate"]["all"][name]["value"].as_f64().unwrap();
     assert_eq!(ext["joint_kind"], "marginals");
     assert_eq!(blr["joint_kind"], "gaussian");
-    assert!(kl(ext, "joint_kl_1").abs() < 1e-9, "{}", kl(ext, "joint_kl_1"));
+    assert!(
+        kl(ext, "joint_kl_1").abs() < 1e-9,
+        "{}",
+        kl(ext, "joint_kl_1")
+    );
     // (E1: few features against σ = 0.75, so the correlations carry about 0.06 nats.)
     assert!(kl(ext, "joint_kl_10") > 1e-3, "{}", kl(ext, "joint_kl_10"));
     assert_eq!(kl(blr, "joint_kl_10"), 0.0);

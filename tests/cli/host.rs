@@ -38,9 +38,12 @@ fn host_loops_and_tensors_agree_in_distribution_over_a_run() {
         let o = run_quick(&out, &["--methods", "BD,CD,VD", "--host-loops", loops]);
         assert!(o.status.success(), "{loops}: {}", stderr(&o));
         let meta: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(out.join("run.json")).unwrap())
-                .unwrap();
-        assert_eq!(meta["host_loops"], serde_json::json!(loops == "on"), "run.json: {meta}");
+            serde_json::from_str(&std::fs::read_to_string(out.join("run.json")).unwrap()).unwrap();
+        assert_eq!(
+            meta["host_loops"],
+            serde_json::json!(loops == "on"),
+            "run.json: {meta}"
+        );
         out
     };
     let (host, tensors) = (aggregates(&run("on")), aggregates(&run("off")));
@@ -49,7 +52,9 @@ fn host_loops_and_tensors_agree_in_distribution_over_a_run() {
         if key.1 == "BLR" {
             continue;
         }
-        let &(b, sb) = tensors.get(key).unwrap_or_else(|| panic!("{key:?} only on the host"));
+        let &(b, sb) = tensors
+            .get(key)
+            .unwrap_or_else(|| panic!("{key:?} only on the host"));
         let se = (sa * sa + sb * sb).sqrt();
         if se > 0.0 && se.is_finite() {
             zs.push(((a - b) / se, key.clone()));
@@ -58,9 +63,15 @@ fn host_loops_and_tensors_agree_in_distribution_over_a_run() {
     let k = zs.len();
     assert!(k >= 300, "only {k} aggregates compared");
     let bound = 4.6;
-    let (worst, key) = zs
-        .iter()
-        .map(|(z, key)| (z.abs(), key))
-        .fold((0.0, None), |acc, (z, key)| if z > acc.0 { (z, Some(key)) } else { acc });
-    assert!(worst < bound, "|z| = {worst:.2} at {key:?} over {k} aggregates (bound {bound})");
+    let (worst, key) =
+        zs.iter()
+            .map(|(z, key)| (z.abs(), key))
+            .fold(
+                (0.0, None),
+                |acc, (z, key)| if z > acc.0 { (z, Some(key)) } else { acc },
+            );
+    assert!(
+        worst < bound,
+        "|z| = {worst:.2} at {key:?} over {k} aggregates (bound {bound})"
+    );
 }

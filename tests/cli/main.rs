@@ -2,6 +2,7 @@
 //!
 //! One binary, split by command: `util` holds what the tests share.
 
+mod agents;
 mod anchor;
 mod backends;
 mod bad_specs;

@@ -28,7 +28,7 @@ pub mod surrogate;
 pub mod task_data;
 pub mod tcc;
 
-pub use blr::{Blr, ANCHOR};
+pub use blr::{Blr, GaussianBlr, ANCHOR};
 pub use design::{Bound, Design, DesignSpec, Inputs, MixtureComponent, Region};
 pub use error::AnchorError;
 pub use expr::{Expr, Num};

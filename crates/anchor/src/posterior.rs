@@ -99,7 +99,11 @@ impl Posterior {
         let p = self.factor.len() / m.max(1);
         let row = |i: usize| &self.factor[i * p..(i + 1) * p];
         (0..m)
-            .map(|i| (0..m).map(|j| row(i).iter().zip(row(j)).map(|(a, b)| a * b).sum()).collect())
+            .map(|i| {
+                (0..m)
+                    .map(|j| row(i).iter().zip(row(j)).map(|(a, b)| a * b).sum())
+                    .collect()
+            })
             .collect()
     }
 
@@ -197,6 +201,61 @@ impl Anchor {
         name: &str,
         setting: &str,
     ) -> Result<Anchor, AnchorError> {
+        Anchor::fit_features(
+            p,
+            train_g,
+            train_sigma,
+            (test_g, test_sigma),
+            sigma_known,
+            None,
+            (name, setting),
+        )
+    }
+
+    /// The Bayesian linear regression posterior under the Gaussian prior γ_j ∼ N(0, σ_p²) on
+    /// every feature that varies over the training inputs, the flat prior on the constant ones
+    /// (the intercept), and σ known: what a network linear in the features with its biases
+    /// unregularised and its weights pulled by the L2 factor σ²/(N·σ_p²) targets (ensemble+,
+    /// SG-MCMC with that prior). The prior enters the same QR as p more rows of the design,
+    /// √(1/σ_p²)·e_jᵀ with target 0, so nothing forms an inverse either.
+    #[allow(clippy::too_many_arguments)]
+    pub fn with_gaussian_prior(
+        p: usize,
+        train_g: &[f64],
+        train_sigma: &[f64],
+        test_g: &[f64],
+        test_sigma: &[f64],
+        prior_sd: f64,
+        name: &str,
+        setting: &str,
+    ) -> Result<Anchor, AnchorError> {
+        if !(prior_sd.is_finite() && prior_sd > 0.0) {
+            return Err(AnchorError::invalid(
+                format!("problem `{name}`: prior_sd"),
+                prior_sd,
+                "a positive number",
+            ));
+        }
+        Anchor::fit_features(
+            p,
+            train_g,
+            train_sigma,
+            (test_g, test_sigma),
+            true,
+            Some(prior_sd),
+            (name, setting),
+        )
+    }
+
+    fn fit_features(
+        p: usize,
+        train_g: &[f64],
+        train_sigma: &[f64],
+        (test_g, test_sigma): (&[f64], &[f64]),
+        sigma_known: bool,
+        prior_sd: Option<f64>,
+        (name, setting): (&str, &str),
+    ) -> Result<Anchor, AnchorError> {
         let n = train_g.len() / p.max(1);
         if train_sigma.len() != n {
             return Err(AnchorError::Shape {
@@ -246,8 +305,13 @@ impl Anchor {
             ));
         }
 
+        let phi = match prior_sd {
+            None => phi,
+            Some(sd) => with_prior_rows(phi, train_g, &col_scale, sd),
+        };
         let qr = phi.qr();
-        let q = qr.q();
+        // With prior rows, only Q's first N rows meet the data (the prior's targets are 0).
+        let q = qr.q().rows(0, n).into_owned();
         let r = qr.r();
         let singular = r.clone().svd(false, false).singular_values;
         let smax = singular.max();
@@ -372,6 +436,27 @@ impl Anchor {
             fitted,
         })
     }
+}
+
+/// The scaled design with the Gaussian prior's rows below it: for every column j that varies
+/// over the training rows, the row √(1/σ_p²)·D_j·e_jᵀ, since the penalty γ_j²/σ_p² reads
+/// (D_j ζ_j)²/σ_p² in the scaled coordinates ζ = D⁻¹γ; a constant column (the intercept) gets
+/// a row of zeros: its prior stays flat.
+fn with_prior_rows(
+    phi: DMatrix<f64>,
+    train_g: &[f64],
+    col_scale: &DVector<f64>,
+    prior_sd: f64,
+) -> DMatrix<f64> {
+    let (n, p) = phi.shape();
+    let mut out = phi.resize_vertically(n + p, 0.0);
+    for j in 0..p {
+        let first = train_g[j];
+        if train_g.iter().skip(j).step_by(p).any(|&v| v != first) {
+            out[(n + j, j)] = col_scale[j] / prior_sd;
+        }
+    }
+    out
 }
 
 /// The weighted design W·G (row i divided by σ_i) with its columns scaled to unit norm (a

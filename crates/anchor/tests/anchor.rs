@@ -301,3 +301,84 @@ fn the_boston_surrogate_is_deterministic_split_as_004_and_draws_its_own_noise() 
     assert_ne!(p.draw(0).train_y, p.draw(1).train_y);
     assert_eq!(p.draw(3), p.draw(3));
 }
+
+/// The Gaussian-prior posterior against the normal equations written out: with Φ `[N, p]`
+/// (an intercept column and two varying features), known σ and the prior N(0, σ_p²) on the
+/// varying coefficients only, the precision is A = ΦᵀΦ/σ² + diag(0, 1/σ_p², 1/σ_p²), the mean
+/// A⁻¹Φᵀy/σ², and Var f(g) = gᵀA⁻¹g. The anchor's QR with prior rows gives the same to
+/// rounding (1e-9 relative), and a weak prior tends to the flat anchor.
+#[test]
+fn the_gaussian_prior_posterior_is_the_ridge_posterior() {
+    use nalgebra::{DMatrix, DVector};
+    let (n, p, m, sigma, prior_sd) = (25, 3, 7, 0.4, 0.1);
+    let mut rng = uqbench_anchor::Rng::new(5);
+    let row = |rng: &mut uqbench_anchor::Rng| vec![1.0, rng.normal(), 2.0 * rng.uniform() - 1.0];
+    let train: Vec<f64> = (0..n).flat_map(|_| row(&mut rng)).collect();
+    let test: Vec<f64> = (0..m).flat_map(|_| row(&mut rng)).collect();
+    let y: Vec<f64> = (0..n).map(|_| rng.normal()).collect();
+    let fit = Anchor::with_gaussian_prior(
+        p,
+        &train,
+        &vec![sigma; n],
+        &test,
+        &vec![sigma; m],
+        prior_sd,
+        "ridge",
+        "",
+    )
+    .unwrap();
+    let post = fit.posterior(&y).unwrap();
+    let phi = DMatrix::from_row_slice(n, p, &train);
+    let mut a = phi.transpose() * &phi / (sigma * sigma);
+    for j in 1..p {
+        a[(j, j)] += 1.0 / (prior_sd * prior_sd);
+    }
+    let a_inv = a.try_inverse().unwrap();
+    let mean = &a_inv * phi.transpose() * DVector::from_vec(y.clone()) / (sigma * sigma);
+    let g = DMatrix::from_row_slice(m, p, &test);
+    for i in 0..m {
+        let gi = g.row(i).transpose();
+        let (mu, var) = (
+            (gi.transpose() * &mean)[0],
+            (gi.transpose() * &a_inv * &gi)[0],
+        );
+        assert!(
+            (post.mean[i] - mu).abs() < 1e-9 * (1.0 + mu.abs()),
+            "mean {i}"
+        );
+        assert!((post.std[i] / var.sqrt() - 1.0).abs() < 1e-9, "std {i}");
+    }
+    // σ_p = 1e6: the flat anchor to 1e-6.
+    let weak = Anchor::with_gaussian_prior(
+        p,
+        &train,
+        &vec![sigma; n],
+        &test,
+        &vec![sigma; m],
+        1e6,
+        "ridge",
+        "",
+    )
+    .unwrap()
+    .posterior(&y)
+    .unwrap();
+    let flat = Anchor::from_features(
+        p,
+        &train,
+        &vec![sigma; n],
+        &test,
+        &vec![sigma; m],
+        true,
+        "ridge",
+        "",
+    )
+    .unwrap()
+    .posterior(&y)
+    .unwrap();
+    for i in 0..m {
+        assert!((weak.std[i] / flat.std[i] - 1.0).abs() < 1e-6);
+        assert!((weak.mean[i] - flat.mean[i]).abs() < 1e-6 * flat.std[i]);
+    }
+    // And the prior is not vacuous here: it shrinks the std by more than 10% somewhere.
+    assert!(post.std.iter().zip(&flat.std).any(|(s, f)| s / f < 0.9));
+}

@@ -76,6 +76,11 @@ pub struct Prediction {
     /// own (a mean–variance ensemble's members, σ_m(x)): the joint predictive of y is then the
     /// mixture of Π_i N(sample_i, σ_m(x_i)²) (spec §10).
     pub sample_noise: Option<Vec<Vec<f64>>>,
+    /// The predictive of a new y at every test input as a Student t (location, scale,
+    /// degrees of freedom), when the method's marginals are t's whose degrees of freedom differ
+    /// between inputs (deep evidential regression): its joint is their product (spec §10),
+    /// whatever its samples, which then only give its intervals.
+    pub marginals_t: Option<Vec<[f64; 3]>>,
     /// The predictive distribution's family: where the intervals come from.
     pub family: Family,
     /// Member predictions or Monte-Carlo samples, one row per member or sample: when asked,
@@ -192,14 +197,14 @@ pub fn central_quantile(level: f64, dof: Option<f64>) -> f64 {
 }
 
 /// Mean and sample standard deviation (n − 1 denominator; 0 for one row) over rows, per
-/// column.
-pub fn mean_std(rows: &[&[f32]]) -> (Vec<f64>, Vec<f64>) {
-    let m = rows[0].len();
+/// column: members' passes in f32, a sampler's draws in f64.
+pub fn mean_std<R: AsRef<[V]>, V: Copy + Into<f64>>(rows: &[R]) -> (Vec<f64>, Vec<f64>) {
+    let m = rows[0].as_ref().len();
     let k = rows.len() as f64;
     let mut mean = vec![0.0; m];
     for r in rows {
-        for (acc, v) in mean.iter_mut().zip(r.iter()) {
-            *acc += f64::from(*v);
+        for (acc, &v) in mean.iter_mut().zip(r.as_ref()) {
+            *acc += v.into();
         }
     }
     for v in &mut mean {
@@ -208,8 +213,8 @@ pub fn mean_std(rows: &[&[f32]]) -> (Vec<f64>, Vec<f64>) {
     let mut std = vec![0.0; m];
     if rows.len() > 1 {
         for r in rows {
-            for ((acc, v), mu) in std.iter_mut().zip(r.iter()).zip(&mean) {
-                *acc += (f64::from(*v) - mu).powi(2);
+            for ((acc, &v), mu) in std.iter_mut().zip(r.as_ref()).zip(&mean) {
+                *acc += (v.into() - mu).powi(2);
             }
         }
         for v in &mut std {
@@ -268,6 +273,7 @@ pub fn combine_members(members: &[Member<'_>], family: Family, keep_samples: boo
         predictive_std: None,
         noise_samples: None,
         sample_noise: None,
+        marginals_t: None,
         family,
         samples: (keep_samples || family == Family::Empirical).then(|| {
             rows.iter()

@@ -164,6 +164,24 @@ impl Rng {
         }
     }
 
+    /// A Gamma(shape, 1) draw, shape ≥ 1 (Marsaglia & Tsang 2000): HMC's σ² Gibbs step and
+    /// deep evidential regression's Inverse-Gamma draws.
+    pub fn gamma(&mut self, shape: f64) -> f64 {
+        let d = shape - 1.0 / 3.0;
+        let c = 1.0 / (9.0 * d).sqrt();
+        loop {
+            let z = self.normal();
+            let v = (1.0 + c * z).powi(3);
+            if v <= 0.0 {
+                continue;
+            }
+            let u = self.uniform_open();
+            if u.ln() < 0.5 * z * z + d - d * v + d * v.ln() {
+                return d * v;
+            }
+        }
+    }
+
     /// Standard normal, by the Box–Muller transform (pairs; the second value is cached).
     pub fn normal(&mut self) -> f64 {
         if let Some(z) = self.spare_normal.take() {

@@ -18,13 +18,13 @@ use burn::module::Module;
 use burn::optim::GradientsParams;
 use burn::tensor::{Device, Tensor};
 
+use crate::cpu::kernels::KernelPath;
 use crate::device_rng::DeviceRng;
 use crate::engine::chunk::{PURPOSE_FIT, PURPOSE_NOISE, PURPOSE_PREDICT};
 use crate::engine::{
     run_chunks, try_download, upload, Batching, ChunkOut, ChunkTrainer, Job, Resources,
     TrainOutput, TrainSettings,
 };
-use crate::cpu::kernels::KernelPath;
 use crate::layers::{BatchedLinear, BatchedLinearConfig, LeakyRelu, StochasticLinear};
 use crate::mlp::{xavier_init, MlpShape};
 use crate::optim::{AdamConfig, AdamState};

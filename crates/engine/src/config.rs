@@ -138,6 +138,8 @@ impl OptimConfig {
             mc_passes: 1,
             lr_switch: None,
             quantiles: None,
+            own_head: None,
+            langevin: None,
             collectors: Vec::new(),
         }
     }

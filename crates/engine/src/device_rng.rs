@@ -376,7 +376,10 @@ mod tests {
             for (a, b) in z.iter().zip(&normal[r * 21..(r + 1) * 21]) {
                 assert!((a - b).abs() <= 1e-6 * (1.0 + b.abs()), "normal {a} vs {b}");
             }
-            let want: Vec<usize> = perm[r * 50..(r + 1) * 50].iter().map(|&v| v as usize).collect();
+            let want: Vec<usize> = perm[r * 50..(r + 1) * 50]
+                .iter()
+                .map(|&v| v as usize)
+                .collect();
             assert_eq!(host.permutation(4, 50), want, "permutation, replica {r}");
         }
     }

@@ -109,13 +109,23 @@ fn joint_classification(
     let m = truth.len();
     let s = probs.first().map_or(0, Vec::len);
     if m == 0 || probs.len() != m || s == 0 || probs.iter().any(|p| p.len() != s) {
-        bail!("probs: {} rows; valid: {m} rows (one per point, as truth) of equally many draws", probs.len());
+        bail!(
+            "probs: {} rows; valid: {m} rows (one per point, as truth) of equally many draws",
+            probs.len()
+        );
     }
-    if let Some(p) = probs.iter().flatten().chain(truth).find(|p| !(0.0..=1.0).contains(*p)) {
+    if let Some(p) = probs
+        .iter()
+        .flatten()
+        .chain(truth)
+        .find(|p| !(0.0..=1.0).contains(*p))
+    {
         bail!("a probability {p}; valid: a number in [0, 1]");
     }
     settings.check("")?;
-    let draws: Vec<Vec<f64>> = (0..s).map(|k| probs.iter().map(|p| p[k]).collect()).collect();
+    let draws: Vec<Vec<f64>> = (0..s)
+        .map(|k| probs.iter().map(|p| p[k]).collect())
+        .collect();
     let regions = vec![("all", (0..m).collect::<Vec<_>>())];
     let input = JointInput {
         settings: &settings,
@@ -204,12 +214,20 @@ fn joint_metrics(j: &JointSpec, out: &mut Map<String, Value>) -> Result<()> {
     if m == 0 {
         bail!("sigma: empty; valid: one noise sd > 0 per point");
     }
-    if let Some((i, v)) = j.sigma.iter().enumerate().find(|(_, v)| !(v.is_finite() && **v > 0.0)) {
+    if let Some((i, v)) = j
+        .sigma
+        .iter()
+        .enumerate()
+        .find(|(_, v)| !(v.is_finite() && **v > 0.0))
+    {
         bail!("sigma[{i}] = {v}; valid: a noise sd, finite and > 0");
     }
     let len = |name: &str, v: &Option<Vec<f64>>| -> Result<()> {
         match v {
-            Some(v) if v.len() != m => bail!("{name}: {} values; valid: {m}, one per point (as sigma)", v.len()),
+            Some(v) if v.len() != m => bail!(
+                "{name}: {} values; valid: {m}, one per point (as sigma)",
+                v.len()
+            ),
             Some(v) => match v.iter().find(|x| !x.is_finite()) {
                 Some(x) => bail!("{name} holds {x}; valid: finite numbers"),
                 None => Ok(()),
@@ -230,8 +248,15 @@ fn joint_metrics(j: &JointSpec, out: &mut Map<String, Value>) -> Result<()> {
     let mut pred = Prediction::default();
     match (&j.samples, &j.mean) {
         (Some(cols), None) => {
-            if cols.len() != m || cols.iter().any(|c| c.len() != cols[0].len() || c.is_empty()) {
-                bail!("samples: {} rows; valid: {m} rows (one per point) of equally many draws", cols.len());
+            if cols.len() != m
+                || cols
+                    .iter()
+                    .any(|c| c.len() != cols[0].len() || c.is_empty())
+            {
+                bail!(
+                    "samples: {} rows; valid: {m} rows (one per point) of equally many draws",
+                    cols.len()
+                );
             }
             if let Some(x) = cols.iter().flatten().find(|x| !x.is_finite()) {
                 bail!("samples hold {x}; valid: finite numbers");
@@ -242,9 +267,16 @@ fn joint_metrics(j: &JointSpec, out: &mut Map<String, Value>) -> Result<()> {
                     bail!("noise_std with samples: {} values; valid: {s}, one finite value > 0 per draw", n.len());
                 }
             }
-            pred.samples = Some((0..s).map(|k| cols.iter().map(|c| c[k]).collect()).collect());
+            pred.samples = Some(
+                (0..s)
+                    .map(|k| cols.iter().map(|c| c[k]).collect())
+                    .collect(),
+            );
             pred.noise_samples = j.noise_std.clone();
-            pred.mean = cols.iter().map(|c| c.iter().sum::<f64>() / s as f64).collect();
+            pred.mean = cols
+                .iter()
+                .map(|c| c.iter().sum::<f64>() / s as f64)
+                .collect();
         }
         (None, Some(mean)) => {
             len("noise_std", &j.noise_std)?;
@@ -260,7 +292,9 @@ fn joint_metrics(j: &JointSpec, out: &mut Map<String, Value>) -> Result<()> {
             }
             pred.noise_std = j.noise_std.clone();
         }
-        _ => bail!("give the method's joint as samples, or as mean with cov or std (one of the two)"),
+        _ => {
+            bail!("give the method's joint as samples, or as mean with cov or std (one of the two)")
+        }
     }
     let exact_factor = match (&j.exact_mean, &j.exact_cov) {
         (Some(_), Some(c)) => Some(factor_of(c, m).context("exact_cov")?),
@@ -297,7 +331,11 @@ fn joint_metrics(j: &JointSpec, out: &mut Map<String, Value>) -> Result<()> {
     let noise = pred.noise_std.clone().unwrap_or_else(|| j.sigma.clone());
     // Without the truth, the environment's KL is not asked for: the exact mean stands in and
     // the env_kl values are dropped.
-    let truth = j.truth.clone().or_else(|| j.exact_mean.clone()).expect("checked above");
+    let truth = j
+        .truth
+        .clone()
+        .or_else(|| j.exact_mean.clone())
+        .expect("checked above");
     let (kind, metrics) = joint::regression(&pred, &noise, &truth, &j.sigma, &input)?;
     out.insert("joint_kind".into(), json!(kind));
     for (name, v) in &metrics["all"] {
@@ -348,7 +386,11 @@ pub fn compute(input: &Input, args: &Options) -> Result<Map<String, Value>> {
             batches,
             seed,
         } => {
-            let settings = JointSettings { tau: tau.clone(), kappa: *kappa, batches: *batches };
+            let settings = JointSettings {
+                tau: tau.clone(),
+                kappa: *kappa,
+                batches: *batches,
+            };
             joint_classification(probs, truth, settings, *seed, &mut out)?
         }
         Input::Regression {

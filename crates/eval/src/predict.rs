@@ -106,7 +106,18 @@ pub fn predict(
         .iter()
         .map(|y| anchor.as_ref().and_then(|a| a.posterior(y).ok()))
         .collect();
-    store(spec, setting, problem, method, track, reps, outputs, &data.y, &posteriors, levels)
+    store(
+        spec,
+        setting,
+        problem,
+        method,
+        track,
+        reps,
+        outputs,
+        &data.y,
+        &posteriors,
+        levels,
+    )
 }
 
 /// Each repetition's output in its track's stored form, with the distances to the exact

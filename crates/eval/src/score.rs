@@ -165,15 +165,27 @@ pub fn regression_rep(
 ) -> Result<RepResult> {
     let m = problem.test.truth.len();
     let (mean, std, noise_std, samples, noise_samples, cov) = match prediction {
-        External::Gaussian { mean, std, noise_std, cov } => {
+        External::Gaussian {
+            mean,
+            std,
+            noise_std,
+            cov,
+        } => {
             let std = match (std, &cov) {
                 (Some(s), _) => s,
-                (None, Some(c)) => c.iter().enumerate().map(|(i, r)| r.get(i).copied().unwrap_or(f64::NAN).max(0.0).sqrt()).collect(),
+                (None, Some(c)) => c
+                    .iter()
+                    .enumerate()
+                    .map(|(i, r)| r.get(i).copied().unwrap_or(f64::NAN).max(0.0).sqrt())
+                    .collect(),
                 (None, None) => bail!("`std` or `cov` is needed with `mean`"),
             };
             (mean, std, noise_std, None, None, cov)
         }
-        External::Samples { samples: draws, noise_std } => {
+        External::Samples {
+            samples: draws,
+            noise_std,
+        } => {
             if draws.len() != m {
                 bail!(
                     "samples for {} test inputs, but the problem has {m} (one row of draws per \
@@ -216,10 +228,16 @@ pub fn regression_rep(
     let factor = cov.as_deref().map(|c| factor_of(c, m)).transpose()?;
     // Draws become rows (one per draw), as methods return them.
     let rows = samples.map(|cols| {
-        (0..cols[0].len()).map(|k| cols.iter().map(|c| c[k]).collect()).collect()
+        (0..cols[0].len())
+            .map(|k| cols.iter().map(|c| c[k]).collect())
+            .collect()
     });
     let out = Prediction {
-        family: if rows.is_some() { Family::Empirical } else { Family::Normal },
+        family: if rows.is_some() {
+            Family::Empirical
+        } else {
+            Family::Normal
+        },
         mean,
         std,
         noise_std,
@@ -236,7 +254,8 @@ pub fn regression_rep(
         .and_then(|a| a.posterior(&train_y).ok());
     let regions = summary::regions(&TestInfo::of(problem));
     let label = problem.setting.label();
-    let joint_input = joint.map(|j| j.input(rep, &label, &regions, posterior.as_ref().map(Exact::of)));
+    let joint_input =
+        joint.map(|j| j.input(rep, &label, &regions, posterior.as_ref().map(Exact::of)));
     let ctx = RepContext {
         anchor: posterior.as_ref().map(|p| summary::AnchorRef {
             mean: &p.mean,

@@ -147,8 +147,11 @@ fn joint_tables(md: &mut String, methods: &[String], summary: &Summary) {
     if columns.is_empty() {
         return;
     }
-    let _ = writeln!(md, "## Joint predictions
-");
+    let _ = writeln!(
+        md,
+        "## Joint predictions
+"
+    );
     let _ = writeln!(
         md,
         "KL at τ test inputs drawn by dyadic sampling (κ anchors; Osband et al. 2022), in nats \
@@ -162,17 +165,29 @@ fn joint_tables(md: &mut String, methods: &[String], summary: &Summary) {
          marginals).\n"
     );
     for s in &summary.settings {
-        let title = if s.setting.is_empty() { "(no sweep)" } else { s.setting.as_str() };
+        let title = if s.setting.is_empty() {
+            "(no sweep)"
+        } else {
+            s.setting.as_str()
+        };
         let _ = writeln!(md, "### {title}\n");
         let _ = writeln!(md, "| method | joint | {} |", columns.join(" | "));
         let _ = writeln!(md, "|{}", "---|".repeat(2 + columns.len()));
-        for (name, m) in methods.iter().filter_map(|n| s.methods.get(n).map(|m| (n, m))) {
+        for (name, m) in methods
+            .iter()
+            .filter_map(|n| s.methods.get(n).map(|m| (n, m)))
+        {
             let all = m.aggregate.get(names::ALL);
             let kind = m.joint_kind.map_or("–".to_string(), |k| {
-                serde_json::to_value(k).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default()
+                serde_json::to_value(k)
+                    .ok()
+                    .and_then(|v| v.as_str().map(String::from))
+                    .unwrap_or_default()
             });
-            let cells: Vec<String> =
-                columns.iter().map(|c| cell(all.and_then(|a| a.get(c)))).collect();
+            let cells: Vec<String> = columns
+                .iter()
+                .map(|c| cell(all.and_then(|a| a.get(c))))
+                .collect();
             let _ = writeln!(md, "| {name} | {kind} | {} |", cells.join(" | "));
         }
         let _ = writeln!(md);

@@ -300,6 +300,7 @@ impl Gp {
             quantiles: None,
             joint: Some(joint),
             sample_noise: None,
+            marginals_t: None,
         })
     }
 }
@@ -316,9 +317,21 @@ fn joint(
     fs: Option<&[f64]>,
 ) -> FactorJoint {
     let f = inputs.features.as_deref();
-    let (ks, _) = cross(kernel, theta, (inputs.x, f), (xs, fs), inputs.d, inputs.p, false);
+    let (ks, _) = cross(
+        kernel,
+        theta,
+        (inputs.x, f),
+        (xs, fs),
+        inputs.d,
+        inputs.p,
+        false,
+    );
     let (kss, _) = cross(kernel, theta, (xs, fs), (xs, fs), inputs.d, inputs.p, false);
-    let v = e.chol.l_dirty().solve_lower_triangular(&ks).expect("L is invertible");
+    let v = e
+        .chol
+        .l_dirty()
+        .solve_lower_triangular(&ks)
+        .expect("L is invertible");
     let c = kss - v.transpose() * v;
     let c = (&c + c.transpose()) * 0.5;
     let eig = c.symmetric_eigen();

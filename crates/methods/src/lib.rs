@@ -8,7 +8,7 @@
 //! `uqbench-gp`), and wrappers that take another method (`base`): the post-hoc calibrations
 //! and `inputs = "features"` (`uqbench_core::posthoc`, `uqbench_core::inputs`).
 
-use uqbench_anchor::{Blr, Setting, ANCHOR};
+use uqbench_anchor::{Blr, GaussianBlr, Setting, ANCHOR};
 use uqbench_core::inputs::FeatureInputs;
 use uqbench_core::posthoc::{
     Calibrated, ConformalConfig, RecalibratedConfig, DEFAULT_CALIBRATION_FRACTION,
@@ -17,8 +17,8 @@ use uqbench_core::Method;
 use uqbench_eval::spec::ExperimentSpec;
 use uqbench_gp::Gp;
 use uqbench_models::{
-    BootstrapScheme, DropoutKind, DropoutMethod, EnsMcd, Ensemble, EnsembleConfig, EnsembleKind,
-    Laplace, QuantileNet, Swag,
+    BootstrapScheme, Der, DropoutKind, DropoutMethod, EnsMcd, EnsPrior, Ensemble, EnsembleConfig,
+    EnsembleKind, Laplace, QuantileNet, SgKind, SgMcmc, Swag,
 };
 use uqbench_samplers::{Hmc, Mfvi};
 
@@ -114,7 +114,10 @@ fn deterministic(name: &str, s: toml::Value) -> Result<Box<dyn Method>> {
         }
         Some(toml::Value::Integer(1)) => {}
         Some(other) => {
-            bail!(name, " members = {other}: the deterministic net has exactly 1 member")
+            bail!(
+                name,
+                " members = {other}: the deterministic net has exactly 1 member"
+            )
         }
     }
     ensemble(name, toml::Value::Table(table), EnsembleKind::Plain)
@@ -140,7 +143,10 @@ fn cqr(name: &str, s: toml::Value) -> Result<Box<dyn Method>> {
             .as_float()
             .or(v.as_integer().map(|i| i as f64))
             .ok_or_else(|| {
-                table_error(name, format!(" calibration_fraction = {v}: a number in (0, 1)"))
+                table_error(
+                    name,
+                    format!(" calibration_fraction = {v}: a number in (0, 1)"),
+                )
             })?,
     };
     let base = QuantileNet::new(name, config(name, toml::Value::Table(table))?)?;
@@ -155,6 +161,17 @@ fn anchor(name: &str, s: toml::Value) -> Result<Box<dyn Method>> {
     Ok(Box::new(Blr))
 }
 
+/// Bayesian linear regression under a Gaussian prior: `prior_sd` and nothing else.
+fn gaussian_blr(name: &str, s: toml::Value) -> Result<Box<dyn Method>> {
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Table {
+        prior_sd: f64,
+    }
+    let t: Table = config(name, s)?;
+    Ok(Box::new(GaussianBlr::new(name, t.prior_sd)?))
+}
+
 fn dropout(name: &str, s: toml::Value, kind: DropoutKind) -> Result<Box<dyn Method>> {
     Ok(Box::new(DropoutMethod::new(name, kind, config(name, s)?)?))
 }
@@ -164,6 +181,7 @@ fn dropout(name: &str, s: toml::Value, kind: DropoutKind) -> Result<Box<dyn Meth
 #[rustfmt::skip]
 pub const KINDS: &[(&str, Builder)] = &[
     (ANCHOR, anchor),
+    ("BLRGaussian", gaussian_blr),
     ("Ens", |n, s| ensemble(n, s, EnsembleKind::Plain)),
     ("EnsAdvA", |n, s| ensemble(n, s, EnsembleKind::Adversarial)),
     ("EnsBS", |n, s| ensemble(n, s, EnsembleKind::Bootstrap)),
@@ -174,10 +192,15 @@ pub const KINDS: &[(&str, Builder)] = &[
     ("VD", |n, s| dropout(n, s, DropoutKind::Variational)),
     ("Det", deterministic),
     ("EnsMCD", |n, s| Ok(Box::new(EnsMcd::new(n, config(n, s)?)?))),
+    ("EnsPrior", |n, s| Ok(Box::new(EnsPrior::new(n, config(n, s)?)?))),
     ("GP", |n, s| Ok(Box::new(Gp::new(n, config(n, s)?)?))),
     ("MFVI", |n, s| Ok(Box::new(Mfvi::new(n, config(n, s)?)?))),
     ("HMC", |n, s| Ok(Box::new(Hmc::new(n, config(n, s)?)?))),
     ("Laplace", |n, s| Ok(Box::new(Laplace::new(n, config(n, s)?)?))),
+    ("SGLD", |n, s| Ok(Box::new(SgMcmc::new(n, SgKind::Sgld, config(n, s)?)?))),
+    ("SGHMC", |n, s| Ok(Box::new(SgMcmc::new(n, SgKind::Sghmc, config(n, s)?)?))),
+    ("CyclicalSGMCMC", |n, s| Ok(Box::new(SgMcmc::new(n, SgKind::Cyclical, config(n, s)?)?))),
+    ("DER", |n, s| Ok(Box::new(Der::new(n, config(n, s)?)?))),
     ("SWAG", |n, s| Ok(Box::new(Swag::new(n, config(n, s)?)?))),
     ("MultiSWAG", multi_swag),
     ("QuantileRegression", |n, s| Ok(Box::new(QuantileNet::new(n, config(n, s)?)?))),
@@ -244,12 +267,11 @@ fn build_nested(
         ),
     };
     chain.push(name.to_string());
-    let inner =
-        build_nested(spec, &base, setting, chain).map_err(|e| RegistryError::Base {
-            table: name.to_string(),
-            base: base.clone(),
-            source: Box::new(e),
-        })?;
+    let inner = build_nested(spec, &base, setting, chain).map_err(|e| RegistryError::Base {
+        table: name.to_string(),
+        base: base.clone(),
+        source: Box::new(e),
+    })?;
     chain.pop();
     let value = toml::Value::Table(table);
     Ok(match kind.as_str() {
@@ -336,7 +358,9 @@ mod tests {
             }
             let mut table = toml::Table::new();
             table.insert("no_such_setting".into(), toml::Value::Integer(1));
-            let err = build(kind, Some(&table)).err().unwrap_or_else(|| panic!("{kind}"));
+            let err = build(kind, Some(&table))
+                .err()
+                .unwrap_or_else(|| panic!("{kind}"));
             let text = err.to_string();
             assert!(
                 text.contains(&format!("[methods.{kind}]")) && text.contains("no_such_setting"),

@@ -386,6 +386,41 @@ fn twiddles(n: usize, inverse: bool) -> Twiddles {
     })
 }
 
+/// A sampler's diagnostics at its worst test input, each taken separately: the largest
+/// R̂ and the smallest bulk and tail ESS over the inputs (`rows`: chain-major draws of f at the
+/// m inputs, t per chain). An input whose draws are not finite counts as not mixed.
+pub fn worst_over_inputs(rows: &[Vec<f64>], m: usize, t: usize) -> Diagnostics {
+    let mut worst = Diagnostics {
+        rhat: 0.0,
+        rhat_bulk: 0.0,
+        rhat_tail: 0.0,
+        ess_bulk: f64::INFINITY,
+        ess_tail: f64::INFINITY,
+        mcse_mean: 0.0,
+    };
+    for i in 0..m {
+        // Draws are chain-major: chain c's t draws are rows c·t .. (c + 1)·t.
+        let column: Vec<f64> = rows.iter().map(|r| r[i]).collect();
+        let per_chain: Vec<Vec<f64>> = column.chunks(t).map(<[f64]>::to_vec).collect();
+        match diagnose(&per_chain) {
+            Ok(d) => {
+                worst.rhat = worst.rhat.max(d.rhat);
+                worst.rhat_bulk = worst.rhat_bulk.max(d.rhat_bulk);
+                worst.rhat_tail = worst.rhat_tail.max(d.rhat_tail);
+                worst.ess_bulk = worst.ess_bulk.min(d.ess_bulk);
+                worst.ess_tail = worst.ess_tail.min(d.ess_tail);
+                worst.mcse_mean = worst.mcse_mean.max(d.mcse_mean);
+            }
+            Err(_) => {
+                worst.rhat = f64::INFINITY;
+                worst.ess_bulk = 0.0;
+                worst.ess_tail = 0.0;
+            }
+        }
+    }
+    worst
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -315,6 +315,7 @@ impl Method for DropoutMethod {
                     quantiles: None,
                     joint: None,
                     sample_noise: None,
+                    marginals_t: None,
                 }
             })
             .collect())

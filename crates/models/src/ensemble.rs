@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::MethodConfig;
 use crate::engine::collect::{Resample, Resamples};
-use crate::engine::{self, Batching, Resources, TrainSettings};
+use crate::engine::{self, Batching, Head, Resources, TrainSettings};
 use crate::jackknife::{jackknife_plus, BagMember};
 use uqbench_core::MethodError;
 use uqbench_core::{
@@ -62,6 +62,10 @@ pub struct EnsembleSettings {
     /// sqrt(mean of their variances) as the noise sd, so prediction intervals use
     /// σ²_f + σ²_noise, the mixture's variance.
     pub heteroscedastic: bool,
+    /// β-NLL (Seitzer et al. 2022) for mean–variance members: each point's Gaussian NLL
+    /// weighted by stop-gradient(σ²(x)^β), β in [0, 1] (0, the plain NLL; the authors
+    /// recommend 0.5). Needs `heteroscedastic = true`.
+    pub beta_nll: f64,
     /// [004]'s naive bootstrap intervals: f̂ ± t_{1−α/2, M}·σ̂_ω, a Student-t with M degrees of
     /// freedom (M the members that did not diverge) and σ̂_ω the members' std (M − 1). Its
     /// prediction intervals f̂ ± t·sqrt(σ̂_ω² + σ̂²) take σ̂ from the run's noise source
@@ -82,6 +86,7 @@ impl Default for EnsembleSettings {
             batches_per_epoch: 2,
             intervals: IntervalSetting::Normal,
             heteroscedastic: false,
+            beta_nll: 0.0,
             student_t: false,
             jackknife_plus: false,
         }
@@ -153,6 +158,20 @@ impl Ensemble {
                 "a fraction in (0, 1]",
             ));
         }
+        if Head::beta_nll(config.beta_nll).is_none() {
+            return Err(MethodError::invalid(
+                format!("{name}.beta_nll"),
+                config.beta_nll,
+                "a number in [0, 1]",
+            ));
+        }
+        if config.beta_nll > 0.0 && !config.heteroscedastic {
+            return Err(MethodError::invalid(
+                format!("{name}.beta_nll"),
+                config.beta_nll,
+                "0, or heteroscedastic = true: β-NLL weights a mean–variance member's NLL",
+            ));
+        }
         config.net.shape(1, 1).validate()?;
         Ok(Ensemble {
             name: name.to_string(),
@@ -195,6 +214,9 @@ impl Ensemble {
             batching,
             adversarial,
             heteroscedastic: c.heteroscedastic,
+            own_head: (c.beta_nll > 0.0)
+                .then(|| Head::beta_nll(c.beta_nll))
+                .flatten(),
             likelihood: task.likelihood,
             ..c.optim.settings(task.epochs, n)
         }
@@ -254,8 +276,13 @@ impl Method for Ensemble {
         let (mt, n) = (task.n_test(), task.n_train());
         // Per replica, the means `[M]` and (mean–variance members) the variances `[M]`: the
         // outputs are `[R, 1, M, 2]` (mean, log variance) then.
-        let (means, variances): (Vec<f32>, Vec<f32>) = if het {
-            out.test_out.chunks(2).map(|o| (o[0], o[1].exp())).unzip()
+        // The variance e^{log σ²} in f64: a member's log variance far outside the data can pass
+        // 88, where e^x overflows f32 (seen on E1's test grid at f_main = 4).
+        let (means, variances): (Vec<f32>, Vec<f64>) = if het {
+            out.test_out
+                .chunks(2)
+                .map(|o| (o[0], f64::from(o[1]).exp()))
+                .unzip()
         } else {
             (out.test_out.clone(), Vec::new())
         };
@@ -293,11 +320,8 @@ impl Method for Ensemble {
                     let km = kept.len() as f64;
                     let (noise, predictive): (Vec<f64>, Vec<f64>) = (0..mt)
                         .map(|i| {
-                            let var: f64 = kept
-                                .iter()
-                                .map(|&r| f64::from(variances[r * mt + i]))
-                                .sum::<f64>()
-                                / km;
+                            let var: f64 =
+                                kept.iter().map(|&r| variances[r * mt + i]).sum::<f64>() / km;
                             let spread: f64 = kept
                                 .iter()
                                 .map(|&r| (f64::from(means[r * mt + i]) - o.mean[i]).powi(2))
@@ -354,12 +378,12 @@ fn naive_bootstrap_dof(members: &[Member<'_>]) -> f64 {
 
 /// The noise sd σ_m(x) of each member `r` in `kept` at the `mt` test inputs, from the
 /// members' variances `[R, mt]`.
-fn member_sds(variances: &[f32], kept: &[usize], mt: usize) -> Vec<Vec<f64>> {
+fn member_sds(variances: &[f64], kept: &[usize], mt: usize) -> Vec<Vec<f64>> {
     kept.iter()
         .map(|&r| {
             variances[r * mt..(r + 1) * mt]
                 .iter()
-                .map(|&v| f64::from(v).sqrt())
+                .map(|&v| v.sqrt())
                 .collect()
         })
         .collect()
@@ -384,4 +408,3 @@ mod tests {
         assert_eq!(naive_bootstrap_dof(&all), 5.0);
     }
 }
-

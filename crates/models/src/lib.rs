@@ -1,27 +1,34 @@
 //! The trained-network methods of uqbench, one file each, all on the engine
 //! (`uqbench-engine`): deep ensembles (plain, adversarial, bootstrap, mean–variance), the
-//! dropout family (MC, concrete, variational), the ensemble of MC dropout, SWAG and
-//! MultiSWAG, the Laplace approximation, quantile networks (CQR's base) and the
+//! dropout family (MC, concrete, variational), the ensemble of MC dropout, ensemble+ with
+//! randomized prior functions, SWAG and
+//! MultiSWAG, SG-MCMC (the engine's replicas as chains), deep evidential regression, the Laplace approximation, quantile networks (CQR's base) and the
 //! jackknife+-after-bootstrap. No file IO: methods take data as host arrays and return
 //! per-point predictions as host arrays.
 
+pub mod der;
 pub mod dropout_method;
 pub mod ens_mcd;
+pub mod ens_prior;
 pub mod ensemble;
 pub mod host_net;
 pub mod jackknife;
 pub mod laplace;
 pub mod quantile;
+pub mod sgmcmc;
 pub mod swag;
 
 // The engine's modules under the paths the method files use (`crate::engine::…`).
 use uqbench_engine::{config, engine, stochastic};
 
+pub use der::{Der, DerConfig, DerSettings};
 pub use dropout_method::{DropoutConfig, DropoutKind, DropoutMethod, DropoutSettings};
 pub use ens_mcd::{EnsMcd, EnsMcdConfig, EnsMcdSettings};
+pub use ens_prior::{EnsPrior, EnsPriorConfig, EnsPriorSettings, TargetNoise};
 pub use ensemble::{BootstrapScheme, Ensemble, EnsembleConfig, EnsembleKind, EnsembleSettings};
 pub use laplace::{Laplace, LaplaceConfig, LaplaceSettings};
 pub use quantile::{QuantileConfig, QuantileNet, QuantileSettings};
+pub use sgmcmc::{CyclicalDynamics, SgKind, SgMcmc, SgMcmcConfig, SgMcmcSettings};
 pub use swag::{Swag, SwagConfig, SwagSettings};
 pub use uqbench_core::{
     combine_members, Compute, Family, IntervalSetting, Likelihood, Member, Method, MethodError,

@@ -23,8 +23,7 @@ pub fn exp(x: f32) -> f32 {
     let nf = n as f32;
     let r = x - nf * C1 - nf * C2;
     let z = r * r;
-    let p = ((((1.987_569_2e-4 * r + 1.398_199_9e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2)
-        * r
+    let p = ((((1.987_569_2e-4 * r + 1.398_199_9e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2) * r
         + 1.666_666_5e-1)
         * r
         + 5.000_000_1e-1;
@@ -105,7 +104,12 @@ mod tests {
                 worst.1 = worst.1.max(ulps(ln(u), want));
             }
         }
-        assert!(worst.0 <= 3 && worst.1 <= 3, "exp {} ulps, ln {} ulps", worst.0, worst.1);
+        assert!(
+            worst.0 <= 3 && worst.1 <= 3,
+            "exp {} ulps, ln {} ulps",
+            worst.0,
+            worst.1
+        );
         // Near 1, ln is small: an absolute error bound instead.
         for i in 0..1000 {
             let x = 0.999 + 0.002 * i as f32 / 1000.0;

@@ -65,7 +65,15 @@ pub fn forward_at<N: ReplicaNet>(
     xt: &[f32],
     out: &mut [f32],
 ) {
-    simd::dispatch_at(level, NetOp::Forward { net, theta, xt, out });
+    simd::dispatch_at(
+        level,
+        NetOp::Forward {
+            net,
+            theta,
+            xt,
+            out,
+        },
+    );
 }
 
 /// [`ReplicaNet::backward`], then with `gx` [`ReplicaNet::input_gradient`], dispatched at
@@ -79,7 +87,17 @@ pub fn backward_at<N: ReplicaNet>(
     grad: &mut [f32],
     gx: Option<&mut [f32]>,
 ) {
-    simd::dispatch_at(level, NetOp::Backward { net, theta, xt, delta, grad, gx });
+    simd::dispatch_at(
+        level,
+        NetOp::Backward {
+            net,
+            theta,
+            xt,
+            delta,
+            grad,
+            gx,
+        },
+    );
 }
 
 /// A network operation for [`simd::dispatch_at`].
@@ -106,7 +124,12 @@ impl<N: ReplicaNet> simd::Op for NetOp<'_, N> {
     #[inline(always)]
     fn call(self, lanes: Lanes) {
         match self {
-            NetOp::Forward { net, theta, xt, out } => {
+            NetOp::Forward {
+                net,
+                theta,
+                xt,
+                out,
+            } => {
                 net.set_lanes(lanes);
                 net.forward(theta, xt, out);
             }
@@ -189,7 +212,12 @@ mod tests {
 
     /// Σ_p Σ_j δ_p,j·out_p,j (in f64) of `net`'s part, its gradient, and the signs of the
     /// pre-activations the part ran.
-    fn run<N: ReplicaNet>(net: &mut N, theta: &[f32], xt: &[f32], delta: &[f32]) -> (f64, Vec<f32>) {
+    fn run<N: ReplicaNet>(
+        net: &mut N,
+        theta: &[f32],
+        xt: &[f32],
+        delta: &[f32],
+    ) -> (f64, Vec<f32>) {
         let mut out = vec![0.0f32; delta.len()];
         net.forward(theta, xt, &mut out);
         let mut grad = vec![0.0f32; theta.len()];
@@ -234,7 +262,15 @@ mod tests {
                 let (mut up, mut down) = (theta.clone(), theta.clone());
                 up[i] += h;
                 down[i] -= h;
-                let value = |th: &[f32]| run(&mut FeatureMajorNet::part(layers.clone(), 0.01, n, part), th, &xt, &delta).0;
+                let value = |th: &[f32]| {
+                    run(
+                        &mut FeatureMajorNet::part(layers.clone(), 0.01, n, part),
+                        th,
+                        &xt,
+                        &delta,
+                    )
+                    .0
+                };
                 let fd = (value(&up) - value(&down)) / (2.0 * f64::from(h));
                 // A parameter whose step crosses a kink gives a quotient between the two
                 // sides' slopes; those are few, and skipped by their disagreement with the
@@ -248,9 +284,15 @@ mod tests {
                 }
                 checked += 1;
                 let g = f64::from(gf[i]);
-                assert!((fd - g).abs() <= 1e-2 * (1.0 + g.abs()), "{part:?}: θ{i}: {g} vs {fd}");
+                assert!(
+                    (fd - g).abs() <= 1e-2 * (1.0 + g.abs()),
+                    "{part:?}: θ{i}: {g} vs {fd}"
+                );
             }
-            assert!(checked >= dim * 3 / 4, "{part:?}: only {checked} of {dim} checked");
+            assert!(
+                checked >= dim * 3 / 4,
+                "{part:?}: only {checked} of {dim} checked"
+            );
         }
     }
 }

@@ -15,8 +15,8 @@ use super::memory::{bytes_per_replica, largest_tensor_per_replica};
 use super::network::{download, upload, Network, State};
 use super::pool::{ChunkOut, ChunkTrainer};
 use super::settings::{Batching, TrainSettings};
-use crate::device_rng::DeviceRng;
 use crate::cpu::kernels::AdamStep;
+use crate::device_rng::DeviceRng;
 use crate::mlp::xavier_init;
 use uqbench_core::MethodError;
 
@@ -25,6 +25,12 @@ pub(crate) const PURPOSE_NOISE: u64 = 1;
 pub(crate) const PURPOSE_BATCH: u64 = 2;
 pub(crate) const PURPOSE_PREDICT: u64 = 3;
 pub(crate) const PURPOSE_FIT: u64 = 4;
+pub(crate) const PURPOSE_LANGEVIN: u64 = 5;
+
+/// The parameter slots SG-MCMC draws noise for per step: every layer's weights and biases.
+pub(crate) fn s_slots(job: &Job<'_>) -> u64 {
+    2 * job.shape.layers().len() as u64
+}
 
 /// The built-in network's tensor execution for one job.
 pub(crate) struct TensorTrainer<'a> {
@@ -85,8 +91,9 @@ impl<'a> TensorTrainer<'a> {
         eps: Option<&Tensor<3>>,
         t: u64,
         lr: f64,
-        rng: Option<&DeviceRng>,
+        data: &ChunkData<'_>,
     ) {
+        let rng = data.noise_rng.as_ref();
         let n = x.dims()[1];
         let (out, cache) = self.net.forward(s, x.clone(), self.noise(rng, 2 * t, n));
         let delta = self.net.head.delta(out, y);
@@ -100,6 +107,13 @@ impl<'a> TensorTrainer<'a> {
             grads.add(g2);
         }
         let st = self.settings;
+        if let (Some(l), Some(lrng)) = (&st.langevin, data.langevin_rng.as_ref()) {
+            let total = (st.epochs * st.steps_per_epoch(self.job.n_train())) as u64;
+            s.langevin_step(grads, l, st.weight_decay, l.at(t, total), |slot, [a, b]| {
+                lrng.normal(t * s_slots(self.job) + slot, a, b)
+            });
+            return;
+        }
         let step = AdamStep::new(lr, st.beta1, st.beta2, st.eps, t, st.weight_decay);
         s.adam_step(grads, self.net.path, &step);
     }
@@ -220,12 +234,17 @@ impl<'a> TensorTrainer<'a> {
             io.uploads.set(io.uploads.get() + 2);
             DeviceRng::new(seeds, ids, PURPOSE_NOISE, dev)
         });
+        let langevin_rng = self.settings.langevin.as_ref().map(|_| {
+            io.uploads.set(io.uploads.get() + 2);
+            DeviceRng::new(seeds, ids, PURPOSE_LANGEVIN, dev)
+        });
         let data = ChunkData {
             rc,
             x_full,
             y_full,
             eps,
             noise_rng,
+            langevin_rng,
             seeds,
             ids,
         };
@@ -264,8 +283,6 @@ impl<'a> TensorTrainer<'a> {
             );
             (xb.reshape([rc, b, d]), yb.reshape([rc, b, 1]))
         };
-        let rng = data.noise_rng.as_ref();
-
         // The classic bootstrap's resample, per replica: indices into the N points `[rc, N]`
         // (draw 0 of the batch stream; later draws are the epochs' orders).
         let resample = match self.settings.batching {
@@ -296,12 +313,12 @@ impl<'a> TensorTrainer<'a> {
             match &self.settings.batching {
                 Batching::Full => {
                     t += 1;
-                    self.step(s, x_full.clone(), y_full, eps, t, lr, rng);
+                    self.step(s, x_full.clone(), y_full, eps, t, lr, data);
                 }
                 Batching::Resample { size: None } => {
                     let (xb, yb) = resampled.as_ref().expect("drawn above");
                     t += 1;
-                    self.step(s, xb.clone(), yb, eps, t, lr, rng);
+                    self.step(s, xb.clone(), yb, eps, t, lr, data);
                 }
                 Batching::Resample { size: Some(size) } => {
                     // The resample in a fresh order every epoch (draw epoch + 1: draw 0 made
@@ -315,7 +332,7 @@ impl<'a> TensorTrainer<'a> {
                         let end = (start + size).min(n);
                         let (xb, yb) = gather(idx.clone().slice([0..rc, start..end]));
                         t += 1;
-                        self.step(s, xb, &yb, eps, t, lr, rng);
+                        self.step(s, xb, &yb, eps, t, lr, data);
                     }
                 }
                 Batching::WithReplacement { size, per_epoch } => {
@@ -323,7 +340,7 @@ impl<'a> TensorTrainer<'a> {
                         t += 1;
                         let idx = batch_rng.as_ref().expect("batching").below(t, n, *size);
                         let (xb, yb) = gather(idx);
-                        self.step(s, xb, &yb, eps, t, lr, rng);
+                        self.step(s, xb, &yb, eps, t, lr, data);
                     }
                 }
                 Batching::Shuffled { size } => {
@@ -332,7 +349,7 @@ impl<'a> TensorTrainer<'a> {
                         let end = (start + size).min(n);
                         let (xb, yb) = gather(perm.clone().slice([0..rc, start..end]));
                         t += 1;
-                        self.step(s, xb, &yb, eps, t, lr, rng);
+                        self.step(s, xb, &yb, eps, t, lr, data);
                     }
                 }
             }
@@ -418,6 +435,8 @@ struct ChunkData<'a> {
     eps: Option<Tensor<3>>,
     /// The training noise stream, with a stochastic layer.
     noise_rng: Option<DeviceRng>,
+    /// SG-MCMC's noise stream.
+    langevin_rng: Option<DeviceRng>,
     seeds: &'a [u64],
     ids: &'a [u64],
 }

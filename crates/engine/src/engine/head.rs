@@ -64,6 +64,17 @@ pub enum Head {
     /// log-likelihood (binary cross-entropy) −y·log σ(f) − (1 − y)·log(1 − σ(f)) =
     /// softplus(f) − y·f, for labels y ∈ {0, 1}.
     BernoulliLogit,
+    /// β-NLL (Seitzer et al. 2022): the Gaussian NLL of each point weighted by
+    /// stop-gradient(σ²(x)^β), β in millionths ([`Head::beta_nll`]). As the reference
+    /// implementation (`beta_nll_loss` of martius-lab/beta-nll): loss = ½(log σ² + (y − μ)²/σ²)
+    /// · σ²^β with σ² detached in the weight; β = 0 is the Gaussian NLL, β = 1 gives the mean
+    /// the gradient of ½·MSE.
+    BetaNll(u32),
+    /// Deep evidential regression (Amini et al. 2020): four outputs, a Normal–Inverse-Gamma's
+    /// (γ, ν, α, β) through the reference's link, with the NIG negative log-likelihood plus λ
+    /// times the evidential regulariser |y − γ|·(2ν + α), λ in millionths ([`Head::evidential`];
+    /// the loss and its gradient in `nig.rs`).
+    Evidential(u32),
     /// K outputs, quantiles of y at levels τ_k, with the pinball loss
     /// Σ_k ρ_τk(y − q_k), ρ_τ(u) = u·(τ − 1[u < 0]) (Koenker & Bassett 1978; the quantile
     /// networks of CQR, Romano et al. 2019).
@@ -71,11 +82,26 @@ pub enum Head {
 }
 
 impl Head {
+    /// The β-NLL head for β in [0, 1] (`None` outside), β kept to millionths.
+    pub fn beta_nll(beta: f64) -> Option<Head> {
+        (0.0..=1.0)
+            .contains(&beta)
+            .then(|| Head::BetaNll((beta * 1e6).round() as u32))
+    }
+
+    /// The evidential head with regulariser coefficient λ in [0, 1000] (`None` outside).
+    pub fn evidential(lambda: f64) -> Option<Head> {
+        (0.0..=1000.0)
+            .contains(&lambda)
+            .then(|| Head::Evidential((lambda * 1e6).round() as u32))
+    }
+
     /// Outputs per point the network needs for this head.
     pub fn outputs(self) -> usize {
         match self {
             Head::HalfMse | Head::BernoulliLogit => 1,
-            Head::GaussianNll => 2,
+            Head::GaussianNll | Head::BetaNll(_) => 2,
+            Head::Evidential(_) => 4,
             Head::Pinball(t) => t.count as usize,
         }
     }
@@ -92,6 +118,13 @@ impl Head {
                 let sq = (y.clone() - mu).square() * log_var.clone().neg().exp();
                 (log_var + sq).mul_scalar(0.5).mean_dim(1)
             }
+            Head::BetaNll(b) => {
+                let (mu, log_var) = split(out);
+                let weight = log_var.clone().mul_scalar(millionths(b)).exp();
+                let sq = (y.clone() - mu).square() * log_var.clone().neg().exp();
+                ((log_var + sq) * weight).mul_scalar(0.5).mean_dim(1)
+            }
+            Head::Evidential(l) => super::nig::value(out, y, millionths(l)),
             // softplus(f) = max(f, 0) + log(1 + e^{−|f|}): no overflow for large |f|.
             Head::BernoulliLogit => {
                 let softplus = out.clone().clamp_min(0.0) + out.clone().abs().neg().exp().log1p();
@@ -130,9 +163,20 @@ impl Head {
                     .div_scalar(n as f64);
                 Tensor::cat(vec![d_mu, d_lv], 2)
             }
+            // The weight σ²^β = e^{β·s} is a constant of the gradient (stop-gradient): the
+            // Gaussian NLL's δ times it.
+            Head::BetaNll(b) => {
+                let weight = out
+                    .clone()
+                    .slice([0..out.dims()[0], 0..n, 1..2])
+                    .mul_scalar(millionths(b))
+                    .exp();
+                Head::GaussianNll.delta(out, y) * weight
+            }
             Head::BernoulliLogit => {
                 (burn::tensor::activation::sigmoid(out) - y.clone()).div_scalar(n as f64)
             }
+            Head::Evidential(l) => super::nig::delta(out, y, millionths(l)),
             // d/dq ρ_τ(y − q) = −(τ − 1[y < q]) (the subgradient 1 − τ… at y = q taken as −τ).
             Head::Pinball(t) => {
                 let taus = t.tensor(&out);
@@ -167,6 +211,24 @@ impl Head {
                     d[1] = (1.0 - resid * resid * inv) * 0.5 * inv_n;
                 }
             }
+            Head::BetaNll(b) => {
+                let beta = millionths(b) as f32;
+                for ((d, o), &yp) in delta.chunks_exact_mut(2).zip(out.chunks_exact(2)).zip(y) {
+                    let (resid, inv) = (yp - o[0], (-o[1]).exp());
+                    let weight = (beta * o[1]).exp();
+                    d[0] = -(resid * inv) * inv_n * weight;
+                    d[1] = (1.0 - resid * resid * inv) * 0.5 * inv_n * weight;
+                }
+            }
+            Head::Evidential(l) => {
+                let lambda = millionths(l) as f32;
+                for ((d, o), &yp) in delta.chunks_exact_mut(4).zip(out.chunks_exact(4)).zip(y) {
+                    super::nig::delta_host(o, yp, lambda, d);
+                    for v in d.iter_mut() {
+                        *v *= inv_n;
+                    }
+                }
+            }
             Head::Pinball(t) => {
                 let taus: Vec<f32> = t.levels().iter().map(|&v| v as f32).collect();
                 let k = taus.len();
@@ -183,7 +245,8 @@ impl Head {
     /// [`Head::value`] for one replica on the host, in f32 like the device's objective (an
     /// overflow there is what divergence means), its sums in a fixed order on `lanes`.
     /// ½·MSE: ½·mean (f − y)²; Bernoulli: mean softplus(f) − y·f with softplus(f) = max(f, 0)
-    /// + log(1 + e^{−|f|}); Gaussian NLL: mean ½·(s + (y − μ)²·e^{−s}); pinball: mean
+    /// + log(1 + e^{−|f|}); Gaussian NLL: mean ½·(s + (y − μ)²·e^{−s}); β-NLL: the same terms
+    /// times e^{β·s}; pinball: mean
     /// Σ_k ρ_τk(y − q_k).
     pub(crate) fn value_host(self, lanes: Lanes, out: &[f32], y: &[f32]) -> f32 {
         let n = y.len() as f32;
@@ -201,6 +264,23 @@ impl Head {
             Head::GaussianNll => {
                 let terms: Vec<f32> = (out.chunks_exact(2).zip(y))
                     .map(|(o, &yp)| (o[1] + (yp - o[0]) * (yp - o[0]) * (-o[1]).exp()) * 0.5)
+                    .collect();
+                lanes.sum(&terms) / n
+            }
+            Head::BetaNll(b) => {
+                let beta = millionths(b) as f32;
+                let terms: Vec<f32> = (out.chunks_exact(2).zip(y))
+                    .map(|(o, &yp)| {
+                        let nll = (o[1] + (yp - o[0]) * (yp - o[0]) * (-o[1]).exp()) * 0.5;
+                        nll * (beta * o[1]).exp()
+                    })
+                    .collect();
+                lanes.sum(&terms) / n
+            }
+            Head::Evidential(l) => {
+                let lambda = millionths(l) as f32;
+                let terms: Vec<f32> = (out.chunks_exact(4).zip(y))
+                    .map(|(o, &yp)| super::nig::value_host(o, yp, lambda))
                     .collect();
                 lanes.sum(&terms) / n
             }
@@ -223,6 +303,11 @@ impl Head {
     }
 }
 
+/// A setting kept in millionths (so that a head stays `Copy` and `Eq`), as a number.
+fn millionths(v: u32) -> f64 {
+    f64::from(v) / 1e6
+}
+
 /// The two columns of a heteroscedastic output `[R, n, 2]`: mean and log variance,
 /// `[R, n, 1]` each.
 fn split(out: Tensor<3>) -> (Tensor<3>, Tensor<3>) {
@@ -231,4 +316,56 @@ fn split(out: Tensor<3>) -> (Tensor<3>, Tensor<3>) {
         out.clone().slice([0..r, 0..n, 0..1]),
         out.slice([0..r, 0..n, 1..2]),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::{open_device, BackendKind};
+    use crate::cpu::simd::Lanes;
+
+    /// β-NLL's gradient is the Gaussian NLL's times the detached weight σ²^β = e^{β·s}, so it
+    /// is not the gradient of its value (the weight is a constant of the step, as in the
+    /// reference's `variance.detach() ** beta`); β = 0 is the Gaussian NLL exactly. Tensor and
+    /// host forms agree to f32 rounding.
+    #[test]
+    fn beta_nll_is_the_gaussian_nll_with_a_detached_weight() {
+        let device = open_device(BackendKind::Flex, true).unwrap();
+        // Three points: (mean, log variance) outputs and targets.
+        let out = [0.3f32, -0.5, -1.0, 0.8, 2.0, 0.1];
+        let y = [0.1f32, 0.4, 1.5];
+        let t_out = Tensor::<3>::from_data(TensorData::new(out.to_vec(), [1, 3, 2]), &device);
+        let t_y = Tensor::<3>::from_data(TensorData::new(y.to_vec(), [1, 3, 1]), &device);
+        let read = |t: Tensor<3>| t.into_data().try_to_vec::<f32>().unwrap();
+        let gauss = read(Head::GaussianNll.delta(t_out.clone(), &t_y));
+        for beta in [0.0, 0.5, 1.0] {
+            let head = Head::beta_nll(beta).unwrap();
+            let delta = read(head.delta(t_out.clone(), &t_y));
+            let mut host = [0.0f32; 6];
+            head.delta_host(&out, &y, &mut host);
+            for (i, ((d, h), g)) in delta.iter().zip(&host).zip(&gauss).enumerate() {
+                let weight = (beta as f32 * out[2 * (i / 2) + 1]).exp();
+                assert!(
+                    (d - g * weight).abs() < 1e-6,
+                    "β {beta}, δ[{i}]: {d} vs {}",
+                    g * weight
+                );
+                assert!(
+                    (d - h).abs() < 1e-6,
+                    "β {beta}, δ[{i}]: tensor {d}, host {h}"
+                );
+            }
+            let value = read(head.value(t_out.clone(), &t_y))[0];
+            let host_value = head.value_host(Lanes::BASELINE, &out, &y);
+            let want: f32 = (0..3)
+                .map(|p| {
+                    let (mu, s) = (out[2 * p], out[2 * p + 1]);
+                    0.5 * (s + (y[p] - mu).powi(2) * (-s).exp()) * (beta as f32 * s).exp()
+                })
+                .sum::<f32>()
+                / 3.0;
+            assert!((value - want).abs() < 1e-6 && (host_value - want).abs() < 1e-6);
+        }
+        assert_eq!(Head::beta_nll(1.5), None);
+    }
 }

@@ -23,7 +23,9 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use super::chunk::{PURPOSE_BATCH, PURPOSE_FIT, PURPOSE_NOISE, PURPOSE_PREDICT};
+use super::chunk::{
+    s_slots, PURPOSE_BATCH, PURPOSE_FIT, PURPOSE_LANGEVIN, PURPOSE_NOISE, PURPOSE_PREDICT,
+};
 use super::collect::{self, Collected, Event, Want};
 use super::memory::{bytes_per_replica, largest_tensor_per_replica, Resources};
 use super::{Batching, ChunkOut, ChunkTrainer, Job, TrainSettings};
@@ -86,9 +88,15 @@ impl ChunkTrainer for HostTrainer<'_> {
             None => Part::Whole,
         };
         Ok(if shape.host_sized() {
-            self.train_with(|| FeatureMajorNet::part(layers.clone(), slope, points, part), range)
+            self.train_with(
+                || FeatureMajorNet::part(layers.clone(), slope, points, part),
+                range,
+            )
         } else {
-            self.train_with(|| PointMajorNet::new(layers.clone(), slope, points, part), range)
+            self.train_with(
+                || PointMajorNet::new(layers.clone(), slope, points, part),
+                range,
+            )
         })
     }
 }
@@ -333,7 +341,15 @@ impl<'t, 'n, N: ReplicaNet> Replica<'t, 'n, N> {
             layer.backward_host(&last, noise, &self.cache, &self.delta[..n * o], &mut g);
             layer.regularize_host(last.w, k, &self.phi, g.gw, g.gparams);
         }
-        backward_at(self.level, self.net, &self.theta, x, &self.dh[..n * k], grad, gx);
+        backward_at(
+            self.level,
+            self.net,
+            &self.theta,
+            x,
+            &self.dh[..n * k],
+            grad,
+            gx,
+        );
     }
 
     /// One optimiser step on the batch `x` (feature-major), `y`: the pass, plus EnsAdvA's
@@ -383,6 +399,10 @@ impl<'t, 'n, N: ReplicaNet> Replica<'t, 'n, N> {
             }
         }
         let st = self.trainer.settings;
+        if let Some(l) = &st.langevin {
+            self.langevin(l, t);
+            return;
+        }
         let weights = AdamStep::new(lr, st.beta1, st.beta2, st.eps, t, st.weight_decay);
         let plain = AdamStep {
             weight_decay: 0.0,
@@ -397,6 +417,43 @@ impl<'t, 'n, N: ReplicaNet> Replica<'t, 'n, N> {
         adam_at(self.level, pb, mb, vb, gb, &plain);
         let (phi, gphi) = (&mut self.phi, &self.grad.1);
         adam_at(self.level, phi, &mut self.m.1, &mut self.v.1, gphi, &plain);
+    }
+
+    /// SG-MCMC's step t in place of Adam (`super::langevin`): every layer's weights (pulled
+    /// by λ), then its biases, slot j's noise draw t·S + j of the Langevin stream; Adam's
+    /// first moments hold SGHMC's momenta, and the adversarial pass's gradient buffer the
+    /// normals (SG-MCMC has no such pass).
+    fn langevin(&mut self, l: &super::Langevin, t: u64) {
+        let st = self.trainer.settings;
+        let job = self.trainer.job;
+        let total = (st.epochs * st.steps_per_epoch(job.n_train())) as u64;
+        let (eps, noisy) = l.at(t, total);
+        let layers = job.shape.layers();
+        let (w_at, b_at, _) = offsets(&layers);
+        let slots = (layers.iter().enumerate())
+            .map(|(k, &(i, o))| (w_at[k], i * o, st.weight_decay))
+            .chain(
+                layers
+                    .iter()
+                    .enumerate()
+                    .map(|(k, &(_, o))| (b_at[k], o, 0.0)),
+            );
+        let stream = self.stream(PURPOSE_LANGEVIN);
+        let per_step = s_slots(job);
+        for (j, (at, len, decay)) in slots.enumerate() {
+            let z = &mut self.grad2.0[..len];
+            if noisy {
+                stream.normal(t * per_step + j as u64, z);
+            }
+            l.update_host(
+                &mut self.theta[at..at + len],
+                &mut self.m.0[at..at + len],
+                &self.grad.0[at..at + len],
+                decay,
+                eps,
+                noisy.then_some(&*z),
+            );
+        }
     }
 
     /// The parameters layer by layer, W then b ([`Event`]'s layout).
@@ -461,8 +518,8 @@ impl<N: ReplicaNet> RunReplica<'_, '_, '_, '_, N> {
         let batch_stream = self.replica.stream(PURPOSE_BATCH);
         // The classic bootstrap's resample: draw 0 of the batch stream (later draws are the
         // epochs' orders).
-        let resample: Option<Vec<usize>> = matches!(st.batching, Batching::Resample { .. })
-            .then(|| {
+        let resample: Option<Vec<usize>> =
+            matches!(st.batching, Batching::Resample { .. }).then(|| {
                 let mut idx = vec![0usize; n];
                 batch_stream.below(0, n, &mut idx);
                 idx
@@ -543,7 +600,13 @@ impl<N: ReplicaNet> RunReplica<'_, '_, '_, '_, N> {
             }
             if collect::any_wants(&st.collectors, Want::Epoch(epoch)) {
                 let params = self.replica.params_by_layer();
-                self.observe(Want::Epoch(epoch), &Event::Epoch { epoch, params: &params });
+                self.observe(
+                    Want::Epoch(epoch),
+                    &Event::Epoch {
+                        epoch,
+                        params: &params,
+                    },
+                );
             }
         }
     }
@@ -572,7 +635,11 @@ impl<N: ReplicaNet> RunReplica<'_, '_, '_, '_, N> {
                 e if e <= fit_passes => (xt, n, Some((PURPOSE_FIT, (e - 1) as u64))),
                 e => {
                     let pass = (e - 1 - fit_passes) as u64;
-                    (self.x_test, m, stochastic.then_some((PURPOSE_PREDICT, pass)))
+                    (
+                        self.x_test,
+                        m,
+                        stochastic.then_some((PURPOSE_PREDICT, pass)),
+                    )
                 }
             };
             // The body once per set of inputs (the objective's pass leaves the training

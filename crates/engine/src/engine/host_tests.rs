@@ -12,25 +12,33 @@ use crate::backend::BackendKind;
 use crate::cpu::kernels::KernelPath;
 use crate::engine::chunk::TensorTrainer;
 use crate::engine::collect::{FinalWeights, Resample, Resamples, Swa, SwaMoments, Weights};
-use crate::engine::head::Taus;
+use crate::engine::head::{Head, Taus};
 use crate::engine::network::Network;
-use crate::engine::{LrSwitch, TrainOutput};
+use crate::engine::{Dynamics, Langevin, LrSwitch, StepSchedule, TrainOutput};
 use crate::mlp::MlpShape;
 use crate::stochastic::{Bernoulli, Concrete, Variational};
 
-/// The heads: (likelihood, heteroscedastic, quantile levels, outputs). The pinball head's
+/// The heads: (likelihood, heteroscedastic, quantile levels, a method's own head, outputs). The pinball head's
 /// levels are ones no batch of up to 43 points can balance exactly: its bias gradient
 /// Σ_p (1[y_p < q_p] − τ)/n vanishes in exact arithmetic when n·τ of the points lie below
 /// (τ = ½ and an even batch), and Adam's first steps turn the f32 rounding left of that
 /// zero into steps of ±lr·g/(|g| + ε), different on the two executions (seen: one bias
 /// 0.0027 apart after the first step at τ = ½). With n·τ never an integer the sums stay
 /// away from zero.
-fn heads() -> Vec<(Likelihood, bool, Option<Taus>, usize)> {
+fn heads() -> Vec<(Likelihood, bool, Option<Taus>, Option<Head>, usize)> {
     vec![
-        (Likelihood::Gaussian, false, None, 1),
-        (Likelihood::Bernoulli, false, None, 1),
-        (Likelihood::Gaussian, true, None, 2),
-        (Likelihood::Gaussian, false, Taus::new(&[0.13, 0.47, 0.91]), 3),
+        (Likelihood::Gaussian, false, None, None, 1),
+        (Likelihood::Bernoulli, false, None, None, 1),
+        (Likelihood::Gaussian, true, None, None, 2),
+        (
+            Likelihood::Gaussian,
+            false,
+            Taus::new(&[0.13, 0.47, 0.91]),
+            None,
+            3,
+        ),
+        (Likelihood::Gaussian, true, None, Head::beta_nll(0.5), 2),
+        (Likelihood::Gaussian, false, None, Head::evidential(0.1), 4),
     ]
 }
 
@@ -79,7 +87,7 @@ fn the_host_execution_follows_the_tensor_execution() {
     // 16 + 8 + 6 and 2·16 + 5, 43 points 8·5 + 3 rows).
     let mut cases = 0;
     for hidden in [vec![6, 4], vec![30, 37]] {
-        for (likelihood, heteroscedastic, quantiles, o) in heads() {
+        for (likelihood, heteroscedastic, quantiles, own_head, o) in heads() {
             for (l, dropout) in layers().into_iter().enumerate() {
                 for (b, batching) in batchings().into_iter().enumerate() {
                     // EnsAdvA's pass in every other case, so that each head, layer and
@@ -89,6 +97,7 @@ fn the_host_execution_follows_the_tensor_execution() {
                         likelihood,
                         heteroscedastic,
                         quantiles,
+                        own_head,
                         mc_passes: if dropout.is_some() { 3 } else { 1 },
                         dropout: dropout.clone(),
                         adversarial,
@@ -113,7 +122,57 @@ fn the_host_execution_follows_the_tensor_execution() {
             }
         }
     }
-    assert_eq!(cases, 2 * 4 * 4 * 5);
+    assert_eq!(cases, 2 * heads().len() * 4 * 5);
+}
+
+#[test]
+fn the_host_execution_follows_the_tensor_execution_under_sg_mcmc() {
+    // SG-MCMC's updates in place of Adam (`langevin.rs`): SGLD, SGHMC and a cyclical
+    // schedule (two cycles over the 8 epochs, so that exploration and sampling steps both
+    // occur), full and mini-batches, both heads it takes. The two executions draw the same
+    // Langevin normals (draw t·S + j of the replica's stream), so they agree step for step
+    // like Adam's (the test above): a wrong slot, counter or scale moves a parameter by
+    // √ε·ξ ≈ 0.03 or more, hundreds of times the tolerance.
+    let dynamics = [
+        (Dynamics::Sgld, StepSchedule::Constant),
+        (Dynamics::Sghmc { friction: 0.1 }, StepSchedule::Constant),
+        (
+            Dynamics::Sgld,
+            StepSchedule::Cyclical {
+                cycles: 2,
+                exploration: 0.5,
+            },
+        ),
+    ];
+    for (likelihood, o) in [(Likelihood::Gaussian, 1), (Likelihood::Bernoulli, 1)] {
+        for (dynamics, schedule) in dynamics {
+            for batching in [Batching::Full, Batching::Shuffled { size: 16 }] {
+                let settings = TrainSettings {
+                    likelihood,
+                    batching,
+                    langevin: Some(Langevin {
+                        dynamics,
+                        step_size: 1e-3,
+                        schedule,
+                        scale: 43.0,
+                    }),
+                    collectors: vec![
+                        Arc::new(FinalWeights),
+                        Arc::new(Swa { start: 5, rank: 2 }),
+                        Arc::new(Resamples),
+                    ],
+                    ..TrainSettings::paper(8, 43)
+                };
+                let shape = MlpShape {
+                    d_in: 2,
+                    hidden: vec![6, 4],
+                    d_out: o,
+                    negative_slope: 0.01,
+                };
+                compare(&shape, &settings);
+            }
+        }
+    }
 }
 
 /// Trains three replicas on both executions and compares everything they return.
@@ -196,12 +255,23 @@ fn same(h: &TrainOutput, t: &TrainOutput, case: &str) {
     close(&h.train_pred, &t.train_pred, "fit");
     for r in 0..3 {
         let (a, b) = (h.final_objective[r], t.final_objective[r]);
-        assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "{case}: objective {a} {b}");
+        assert!(
+            (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
+            "{case}: objective {a} {b}"
+        );
         let (wh, wt) = (h.collected::<Weights>(0), t.collected::<Weights>(0));
         close(&wh[r].0, &wt[r].0, "final weights");
         let (sh, st) = (h.collected::<SwaMoments>(1), t.collected::<SwaMoments>(1));
-        assert_eq!((sh[r].n, sh[r].deviations.len()), (3, 2), "{case}: SWA snapshots");
-        assert_eq!((st[r].n, st[r].deviations.len()), (3, 2), "{case}: SWA snapshots");
+        assert_eq!(
+            (sh[r].n, sh[r].deviations.len()),
+            (3, 2),
+            "{case}: SWA snapshots"
+        );
+        assert_eq!(
+            (st[r].n, st[r].deviations.len()),
+            (3, 2),
+            "{case}: SWA snapshots"
+        );
         let f32s = |v: &[f64]| v.iter().map(|&x| x as f32).collect::<Vec<_>>();
         close(&f32s(&sh[r].mean), &f32s(&st[r].mean), "SWA mean");
         let (rh, rt) = (h.collected::<Resample>(2), t.collected::<Resample>(2));
@@ -210,9 +280,11 @@ fn same(h: &TrainOutput, t: &TrainOutput, case: &str) {
     assert_eq!(h.rates.is_some(), t.rates.is_some(), "{case}: rates");
     if let (Some(a), Some(b)) = (&h.rates, &t.rates) {
         for (u, v) in a.iter().zip(b) {
-            assert!((u - v).abs() <= 1e-4 * (1.0 + v.abs()), "{case}: rate {u} {v}");
+            assert!(
+                (u - v).abs() <= 1e-4 * (1.0 + v.abs()),
+                "{case}: rate {u} {v}"
+            );
         }
     }
     assert_eq!(h.diverged, t.diverged, "{case}: divergence");
 }
-

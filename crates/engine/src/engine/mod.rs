@@ -15,6 +15,8 @@
 //!   threads, progress, divergence per replica; burn-autodiff modules run on it too;
 //! - `network`: the built-in network's forward, hand-written backward, objective and Adam step;
 //! - [`head`]: the loss on the output and its gradient;
+//! - [`nig`]: deep evidential regression's head (the NIG loss, its gradient, lnΓ and ψ);
+//! - [`langevin`]: SG-MCMC's updates in place of Adam (the replicas as chains);
 //! - [`swa`]: stochastic weight averaging's collection of the weights (SWAG);
 //! - `chunk`: the built-in network's training of one chunk;
 //! - `host`: the same for small networks on the CPU, as fused loops over one replica's
@@ -31,8 +33,10 @@ pub mod collect;
 pub mod head;
 mod host;
 pub mod job;
+pub mod langevin;
 pub mod memory;
 pub(crate) mod network;
+pub mod nig;
 pub mod ops;
 pub mod pool;
 #[cfg(test)]
@@ -41,6 +45,7 @@ pub mod settings;
 
 pub use head::Head;
 pub use job::Job;
+pub use langevin::{Dynamics, Langevin, StepSchedule};
 pub use memory::{
     bytes_per_replica, chunk_size, largest_tensor_per_replica, Resources, CPU_CHUNK_BYTES,
     DEVICE_MEMORY_FRACTION, WGPU_MAX_BINDING,

@@ -19,6 +19,7 @@ use std::sync::Arc;
 use burn::tensor::{Device, Tensor, TensorData};
 
 use super::head::Head;
+use super::langevin::Langevin;
 use crate::cpu::kernels::{self, AdamStep, KernelPath};
 use crate::layers::linear_backward;
 use crate::mlp::HostWeights;
@@ -143,6 +144,33 @@ impl State {
         for (((p, step), [m, v]), g) in slots.zip(moments.iter_mut()).zip(grads) {
             let (np, nm, nv) = kernels::adam(path, p.extract(), m.extract(), v.extract(), g, step);
             (*p, *m, *v) = (np, nm, nv);
+        }
+    }
+}
+
+impl State {
+    /// SG-MCMC's step in place of Adam ([`Langevin`]): every layer's weights (pulled by
+    /// `decay`) then biases, slot j's normals from `noise(j, [rows, cols])` when the step
+    /// (ε, noisy) adds noise; the first moments hold SGHMC's momenta.
+    pub fn langevin_step(
+        &mut self,
+        grads: Grads,
+        l: &Langevin,
+        decay: f64,
+        (eps, noisy): (f64, bool),
+        noise: impl Fn(u64, [usize; 2]) -> Tensor<3>,
+    ) {
+        let State { w, b, moments, .. } = self;
+        let slots = w
+            .iter_mut()
+            .map(|p| (p, decay))
+            .chain(b.iter_mut().map(|p| (p, 0.0)));
+        let grads = grads.w.into_iter().chain(grads.b);
+        for (j, (((p, decay), [v, _]), g)) in slots.zip(moments.iter_mut()).zip(grads).enumerate() {
+            let [_, rows, cols] = p.dims();
+            let z = noisy.then(|| noise(j as u64, [rows, cols]));
+            let (np, nv) = l.update_tensor(p.clone(), v.clone(), g, decay, eps, z);
+            (*p, *v) = (np, nv);
         }
     }
 }

@@ -137,6 +137,7 @@ mod tests {
                 Some(&concrete),
                 Head::BernoulliLogit,
             ),
+            ("evidential head", None, Head::evidential(0.3).unwrap()),
             (
                 "pinball head",
                 None,

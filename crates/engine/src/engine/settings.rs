@@ -2,6 +2,7 @@
 
 use super::collect::Collector;
 use super::head::Head;
+use super::langevin::Langevin;
 use std::sync::Arc;
 
 use crate::mlp::MlpShape;
@@ -71,6 +72,10 @@ pub struct TrainSettings {
     pub lr_switch: Option<LrSwitch>,
     /// A pinball head at these quantile levels instead of the likelihood's (CQR's networks).
     pub quantiles: Option<super::head::Taus>,
+    /// A head of the method's own in place of the likelihood's (β-NLL, the evidential head).
+    pub own_head: Option<Head>,
+    /// SG-MCMC's dynamics in place of Adam ([`super::langevin`]): the replicas are chains.
+    pub langevin: Option<Langevin>,
     /// The training by-products a method asks for ([`super::collect`]), returned per
     /// replica in [`super::TrainOutput::collected`], in this order.
     pub collectors: Vec<Arc<dyn Collector>>,
@@ -104,6 +109,8 @@ impl TrainSettings {
             mc_passes: 1,
             lr_switch: None,
             quantiles: None,
+            own_head: None,
+            langevin: None,
             collectors: Vec::new(),
         }
     }
@@ -111,6 +118,9 @@ impl TrainSettings {
     /// The head the settings train: the Bernoulli cross-entropy on a logit for labels, the
     /// Gaussian NLL for a heteroscedastic network, else ½·MSE.
     pub fn head(&self) -> Head {
+        if let Some(h) = self.own_head {
+            return h;
+        }
         if let Some(t) = self.quantiles {
             return Head::Pinball(t);
         }
@@ -152,9 +162,11 @@ impl TrainSettings {
                 format!(
                     "{want} for a {} head",
                     match self.head() {
-                        Head::GaussianNll => "heteroscedastic (mean, log variance)",
+                        Head::GaussianNll | Head::BetaNll(_) =>
+                            "heteroscedastic (mean, log variance)",
                         Head::BernoulliLogit => "logit",
                         Head::HalfMse => "mean-only",
+                        Head::Evidential(_) => "evidential (γ, ν, α, β)",
                         Head::Pinball(_) => "quantile",
                     }
                 ),
@@ -193,6 +205,23 @@ impl TrainSettings {
                 return Err(MethodError::invalid("batches per epoch", 0, "at least 1"))
             }
             _ => {}
+        }
+        if let Some(l) = &self.langevin {
+            l.validate()?;
+            if self.dropout.is_some() || self.adversarial.is_some() {
+                return Err(MethodError::invalid(
+                    "SG-MCMC (langevin)",
+                    "with a stochastic layer or an adversarial pass",
+                    "the plain network: a chain's only noise is its Langevin noise",
+                ));
+            }
+            if !matches!(self.head(), Head::HalfMse | Head::BernoulliLogit) {
+                return Err(MethodError::invalid(
+                    "SG-MCMC (langevin) head",
+                    format!("{:?}", self.head()),
+                    "½·MSE or the Bernoulli logit: U(θ) is their loss scaled by N/σ² or N",
+                ));
+            }
         }
         if let Some(eps) = &self.adversarial {
             if eps.len() != d_in || eps.iter().any(|e| !(e.is_finite() && *e >= 0.0)) {

@@ -8,8 +8,8 @@ use burn::tensor::Tensor;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    cache_of, linear_backward_host, linear_host, multiplicative_backward, times_factor,
-    HostCache, HostGrads, HostLast, LastGrads, LayerCache, StochasticLayer,
+    cache_of, linear_backward_host, linear_host, multiplicative_backward, times_factor, HostCache,
+    HostGrads, HostLast, LastGrads, LayerCache, StochasticLayer,
 };
 use crate::device_rng::{DeviceRng, HostStream};
 use uqbench_core::MethodError;
@@ -77,7 +77,13 @@ impl StochasticLayer for Bernoulli {
         }
     }
 
-    fn forward_host(&self, x: &HostLast<'_>, noise: &[f32], out: &mut [f32], cache: &mut HostCache) {
+    fn forward_host(
+        &self,
+        x: &HostLast<'_>,
+        noise: &[f32],
+        out: &mut [f32],
+        cache: &mut HostCache,
+    ) {
         cache.ht.clear();
         cache.ht.extend(x.h.iter().zip(noise).map(|(&h, &m)| h * m));
         linear_host(&cache.ht, x.w, x.b, out);

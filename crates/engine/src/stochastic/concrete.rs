@@ -11,8 +11,8 @@ use burn::tensor::Tensor;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    cache_of, linear_backward_host, linear_host, multiplicative_backward, times_factor,
-    HostCache, HostGrads, HostLast, LastGrads, LayerCache, ParamSlot, StochasticLayer,
+    cache_of, linear_backward_host, linear_host, multiplicative_backward, times_factor, HostCache,
+    HostGrads, HostLast, LastGrads, LayerCache, ParamSlot, StochasticLayer,
 };
 use crate::cpu::{math, simd};
 use crate::device_rng::{DeviceRng, HostStream};
@@ -151,7 +151,13 @@ impl StochasticLayer for Concrete {
 
     /// z = 1 − σ((θ + log u − log(1 − u))/t), factor = z/(1 − p), h̃ = h·factor; the cache
     /// keeps h̃, the factor and z.
-    fn forward_host(&self, x: &HostLast<'_>, noise: &[f32], out: &mut [f32], cache: &mut HostCache) {
+    fn forward_host(
+        &self,
+        x: &HostLast<'_>,
+        noise: &[f32],
+        out: &mut [f32],
+        cache: &mut HostCache,
+    ) {
         let theta = x.params[0];
         let len = noise.len();
         cache.ht.resize(len, 0.0);

@@ -277,8 +277,8 @@ pub(crate) fn linear_backward_host(
             }
             continue;
         }
-        for ((&hk, gk), (dv, wk)) in (row.iter().zip(gw.chunks_exact_mut(o)))
-            .zip(dr.iter_mut().zip(w.chunks_exact(o)))
+        for ((&hk, gk), (dv, wk)) in
+            (row.iter().zip(gw.chunks_exact_mut(o))).zip(dr.iter_mut().zip(w.chunks_exact(o)))
         {
             let mut acc = 0.0;
             for ((g, &dj), &wkj) in gk.iter_mut().zip(d).zip(wk) {

@@ -174,7 +174,13 @@ impl StochasticLayer for Variational {
     }
 
     /// out = h·W + b + s·ε with s = √(α·(h²)·(W²) + 1e-8); the cache keeps s `[n, o]`.
-    fn forward_host(&self, x: &HostLast<'_>, noise: &[f32], out: &mut [f32], cache: &mut HostCache) {
+    fn forward_host(
+        &self,
+        x: &HostLast<'_>,
+        noise: &[f32],
+        out: &mut [f32],
+        cache: &mut HostCache,
+    ) {
         let alpha = clipped(x.params[0]).exp();
         let (k, o) = (x.k, x.o);
         cache.aux.resize(noise.len(), 0.0);
@@ -233,7 +239,11 @@ impl StochasticLayer for Variational {
             }
         }
         let inside = raw.abs() < LOG_ALPHA_CLIP as f32;
-        g.gparams[0] = if inside { crate::cpu::simd::sum(&dalpha) } else { 0.0 };
+        g.gparams[0] = if inside {
+            crate::cpu::simd::sum(&dalpha)
+        } else {
+            0.0
+        };
     }
 
     fn regularizer_host(&self, w: &[f32], _k: usize, params: &[f32]) -> Option<f32> {

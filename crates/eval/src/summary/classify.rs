@@ -25,7 +25,9 @@ use uqbench_metrics::classification::{
 };
 use uqbench_metrics::ranking::{referral_curve, roc_auc};
 
-use super::compute::{insert_joint, mean_se_per_point, mixing_flag, proportions, region_aggregate, regions};
+use super::compute::{
+    insert_joint, mean_se_per_point, mixing_flag, proportions, region_aggregate, regions,
+};
 use super::joint::{JointKind, JointMetrics};
 use super::names;
 use super::types::{level_name, nullable_vec, MethodSummary, PointMetric, Scalar, TestInfo};
@@ -328,7 +330,10 @@ pub fn summarize_classification(
         flags,
         per_repetition,
         // Every classification method returns draws (members' or passes' probabilities).
-        joint_kind: used.iter().any(|r| !r.joint.is_empty()).then_some(JointKind::Draws),
+        joint_kind: used
+            .iter()
+            .any(|r| !r.joint.is_empty())
+            .then_some(JointKind::Draws),
     })
 }
 

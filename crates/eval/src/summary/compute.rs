@@ -439,7 +439,10 @@ pub(super) fn insert_joint<'a>(
             .collect();
         if let Ok(s) = coverage::mean_se(&v) {
             let se = if v.len() > 1 { s.se } else { f64::NAN };
-            aggregate.entry(region).or_default().insert(name, Scalar::with_se(s.mean, se));
+            aggregate
+                .entry(region)
+                .or_default()
+                .insert(name, Scalar::with_se(s.mean, se));
         }
     }
 }

@@ -32,12 +32,15 @@ pub enum NoiseSd<'a> {
     PerPoint(&'a [f64]),
     /// One sd per draw (the same at every test input): a sampler's σ draws.
     PerDraw(&'a [f64]),
+    /// One sd per draw and test input, rows as the draws' (`Prediction::sample_noise`): a
+    /// mean–variance member's σ_m(x), an evidential draw's σ_s(x).
+    PerDrawPoint(&'a [Vec<f64>]),
 }
 
 /// The empirical intervals at `levels` and the sample CRPS against `truth`, from the draws at
 /// every test input (`columns[i]`): CI ends are type-7 quantiles of the draws, PI ends
 /// quantiles of the mixture of N(draw, noise²) (each draw with its own noise sd for
-/// [`NoiseSd::PerDraw`]).
+/// [`NoiseSd::PerDraw`], and at each input for [`NoiseSd::PerDrawPoint`]).
 pub fn empirical(
     columns: &[Vec<f64>],
     noise: NoiseSd<'_>,
@@ -60,6 +63,23 @@ pub fn empirical(
             );
         }
         if let Some(s) = sds.iter().find(|s| !(s.is_finite() && **s > 0.0)) {
+            bail!("noise sd of a draw {s}: valid is a positive, finite number");
+        }
+    }
+    if let NoiseSd::PerDrawPoint(rows) = noise {
+        let draws = columns.first().map_or(0, Vec::len);
+        if rows.len() != draws || rows.iter().any(|r| r.len() != m) {
+            bail!(
+                "noise sds per draw and input: {} rows for {draws} draws; one row of {m} per \
+                 draw is needed",
+                rows.len()
+            );
+        }
+        if let Some(s) = rows
+            .iter()
+            .flatten()
+            .find(|s| !(s.is_finite() && **s > 0.0))
+        {
             bail!("noise sd of a draw {s}: valid is a positive, finite number");
         }
     }
@@ -101,6 +121,13 @@ pub fn empirical(
                         normal_mixture_quantile_sds(column, sds, lo),
                         normal_mixture_quantile_sds(column, sds, hi),
                     ),
+                    NoiseSd::PerDrawPoint(rows) => {
+                        let sds: Vec<f64> = rows.iter().map(|r| r[i]).collect();
+                        (
+                            normal_mixture_quantile_sds(column, &sds, lo),
+                            normal_mixture_quantile_sds(column, &sds, hi),
+                        )
+                    }
                 };
                 (
                     quantile_sorted(&sorted, lo),

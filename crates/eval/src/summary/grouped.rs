@@ -261,8 +261,11 @@ pub const ENUMERATE_MAX_TERMS: usize = 1 << 15;
 pub fn kl_bernoulli(groups: &Groups, p: &[f64], q: &[f64], m: usize, rng: &mut Rng) -> f64 {
     let clip = |v: f64| v.clamp(1e-12, 1.0 - 1e-12);
     let k = groups.inputs.len();
-    let (lp1, lp0): (Vec<f64>, Vec<f64>) =
-        groups.inputs.iter().map(|&u| (clip(p[u]).ln(), (-clip(p[u])).ln_1p())).unzip();
+    let (lp1, lp0): (Vec<f64>, Vec<f64>) = groups
+        .inputs
+        .iter()
+        .map(|&u| (clip(p[u]).ln(), (-clip(p[u])).ln_1p()))
+        .unzip();
     let rows = q.len() / m;
     let lq: Vec<(f64, f64)> = (0..rows)
         .flat_map(|s| groups.inputs.iter().map(move |&u| (s, u)))
@@ -293,7 +296,9 @@ pub fn kl_bernoulli(groups: &Groups, p: &[f64], q: &[f64], m: usize, rng: &mut R
         let mut sum = 0.0;
         loop {
             let (ln_p, r) = ratio(&counts);
-            let ln_mult: f64 = (0..k).map(|g| ln_binomial(groups.counts[g], counts[g])).sum();
+            let ln_mult: f64 = (0..k)
+                .map(|g| ln_binomial(groups.counts[g], counts[g]))
+                .sum();
             sum += (ln_p + ln_mult).exp() * r;
             // The next count vector, as an odometer.
             let mut g = 0;
@@ -309,7 +314,11 @@ pub fn kl_bernoulli(groups: &Groups, p: &[f64], q: &[f64], m: usize, rng: &mut R
         return sum;
     }
     let counts: Vec<usize> = (0..k)
-        .map(|g| (0..groups.counts[g]).filter(|_| rng.uniform() < p[groups.inputs[g]]).count())
+        .map(|g| {
+            (0..groups.counts[g])
+                .filter(|_| rng.uniform() < p[groups.inputs[g]])
+                .count()
+        })
         .collect();
     ratio(&counts).1
 }
@@ -420,8 +429,12 @@ mod tests {
         let p = [0.2, 0.7, 0.45];
         let q = [0.3, 0.6, 0.5, 0.1, 0.9, 0.4];
         let full_p: Vec<f64> = x.iter().map(|&i| p[i]).collect();
-        let full_q: Vec<f64> = (0..2).flat_map(|s| x.iter().map(move |&i| q[3 * s + i])).collect();
-        let want = uqbench_metrics::joint::kl_bernoulli(&full_p, &full_q, &[]).unwrap().value;
+        let full_q: Vec<f64> = (0..2)
+            .flat_map(|s| x.iter().map(move |&i| q[3 * s + i]))
+            .collect();
+        let want = uqbench_metrics::joint::kl_bernoulli(&full_p, &full_q, &[])
+            .unwrap()
+            .value;
         let got = kl_bernoulli(&g, &p, &q, 3, &mut Rng::new(1));
         assert!((got - want).abs() < 1e-12, "{got} against {want}");
     }
@@ -445,11 +458,18 @@ mod tests {
         let full_q: Vec<f64> = (0..rows)
             .flat_map(|s| x.iter().map(|&i| q[2 * s + i]).collect::<Vec<_>>())
             .collect();
-        let exact = uqbench_metrics::joint::kl_bernoulli(&full_p, &full_q, &[]).unwrap().value;
+        let exact = uqbench_metrics::joint::kl_bernoulli(&full_p, &full_q, &[])
+            .unwrap()
+            .value;
         let mut rng = Rng::new(5);
-        let v: Vec<f64> = (0..3000).map(|_| kl_bernoulli(&g, &p, &q, 2, &mut rng)).collect();
+        let v: Vec<f64> = (0..3000)
+            .map(|_| kl_bernoulli(&g, &p, &q, 2, &mut rng))
+            .collect();
         let e = uqbench_metrics::joint::Estimate::of(&v);
-        assert!((e.value - exact).abs() < 4.5 * e.stderr, "{e:?} against {exact}");
+        assert!(
+            (e.value - exact).abs() < 4.5 * e.stderr,
+            "{e:?} against {exact}"
+        );
     }
 
     /// The reduced closed form equals the full one.

@@ -47,7 +47,11 @@ impl JointSettings {
     /// spec, empty in a metrics input) when τ is outside 1..=[`MAX_JOINT_TAU`] or κ or the
     /// batches are 0.
     pub fn check(&self, prefix: &str) -> Result<()> {
-        if let Some(&t) = self.tau.iter().find(|&&t| !(1..=MAX_JOINT_TAU).contains(&t)) {
+        if let Some(&t) = self
+            .tau
+            .iter()
+            .find(|&&t| !(1..=MAX_JOINT_TAU).contains(&t))
+        {
             bail!("{prefix}tau contains {t}: a batch holds 1 to {MAX_JOINT_TAU} test inputs");
         }
         if self.kappa == 0 || self.batches == 0 {
@@ -228,6 +232,8 @@ impl<'a> MethodJoint<'a> {
     pub fn new(out: &'a Prediction, noise_sd: &'a [f64]) -> MethodJoint<'a> {
         let kind = if out.joint.is_some() {
             JointKind::Gaussian
+        } else if out.marginals_t.is_some() {
+            JointKind::Marginals
         } else if out.samples.as_ref().is_some_and(|s| !s.is_empty()) {
             JointKind::Draws
         } else {
@@ -276,7 +282,7 @@ impl<'a> MethodJoint<'a> {
                     dof,
                 })
             }
-            JointKind::Marginals if dof.is_none() => Some(Parts {
+            JointKind::Marginals if dof.is_none() && out.marginals_t.is_none() => Some(Parts {
                 mean: pick(&out.mean, u),
                 factor: Vec::new(),
                 rank: 0,
@@ -311,9 +317,21 @@ impl<'a> MethodJoint<'a> {
     }
 
     /// Its Student-t marginals at the τ inputs `x` as a product (the one joint that is not
-    /// elliptical, so it is evaluated at y in full).
+    /// elliptical, so it is evaluated at y in full): each input's own t where the method gives
+    /// them (`marginals_t`), else the family's ν with its predictive sd as the scale.
     fn t_marginals(&self, x: &[usize], dof: f64) -> Joint {
         let out = self.out;
+        if let Some(t) = &out.marginals_t {
+            return Joint::Independent(
+                x.iter()
+                    .map(|&i| Marginal {
+                        mean: t[i][0],
+                        scale: t[i][1],
+                        dof: Some(t[i][2]),
+                    })
+                    .collect(),
+            );
+        }
         Joint::Independent(
             x.iter()
                 .map(|&i| Marginal {
@@ -334,7 +352,11 @@ impl<'a> MethodJoint<'a> {
 fn noise(rng: &mut Rng, tau: usize, dof: Option<f64>) -> (Vec<f64>, Vec<f64>) {
     let z = (0..tau).map(|_| rng.normal()).collect();
     let chi2 = dof
-        .map(|nu| vec![(0..nu.round().max(1.0) as usize).map(|_| rng.normal().powi(2)).sum()])
+        .map(|nu| {
+            vec![(0..nu.round().max(1.0) as usize)
+                .map(|_| rng.normal().powi(2))
+                .sum()]
+        })
         .unwrap_or_default();
     (z, chi2)
 }
@@ -436,8 +458,11 @@ fn region_kl(
             }
             // Student-t marginals only: their product is not elliptical; y in full.
             (_, None) => {
-                let Family::StudentT { dof: nu } = method.out.family else {
-                    unreachable!("parts are None only for draws and t marginals")
+                let nu = match method.out.family {
+                    Family::StudentT { dof } => dof,
+                    // Per-input t's (`marginals_t`): each carries its own ν.
+                    _ if method.out.marginals_t.is_some() => f64::NAN,
+                    _ => unreachable!("parts are None only for draws and t marginals"),
                 };
                 let (p, dof) = source.at(x);
                 let (z, chi2) = noise(rng, x.len(), dof);

@@ -14,9 +14,9 @@ use uqbench_metrics::regression::{crps_gaussian, crps_student_t};
 
 pub use super::distance::AnchorRef;
 pub use super::empirical::{columns_of, empirical, NoiseSd};
+use super::joint::{JointInput, JointKind, JointMetrics};
 pub(super) use super::levels::nullable_vec;
 pub use super::levels::{level_name, with_coverage_level, LevelBounds, PiBounds, COVERAGE_LEVEL};
-use super::joint::{JointInput, JointKind, JointMetrics};
 use super::levels::{nullable_map, nullable_opt_vec};
 
 /// The reference method's name.
@@ -174,9 +174,12 @@ impl RepResult {
             let Some(samples) = &out.samples else {
                 bail!("repetition {rep}: an empirical predictive family needs its samples");
             };
-            let noise = match &out.noise_samples {
-                Some(sds) => NoiseSd::PerDraw(sds),
-                None => NoiseSd::PerPoint(out.noise_std.as_deref().unwrap_or(ctx.test_sigma)),
+            let noise = match (&out.sample_noise, &out.noise_samples) {
+                (Some(rows), _) => NoiseSd::PerDrawPoint(rows),
+                (None, Some(sds)) => NoiseSd::PerDraw(sds),
+                (None, None) => {
+                    NoiseSd::PerPoint(out.noise_std.as_deref().unwrap_or(ctx.test_sigma))
+                }
             };
             let cols = columns_of(samples, ctx.truth.len())?;
             let (ints, c) = empirical(&cols, noise, &ctx.all_levels(), ctx.truth)?;

@@ -77,7 +77,9 @@ pub fn run(args: &MethodBench<'_>) -> Result<()> {
             x.iter().map(|&v| v.sin() + SIGMA * rng.normal()).collect()
         })
         .collect();
-    let x_test: Vec<f64> = (0..100).map(|i| -6.0 + 12.0 * f64::from(i) / 99.0).collect();
+    let x_test: Vec<f64> = (0..100)
+        .map(|i| -6.0 + 12.0 * f64::from(i) / 99.0)
+        .collect();
     let repetitions: Vec<u64> = (0..reps as u64).collect();
     let (sd_train, sd_test) = (vec![SIGMA; args.n], vec![SIGMA; x_test.len()]);
     let task = Task {

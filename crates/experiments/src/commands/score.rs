@@ -333,9 +333,8 @@ pub fn run(args: &ScoreArgs) -> Result<()> {
         let external = reps
             .iter()
             .map(|&r| match track {
-                Track::Regression => {
-                    read_rep(&dir, r, &problem, &args.levels, joint.as_ref()).map(Stored::Regression)
-                }
+                Track::Regression => read_rep(&dir, r, &problem, &args.levels, joint.as_ref())
+                    .map(Stored::Regression),
                 Track::Classification => {
                     read_class_rep(&dir, r, &problem, &args.levels, joint.as_ref())
                         .map(Stored::Classification)

@@ -300,7 +300,11 @@ fn aggregates(
         columns.push((names::W2_ANCHOR.into(), None));
     }
     // The joint KL at the run's largest τ (spec §10), where the run has it.
-    let prefix = if input.track == uqbench_eval::Track::Regression { "joint_kl" } else { "env_kl" };
+    let prefix = if input.track == uqbench_eval::Track::Regression {
+        "joint_kl"
+    } else {
+        "env_kl"
+    };
     if let Some(tau) = super::joint::taus(input.summary, prefix).last() {
         columns.push((format!("{prefix}_{tau}"), None));
     }

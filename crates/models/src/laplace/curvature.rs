@@ -279,7 +279,10 @@ mod tests {
         let (f, rank) = Posterior::new(&full, 0.1, false)
             .unwrap()
             .factor(&[vec![0.5, 0.5, 1.0]]);
-        let fv: Vec<f64> = f.chunks(rank).map(|r| r.iter().map(|v| v * v).sum()).collect();
+        let fv: Vec<f64> = f
+            .chunks(rank)
+            .map(|r| r.iter().map(|v| v * v).sum())
+            .collect();
         assert!((kv[0] / fv[0] - 1.0).abs() < 1e-10, "{kv:?} vs {fv:?}");
         let mut a = kron_spectrum(&layers);
         let mut b = spectrum(&full, false);

@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::MethodConfig;
 use crate::engine::collect::{FinalWeights, Weights};
 use crate::engine::{self, Resources, TrainOutput};
-use crate::host_net::{TrainedNet, Subset};
+use crate::host_net::{Subset, TrainedNet};
 use curvature::{KronLayer, Posterior};
 
 /// A fitted posterior: dense (full or diagonal) or Kronecker-factored with its δ.
@@ -34,9 +34,7 @@ enum Fitted {
     Dense(Posterior),
     Kron(Vec<KronLayer>, f64),
 }
-use uqbench_core::{
-    Compute, FactorJoint, Likelihood, Method, MethodError, Prediction, Task, Tau,
-};
+use uqbench_core::{Compute, FactorJoint, Likelihood, Method, MethodError, Prediction, Task, Tau};
 
 /// The noise sd at the training and at the test inputs.
 type Sigmas = (Vec<f64>, Vec<f64>);
@@ -209,7 +207,8 @@ impl Method for Laplace {
             SubsetSetting::LastLayer => Subset::LastLayer,
             SubsetSetting::All => Subset::All,
         };
-        let probe = TrainedNet::from_flat(&vec![0.0; count_all(&dims)], &dims, c.net.negative_slope);
+        let probe =
+            TrainedNet::from_flat(&vec![0.0; count_all(&dims)], &dims, c.net.negative_slope);
         let p = probe.count(subset);
         if c.hessian == Hessian::Full && p > MAX_FULL {
             return Err(MethodError::invalid(
@@ -322,7 +321,10 @@ fn linearised(
             let (mean, jac): (Vec<f64>, Vec<Vec<f64>>) =
                 x_test.iter().map(|xi| net.jacobian(xi, subset)).unzip();
             let (factor, rank) = p.factor(&jac);
-            let var = factor.chunks(rank.max(1)).map(|r| r.iter().map(|v| v * v).sum()).collect();
+            let var = factor
+                .chunks(rank.max(1))
+                .map(|r| r.iter().map(|v| v * v).sum())
+                .collect();
             (mean, var, Some(FactorJoint { factor, rank }))
         }
         Fitted::Kron(layers, d) => {

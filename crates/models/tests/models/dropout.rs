@@ -5,8 +5,7 @@ use uqbench_anchor::{Problem, ProblemSpec, Region, Setting};
 use uqbench_engine::engine::Resources;
 use uqbench_engine::{open_device, BackendKind};
 use uqbench_models::{
-    DropoutConfig, DropoutKind, DropoutMethod, DropoutSettings, Method,
-    Prediction, SeedBase, Task,
+    DropoutConfig, DropoutKind, DropoutMethod, DropoutSettings, Method, Prediction, SeedBase, Task,
 };
 
 fn problem(file: &str, setting: &[(&str, f64)]) -> Problem {

@@ -4,8 +4,8 @@ use uqbench_anchor::{Problem, ProblemSpec, Region, Setting};
 use uqbench_engine::engine::Resources;
 use uqbench_engine::{open_device, BackendKind};
 use uqbench_models::{
-    BootstrapScheme, Ensemble, EnsembleConfig, EnsembleKind,
-    EnsembleSettings, Method, Prediction, SeedBase, Task,
+    BootstrapScheme, Ensemble, EnsembleConfig, EnsembleKind, EnsembleSettings, Method, Prediction,
+    SeedBase, Task,
 };
 
 fn e1() -> Problem {

@@ -377,7 +377,7 @@ impl HmcTrainer<'_> {
             let shape = PRIOR_A0 + n as f64 / 2.0;
             let rate = PRIOR_B0 + f64::from(sse_host[r]) / 2.0;
             // InvGamma(shape, rate) = rate / Gamma(shape, 1).
-            st.s2[r] = rate / gamma_draw(g, shape);
+            st.s2[r] = rate / g.gamma(shape);
         }
         st.inv_s2 = self.inv(&st.s2);
         (st.u, st.sse, st.grad) = self.potential(&st.theta, &st.x, &st.y, &st.inv_s2);
@@ -505,23 +505,6 @@ impl ChunkTrainer for HmcTrainer<'_> {
     }
 }
 
-/// A Gamma(shape, 1) draw (Marsaglia & Tsang 2000; shape ≥ 1 here).
-pub(crate) fn gamma_draw(rng: &mut Rng, shape: f64) -> f64 {
-    let d = shape - 1.0 / 3.0;
-    let c = 1.0 / (9.0 * d).sqrt();
-    loop {
-        let z = rng.normal();
-        let v = (1.0 + c * z).powi(3);
-        if v <= 0.0 {
-            continue;
-        }
-        let u = rng.uniform_open();
-        if u.ln() < 0.5 * z * z + d - d * v + d * v.ln() {
-            return d * v;
-        }
-    }
-}
-
 fn download(t: Tensor<3>) -> Result<Vec<f32>, MethodError> {
     try_download(t, "HMC state")
 }
@@ -529,9 +512,9 @@ fn download(t: Tensor<3>) -> Result<Vec<f32>, MethodError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use uqbench_engine::backend::{open_device, BackendKind};
     use crate::engine::{run_chunks, Resources};
     use crate::mlp::MlpShape;
+    use uqbench_engine::backend::{open_device, BackendKind};
 
     #[test]
     fn the_tensor_sampler_recovers_a_conjugate_posterior() {
@@ -628,7 +611,7 @@ mod tests {
     fn the_gamma_sampler_has_its_mean() {
         let mut rng = Rng::new(5);
         // The Gamma sampler has mean shape (sd √(shape/n)): 20 000 draws of Gamma(3).
-        let g: f64 = (0..20_000).map(|_| gamma_draw(&mut rng, 3.0)).sum::<f64>() / 20_000.0;
+        let g: f64 = (0..20_000).map(|_| rng.gamma(3.0)).sum::<f64>() / 20_000.0;
         assert!((g - 3.0).abs() < 5.0 * (3.0f64 / 20_000.0).sqrt(), "{g}");
     }
 }

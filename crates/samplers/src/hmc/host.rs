@@ -17,11 +17,11 @@ use std::ops::Range;
 use uqbench_anchor::Rng;
 use uqbench_metrics::mcmc;
 
-use crate::hmc::chain::{gamma_draw, ChainRecord, DualAveraging, HmcTrainer, PRIOR_A0, PRIOR_B0};
-use crate::engine::ChunkOut;
 use crate::cpu::feature_major::{feature_major, FeatureMajorNet};
-use crate::mlp::xavier_init;
 use crate::cpu::simd;
+use crate::engine::ChunkOut;
+use crate::hmc::chain::{ChainRecord, DualAveraging, HmcTrainer, PRIOR_A0, PRIOR_B0};
+use crate::mlp::xavier_init;
 use uqbench_core::MethodError;
 
 /// One chain's state and what the potential needs.
@@ -158,13 +158,16 @@ impl HmcTrainer<'_> {
             };
             let mut stream = Rng::new(self.stream[rep]);
             // The whole chain compiled for the CPU's widest vectors (the same bits).
-            let (record, u, draws_f, train_mean) = simd::dispatch_at(level, RunChain {
-                trainer: self,
-                chain: &mut chain,
-                theta: &mut theta,
-                y,
-                stream: &mut stream,
-            });
+            let (record, u, draws_f, train_mean) = simd::dispatch_at(
+                level,
+                RunChain {
+                    trainer: self,
+                    chain: &mut chain,
+                    theta: &mut theta,
+                    y,
+                    stream: &mut stream,
+                },
+            );
             pred[r * c.draws * m..(r + 1) * c.draws * m].copy_from_slice(&draws_f);
             train[r * n..(r + 1) * n].copy_from_slice(&train_mean);
             objective[r] = u / n as f64;
@@ -288,7 +291,7 @@ impl HmcTrainer<'_> {
             if self.noise.is_none() {
                 let shape = PRIOR_A0 + n as f64 / 2.0;
                 let rate = PRIOR_B0 + sse / 2.0;
-                s2 = rate / gamma_draw(stream, shape);
+                s2 = rate / stream.gamma(shape);
                 (u, sse) = chain.potential(theta, inv(s2), &mut grad);
             }
             if sampling {
@@ -319,9 +322,9 @@ mod tests {
 
     use burn::tensor::{Device, Tensor, TensorData};
 
+    use super::*;
     use crate::hmc::chain::Params;
     use crate::hmc::{HmcConfig, HmcSettings};
-    use super::*;
     use crate::mlp::MlpShape;
 
     #[test]

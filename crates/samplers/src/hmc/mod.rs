@@ -208,7 +208,9 @@ impl Method for Hmc {
         let y = task.replica_targets_f32(&replicas);
         let (x_train, x_test) = task.inputs_f32(c.net.standardize);
         let shape = c.net.shape(task.d, 1);
-        let host = resources.sampler_host_loops(&shape).then_some(resources.simd);
+        let host = resources
+            .sampler_host_loops(&shape)
+            .then_some(resources.simd);
         let trainer = HmcTrainer {
             config: c,
             shape,
@@ -266,15 +268,7 @@ impl Hmc {
                     .collect()
             })
             .collect();
-        let total = rows.len() as f64;
-        let mean: Vec<f64> = (0..m)
-            .map(|i| rows.iter().map(|r| r[i]).sum::<f64>() / total)
-            .collect();
-        let std: Vec<f64> = (0..m)
-            .map(|i| {
-                (rows.iter().map(|r| (r[i] - mean[i]).powi(2)).sum::<f64>() / (total - 1.0)).sqrt()
-            })
-            .collect();
+        let (mean, std) = uqbench_core::mean_std(&rows);
         let train_mean: Vec<f64> = (0..n)
             .map(|i| {
                 reps.clone()
@@ -322,6 +316,7 @@ impl Hmc {
             quantiles: None,
             joint: None,
             sample_noise: None,
+            marginals_t: None,
         }
     }
 
@@ -335,7 +330,7 @@ impl Hmc {
         scalars: &mut BTreeMap<String, f64>,
     ) {
         let m = rows.first().map_or(0, Vec::len);
-        let worst = worst_diagnostics(rows, m, self.config.draws);
+        let worst = mcmc::worst_over_inputs(rows, m, self.config.draws);
         scalars.insert("rhat_max".into(), worst.rhat);
         scalars.insert("ess_bulk_min".into(), worst.ess_bulk);
         scalars.insert("ess_tail_min".into(), worst.ess_tail);
@@ -363,39 +358,4 @@ impl Hmc {
             f64::from(u8::from(worst.reference_grade() && divergent == 0.0)),
         );
     }
-}
-
-/// The repetition's diagnostics at its worst test input, each taken separately: the largest
-/// R̂ and the smallest bulk and tail ESS over the inputs (`rows`: chain-major draws of f at the
-/// m inputs, t per chain). An input whose draws are not finite counts as not mixed.
-fn worst_diagnostics(rows: &[Vec<f64>], m: usize, t: usize) -> mcmc::Diagnostics {
-    let mut worst = mcmc::Diagnostics {
-        rhat: 0.0,
-        rhat_bulk: 0.0,
-        rhat_tail: 0.0,
-        ess_bulk: f64::INFINITY,
-        ess_tail: f64::INFINITY,
-        mcse_mean: 0.0,
-    };
-    for i in 0..m {
-        // Draws are chain-major: chain c's t draws are rows c·t .. (c + 1)·t.
-        let column: Vec<f64> = rows.iter().map(|r| r[i]).collect();
-        let per_chain: Vec<Vec<f64>> = column.chunks(t).map(<[f64]>::to_vec).collect();
-        match mcmc::diagnose(&per_chain) {
-            Ok(d) => {
-                worst.rhat = worst.rhat.max(d.rhat);
-                worst.rhat_bulk = worst.rhat_bulk.max(d.rhat_bulk);
-                worst.rhat_tail = worst.rhat_tail.max(d.rhat_tail);
-                worst.ess_bulk = worst.ess_bulk.min(d.ess_bulk);
-                worst.ess_tail = worst.ess_tail.min(d.ess_tail);
-                worst.mcse_mean = worst.mcse_mean.max(d.mcse_mean);
-            }
-            Err(_) => {
-                worst.rhat = f64::INFINITY;
-                worst.ess_bulk = 0.0;
-                worst.ess_tail = 0.0;
-            }
-        }
-    }
-    worst
 }

@@ -162,16 +162,19 @@ impl MfviTrainer<'_> {
             let mut stream = Rng::new(self.stream[rep]);
             let pred = &mut out.pred[r * t * m..(r + 1) * t * m];
             let train = &mut out.train_pred[r * n..(r + 1) * n];
-            out.objective[r] = simd::dispatch_at(level, RunMfviReplica {
-                trainer: self,
-                net: &mut net,
-                objective: &objective,
-                theta: &mut theta,
-                stream: &mut stream,
-                x: (&xt, &xt_test),
-                pred,
-                train,
-            });
+            out.objective[r] = simd::dispatch_at(
+                level,
+                RunMfviReplica {
+                    trainer: self,
+                    net: &mut net,
+                    objective: &objective,
+                    theta: &mut theta,
+                    stream: &mut stream,
+                    x: (&xt, &xt_test),
+                    pred,
+                    train,
+                },
+            );
             let s =
                 at.s.map_or(self.noise.unwrap_or(1.0).ln(), |i| f64::from(theta[i]));
             out.rates[r] = f64::from(s.exp() as f32);
@@ -277,10 +280,10 @@ mod tests {
     use burn::module::Param;
     use burn::tensor::{Device, Tensor, TensorData};
 
-    use crate::mfvi::{BayesLinear, BayesNet, MfviConfig, MfviSettings};
     use super::*;
     use crate::cpu::kernels::KernelPath;
     use crate::layers::LeakyRelu;
+    use crate::mfvi::{BayesLinear, BayesNet, MfviConfig, MfviSettings};
     use crate::mlp::MlpShape;
 
     #[test]

@@ -38,8 +38,8 @@ use uqbench_anchor::Rng;
 mod host;
 
 use crate::config::MethodConfig;
-use crate::engine::{run_chunks, try_download, ChunkOut, ChunkTrainer, Head, Resources};
 use crate::cpu::kernels::KernelPath;
+use crate::engine::{run_chunks, try_download, ChunkOut, ChunkTrainer, Head, Resources};
 use crate::layers::LeakyRelu;
 use crate::mlp::{xavier_init, MlpShape};
 use crate::optim::{AdamConfig, AdamState};
@@ -48,7 +48,6 @@ use uqbench_core::MethodError;
 use uqbench_core::{
     combine_members, Compute, Family, Likelihood, Member, Method, Prediction, Task,
 };
-
 
 /// MFVI's own settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -325,7 +324,9 @@ impl Method for Mfvi {
         let shape = c.net.shape(task.d, 1);
         let trainer = MfviTrainer {
             config: c,
-            host: resources.sampler_host_loops(&shape).then_some(resources.simd),
+            host: resources
+                .sampler_host_loops(&shape)
+                .then_some(resources.simd),
             shape,
             x_train,
             x_test,

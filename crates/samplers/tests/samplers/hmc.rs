@@ -2,8 +2,8 @@
 
 use nalgebra::{DMatrix, DVector};
 use uqbench_anchor::Rng;
-use uqbench_engine::engine::Resources;
 use uqbench_core::{Method, SeedBase, Task};
+use uqbench_engine::engine::Resources;
 use uqbench_engine::{open_device, BackendKind, NetConfig};
 use uqbench_samplers::{Hmc, HmcConfig, HmcSettings};
 

@@ -3,8 +3,8 @@
 use nalgebra::{DMatrix, DVector};
 use uqbench_anchor::Rng;
 use uqbench_core::inputs::FeatureInputs;
-use uqbench_engine::engine::Resources;
 use uqbench_core::{Method, SeedBase, Task};
+use uqbench_engine::engine::Resources;
 use uqbench_engine::{open_device, BackendKind, NetConfig, OptimConfig};
 use uqbench_samplers::{Mfvi, MfviConfig, MfviSettings};
 

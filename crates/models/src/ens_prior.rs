@@ -1,0 +1,363 @@
+//! Ensemble+ with randomized prior functions (Osband, Aslanides & Cassirer 2018, "Randomized
+//! prior functions for deep reinforcement learning"), spec §11: member m predicts
+//! f_θm(x) + β·p_m(x), where p_m is a network of the same shape drawn at the member's
+//! initialisation and never trained; optionally each member sees its own noisy targets
+//! y + σ̃·ε_m (ε_m ∼ N(0, I), drawn once) and an L2 pull on θ_m.
+//!
+//! **Engine speed with no engine code.** p_m is fixed, so for the Gaussian head
+//! ½(y + σ̃ε_m − f_θ(x) − β·p_m(x))² is ½·MSE of f_θ on the shifted targets
+//! y + σ̃ε_m − β·p_m(x): every member trains as a plain ensemble member on its own targets
+//! (the engine's per-replica targets), on the host loops on a CPU and as tensors on a GPU, and
+//! β·p_m is added back to its predictions. The prior function is evaluated once, on the host.
+//!
+//! **The reference implementation's convention, and the exact limit.** Osband et al.'s code
+//! (the `enn` library's ensemble+, as in the Neural Testbed) regularises the trainable
+//! network toward zero with weight decay and carries the prior draw in p_m. Spec §11 writes
+//! the same thing in the parameters of the sum: for a model linear in features Φ,
+//! p_m(x) = Φ(x)ᵀθ̃_m and θ = θ' + θ̃_m, so
+//!
+//! ```text
+//! min_θ' ‖y + ε_m − Φ(θ' + θ̃_m)‖² + (σ²/σ_p²)‖θ'‖²  ⇔  min_θ ‖y + ε_m − Φθ‖² + (σ²/σ_p²)‖θ − θ̃_m‖²
+//! ```
+//!
+//! With θ̃_m ∼ N(0, σ_p² I) and ε_m ∼ N(0, σ² I) the minimiser is
+//! θ_m = A⁻¹(Φᵀ(y + ε_m) + (σ²/σ_p²)θ̃_m), A = ΦᵀΦ + (σ²/σ_p²)I: Gaussian with mean A⁻¹Φᵀy and
+//! covariance A⁻¹(σ²ΦᵀΦ + σ⁴/σ_p²)A⁻¹ = σ²A⁻¹, the posterior under the prior N(0, σ_p² I) and
+//! known σ: every member is an exact posterior draw. With σ_p → ∞ (no prior function, no
+//! pull) it is the flat-prior posterior, the anchor. `prior_sd = σ_p` sets both halves: the
+//! prior function's weights are N(0, σ_p²) (biases 0), and the engine's L2 factor is
+//! λ = σ̄²/(N·σ_p²), since its objective is ½·mean_n r_n² + (λ/2)‖W‖² = (1/2N)(‖r‖² + Nλ‖W‖²)
+//! (σ̄² the mean of σ(x_i)² at the training inputs: exact for a constant σ; where σ is not
+//! known, σ̃² of a numeric `target_noise`). As everywhere in
+//! the engine, biases are not pulled: the output bias has a flat prior (the intercept, which
+//! `inputs = "features"` leaves to the bias). Without `prior_sd`, the prior network is drawn
+//! with the engine's own initialiser (Glorot uniform, as Osband et al.'s prior networks use
+//! their library's default initialiser) and scaled by β, and λ is the method's
+//! `weight_decay` (1/N unless set).
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::MethodConfig;
+use crate::engine::{self, Job, Resources};
+use crate::host_net::TrainedNet;
+use uqbench_core::{
+    combine_members, par_map, Compute, IntervalSetting, Member, Method, MethodError, Prediction,
+    Rng, Task,
+};
+use uqbench_engine::mlp::{xavier_init, MlpShape};
+
+/// Each member's target noise σ̃ (spec §11).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum TargetNoise {
+    /// `false`: none; `true`: σ̃ = the problem's σ(x_i), which must be known.
+    Switch(bool),
+    /// A fixed σ̃ > 0 (in the units of y).
+    Sd(f64),
+}
+
+impl Default for TargetNoise {
+    fn default() -> Self {
+        TargetNoise::Switch(false)
+    }
+}
+
+/// Ensemble+'s own settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EnsPriorSettings {
+    /// Members M (10).
+    pub members: usize,
+    /// β, the prior function's scale (1; Osband et al. tune it in {1, 3, 10}).
+    pub prior_scale: f64,
+    /// σ_p: the prior N(0, σ_p²) on the weights, which sets the prior network's weights and
+    /// the L2 factor λ = σ̄²/(N·σ_p²) (module docs). Unset: Glorot-initialised prior networks
+    /// and the method's `weight_decay`.
+    pub prior_sd: Option<f64>,
+    /// Per-member target noise: `false` (default), `true` (σ̃ = σ(x), known σ only) or σ̃.
+    pub target_noise: TargetNoise,
+    /// Intervals from mean ± z·std of the members (`normal`) or their empirical quantiles.
+    pub intervals: IntervalSetting,
+}
+
+impl Default for EnsPriorSettings {
+    fn default() -> Self {
+        EnsPriorSettings {
+            members: 10,
+            prior_scale: 1.0,
+            prior_sd: None,
+            target_noise: TargetNoise::default(),
+            intervals: IntervalSetting::Normal,
+        }
+    }
+}
+
+/// Settings of ensemble+: network, optimiser and [`EnsPriorSettings`].
+pub type EnsPriorConfig = MethodConfig<EnsPriorSettings>;
+
+/// The method.
+#[derive(Debug, Clone)]
+pub struct EnsPrior {
+    name: String,
+    config: EnsPriorConfig,
+}
+
+impl EnsPrior {
+    /// Checks the settings up front.
+    pub fn new(name: &str, config: EnsPriorConfig) -> Result<EnsPrior, MethodError> {
+        let c = &config;
+        if c.members == 0 {
+            return Err(MethodError::invalid(
+                format!("{name}.members"),
+                0,
+                "at least 1",
+            ));
+        }
+        if !(c.prior_scale.is_finite() && c.prior_scale >= 0.0) {
+            return Err(MethodError::invalid(
+                format!("{name}.prior_scale"),
+                c.prior_scale,
+                "a number ≥ 0 (0: no prior function)",
+            ));
+        }
+        if let Some(sd) = c.prior_sd {
+            if !(sd.is_finite() && sd > 0.0) {
+                return Err(MethodError::invalid(
+                    format!("{name}.prior_sd"),
+                    sd,
+                    "a positive number",
+                ));
+            }
+            if let Some(wd) = c.optim.weight_decay {
+                return Err(MethodError::invalid(
+                    format!("{name}.weight_decay"),
+                    wd,
+                    "unset with prior_sd: the prior sets the L2 factor λ = σ²/(N·σ_p²)",
+                ));
+            }
+        }
+        if let TargetNoise::Sd(s) = c.target_noise {
+            if !(s.is_finite() && s > 0.0) {
+                return Err(MethodError::invalid(
+                    format!("{name}.target_noise"),
+                    s,
+                    "true, false or a positive σ̃",
+                ));
+            }
+        }
+        c.net.shape(1, 1).validate()?;
+        Ok(EnsPrior {
+            name: name.to_string(),
+            config,
+        })
+    }
+
+    /// σ̃ at each training input, or `None` without target noise.
+    fn target_sd(&self, task: &Task<'_>) -> Result<Option<Vec<f64>>, MethodError> {
+        match self.config.target_noise {
+            TargetNoise::Switch(false) => Ok(None),
+            TargetNoise::Sd(s) => Ok(Some(vec![s; task.n_train()])),
+            TargetNoise::Switch(true) if task.noise.known => Ok(Some(task.noise.train.to_vec())),
+            TargetNoise::Switch(true) => Err(MethodError::invalid(
+                format!("{}.target_noise", self.name),
+                true,
+                "a number σ̃ here: the problem's σ is not known (sigma_known = false)",
+            )),
+        }
+    }
+
+    /// The L2 factor λ: σ̄²/(N·σ_p²) under `prior_sd` (module docs), else the optimiser's.
+    fn lambda(&self, task: &Task<'_>) -> Result<f64, MethodError> {
+        let n = task.n_train();
+        let Some(sd) = self.config.prior_sd else {
+            return Ok(self.config.optim.lambda(n));
+        };
+        // σ̄²: the problem's σ(x)² when known, else the target noise σ̃² given as a number.
+        let mean_var = match (task.noise.known, self.config.target_noise) {
+            (true, _) => task.noise.train.iter().map(|s| s * s).sum::<f64>() / n as f64,
+            (false, TargetNoise::Sd(s)) => s * s,
+            (false, _) => {
+                return Err(MethodError::invalid(
+                    format!("{}.prior_sd", self.name),
+                    sd,
+                    "unset, or target_noise = σ̃ as a number: the L2 factor σ²/(N·σ_p²) needs \
+                     a noise sd, and this problem's σ is not known (sigma_known = false)",
+                ))
+            }
+        };
+        Ok(mean_var / (n as f64 * sd * sd))
+    }
+
+    /// Member `seed`'s prior network: weights N(0, σ_p²) under `prior_sd`, else the engine's
+    /// Glorot initialisation; biases 0.
+    fn prior_net(&self, shape: &MlpShape, seed: u64) -> TrainedNet {
+        let dims: Vec<usize> = std::iter::once(shape.d_in)
+            .chain(shape.hidden.iter().copied())
+            .chain(std::iter::once(1))
+            .collect();
+        let (w, b) = match self.config.prior_sd {
+            Some(sd) => {
+                let mut rng = Rng::new(seed);
+                shape
+                    .layers()
+                    .iter()
+                    .map(|&(i, o)| {
+                        let w = (0..i * o).map(|_| sd * rng.normal()).collect();
+                        (w, vec![0.0; o])
+                    })
+                    .unzip()
+            }
+            None => xavier_init(shape, &[seed])
+                .layers
+                .into_iter()
+                .map(|(w, b)| {
+                    let wide = |v: Vec<f32>| v.into_iter().map(f64::from).collect::<Vec<_>>();
+                    (wide(w), wide(b))
+                })
+                .unzip(),
+        };
+        TrainedNet {
+            dims,
+            w,
+            b,
+            slope: shape.negative_slope,
+        }
+    }
+}
+
+/// One member's prior function β·p_m at the training and test inputs.
+struct PriorValues {
+    train: Vec<f64>,
+    test: Vec<f64>,
+}
+
+impl Method for EnsPrior {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn replicas_per_repetition(&self) -> usize {
+        self.config.members
+    }
+
+    fn parameters(&self, task: &Task<'_>) -> Option<usize> {
+        Some(self.config.members * self.config.net.shape(task.d, 1).parameters())
+    }
+
+    fn run(
+        &self,
+        task: &Task<'_>,
+        compute: &Compute,
+        keep_samples: bool,
+        progress: &(dyn Fn(usize) + Sync),
+    ) -> Result<Vec<Prediction>, MethodError> {
+        task.validate()?;
+        task.require_gaussian(&self.name)?;
+        let c = &self.config;
+        let resources = &Resources::of(compute)?;
+        let (n, mt, members) = (task.n_train(), task.n_test(), c.members);
+        let shape = c.net.shape(task.d, 1);
+        let target_sd = self.target_sd(task)?;
+        let settings = engine::TrainSettings {
+            weight_decay: self.lambda(task)?,
+            likelihood: task.likelihood,
+            ..c.optim.settings(task.epochs, n)
+        };
+        let replicas = task.replicas(&self.name, members);
+        let (x_train, x_test) = task.inputs_f32(c.net.standardize);
+        let rows = |x: &[f32]| -> Vec<Vec<f64>> {
+            x.chunks(task.d)
+                .map(|r| r.iter().map(|&v| f64::from(v)).collect())
+                .collect()
+        };
+        let (rows_train, rows_test) = (rows(&x_train), rows(&x_test));
+        // Per replica (repetition k, member j): its prior function and its targets, from
+        // seeds of their own purposes.
+        let pairs: Vec<(u64, u64)> = task
+            .repetitions
+            .iter()
+            .flat_map(|&rep| (0..members as u64).map(move |j| (rep, j)))
+            .collect();
+        let (prior_purpose, noise_purpose) = (
+            format!("{}/prior", self.name),
+            format!("{}/target-noise", self.name),
+        );
+        let beta = c.prior_scale;
+        let priors: Vec<PriorValues> = par_map(pairs.len(), |i| {
+            let (rep, j) = pairs[i];
+            if beta == 0.0 {
+                return PriorValues {
+                    train: vec![0.0; n],
+                    test: vec![0.0; mt],
+                };
+            }
+            let net = self.prior_net(&shape, task.seeds.seed(rep, j, &prior_purpose));
+            let eval = |rows: &[Vec<f64>]| rows.iter().map(|x| beta * net.forward(x)).collect();
+            PriorValues {
+                train: eval(&rows_train),
+                test: eval(&rows_test),
+            }
+        });
+        let targets: Vec<Vec<f32>> = replicas
+            .targets
+            .iter()
+            .zip(&pairs)
+            .zip(&priors)
+            .map(|((&k, &(rep, j)), prior)| {
+                let mut rng = target_sd
+                    .as_ref()
+                    .map(|_| Rng::new(task.seeds.seed(rep, j, &noise_purpose)));
+                (0..n)
+                    .map(|i| {
+                        let noise = match (&mut rng, &target_sd) {
+                            (Some(rng), Some(sd)) => sd[i] * rng.normal(),
+                            _ => 0.0,
+                        };
+                        (task.y_train[k][i] + noise - prior.train[i]) as f32
+                    })
+                    .collect()
+            })
+            .collect();
+        let own: Vec<usize> = (0..targets.len()).collect();
+        let job = Job {
+            shape: &shape,
+            x_train: &x_train,
+            targets: &targets,
+            replica_targets: &own,
+            init_seeds: &replicas.init,
+            stream_seeds: &replicas.stream,
+            replica_ids: &replicas.ids,
+            x_test: &x_test,
+        };
+        let out = engine::train(&job, &settings, resources, progress)?;
+        // β·p_m added back: the members' functions f_θm + β·p_m at the test and training
+        // inputs.
+        let add = |at: &[f32], prior: &[f64]| -> Vec<f32> {
+            at.iter()
+                .zip(prior)
+                .map(|(&f, &p)| (f64::from(f) + p) as f32)
+                .collect()
+        };
+        let test: Vec<Vec<f32>> = (0..targets.len())
+            .map(|r| add(&out.test_out[r * mt..(r + 1) * mt], &priors[r].test))
+            .collect();
+        let train: Vec<Vec<f32>> = (0..targets.len())
+            .map(|r| add(&out.train_pred[r * n..(r + 1) * n], &priors[r].train))
+            .collect();
+        Ok((0..task.repetitions.len())
+            .map(|k| {
+                let members: Vec<Member<'_>> = (k * members..(k + 1) * members)
+                    .map(|r| Member {
+                        passes: vec![&test[r][..]],
+                        train: &train[r],
+                        objective: out.final_objective[r],
+                        diverged: out.diverged[r],
+                    })
+                    .collect();
+                let mut o = combine_members(&members, c.intervals.family(), keep_samples);
+                o.scalars.insert("l2_factor".into(), settings.weight_decay);
+                o
+            })
+            .collect())
+    }
+}

@@ -1,0 +1,410 @@
+//! Stochastic-gradient MCMC (spec §11): SGLD (Welling & Teh 2011), SGHMC (Chen, Fox &
+//! Guestrin 2014) and cyclical SG-MCMC (Zhang et al. 2020), the samplers Izmailov et al. (2021)
+//! held against full-batch HMC. Each chain is one replica of the engine (repetitions × chains
+//! trained as one job, on the host loops on a CPU and as tensors on a GPU) whose Adam step is
+//! replaced by the dynamics' update ([`crate::engine::langevin`], where the updates, the
+//! scaling of the mini-batch gradient by N/B and the O(ε) bias are derived); a collector keeps
+//! the parameters at the draw epochs, and the draws of f(x*) are those networks evaluated in
+//! f64 at the test inputs.
+//!
+//! Target, per chain: p(θ | y) ∝ Π_n N(y_n | f_θ(x_n), σ²) · N(W | 0, σ_p² I) (labels: the
+//! Bernoulli likelihood), σ known (`noise_sd`: "known" or a number; the engine's L2 factor is
+//! λ = σ²/(N·σ_p²)). Biases have a flat prior, as every L2 pull of the engine (see
+//! `BLRGaussian`, the exact posterior under that prior).
+//!
+//! Draws: SGLD and SGHMC discard the first `burnin` fraction of the epochs and take `draws`
+//! per chain, evenly spaced over the rest (one per epoch at most); cyclical SG-MCMC takes them
+//! evenly spaced over the epochs that end in a cycle's sampling stage. The prediction is the
+//! draws' mean, the CI their empirical quantiles, the PI the mixture of N(f_s, σ²); the draws
+//! are the method's joint. Diagnostics as HMC's: R̂ (max of bulk and tail) and bulk and tail
+//! ESS at the worst test input (`rhat_max`, `ess_bulk_min`, `ess_tail_min`, `rhat_flagged`,
+//! `reference_grade`; no divergences to count: nothing is rejected).
+
+use std::any::Any;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::MethodConfig;
+use crate::engine::collect::{Collected, Collector, Event, Want};
+use crate::engine::{self, Batching, Dynamics, Langevin, Resources, StepSchedule};
+use crate::host_net::TrainedNet;
+use uqbench_core::noise::{fixed_noise_sd, Tau};
+use uqbench_core::{par_map, Compute, Family, Likelihood, Method, MethodError, Prediction, Task};
+use uqbench_metrics::mcmc;
+
+/// Which SG-MCMC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SgKind {
+    /// SGLD.
+    Sgld,
+    /// SGHMC.
+    Sghmc,
+    /// Cyclical SG-MCMC (with SGLD's or SGHMC's dynamics, `dynamics`).
+    Cyclical,
+}
+
+/// The dynamics of cyclical SG-MCMC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum CyclicalDynamics {
+    /// cSGLD.
+    #[default]
+    Sgld,
+    /// cSGHMC.
+    Sghmc,
+}
+
+/// SG-MCMC's own settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SgMcmcSettings {
+    /// Chains per repetition (4).
+    pub chains: usize,
+    /// The chains' length in epochs (passes over the data), like HMC's `warmup + draws` a
+    /// sampler setting: `run.epochs` when unset.
+    pub epochs: Option<usize>,
+    /// ε (SGLD), η (SGHMC), or the cycles' ε₀ (1e-4; a step ε·λ_max/4 ≪ 1 keeps the O(ε)
+    /// bias small, λ_max the posterior precision's largest eigenvalue, of order N/σ²).
+    pub step_size: f64,
+    /// SGHMC's friction α = 1 − momentum (0.1: Zhang et al.'s momentum 0.9).
+    pub friction: f64,
+    /// Prior sd σ_p of the weights (1, as HMC's).
+    pub prior_sd: f64,
+    /// Noise sd: `"known"` (default) or a number.
+    pub noise_sd: Option<Tau>,
+    /// SGLD and SGHMC: the fraction of the epochs discarded as burn-in (0.5).
+    pub burnin: f64,
+    /// Draws per chain (100).
+    pub draws: usize,
+    /// Cyclical: cycles K (4).
+    pub cycles: usize,
+    /// Cyclical: the exploration fraction β of each cycle, without noise (0.8, Zhang et al.).
+    pub exploration: f64,
+    /// Cyclical: the dynamics (`sgld`, default, or `sghmc`).
+    pub dynamics: CyclicalDynamics,
+    /// R̂ above which a repetition is flagged (1.01).
+    pub rhat_threshold: f64,
+}
+
+impl Default for SgMcmcSettings {
+    fn default() -> Self {
+        SgMcmcSettings {
+            chains: 4,
+            epochs: None,
+            step_size: 1e-4,
+            friction: 0.1,
+            prior_sd: 1.0,
+            noise_sd: None,
+            burnin: 0.5,
+            draws: 100,
+            cycles: 4,
+            exploration: 0.8,
+            dynamics: CyclicalDynamics::Sgld,
+            rhat_threshold: 1.01,
+        }
+    }
+}
+
+/// SG-MCMC's settings: the network, `batch_size` (32 unless set; the full batch when it is
+/// N or more), and [`SgMcmcSettings`]; Adam's keys and `weight_decay` do not apply.
+pub type SgMcmcConfig = MethodConfig<SgMcmcSettings>;
+
+/// The mini-batch size when none is set.
+pub const DEFAULT_BATCH: usize = 32;
+
+/// The method.
+#[derive(Debug, Clone)]
+pub struct SgMcmc {
+    name: String,
+    kind: SgKind,
+    config: SgMcmcConfig,
+}
+
+impl SgMcmc {
+    /// Checks the settings up front.
+    pub fn new(name: &str, kind: SgKind, config: SgMcmcConfig) -> Result<SgMcmc, MethodError> {
+        let c = &config;
+        let bad = |key: &str, v: String, valid: &str| {
+            Err(MethodError::invalid(format!("{name}.{key}"), v, valid))
+        };
+        if c.epochs == Some(0) {
+            return bad("epochs", "0".into(), "at least 1, or unset for run.epochs");
+        }
+        if c.chains < 2 {
+            return bad(
+                "chains",
+                c.chains.to_string(),
+                "at least 2: R̂ compares chains",
+            );
+        }
+        if c.draws < 4 {
+            return bad(
+                "draws",
+                c.draws.to_string(),
+                "at least 4 (split-R̂ halves each chain)",
+            );
+        }
+        if !(c.burnin >= 0.0 && c.burnin < 1.0) {
+            return bad("burnin", c.burnin.to_string(), "a fraction in [0, 1)");
+        }
+        if !(c.prior_sd.is_finite() && c.prior_sd > 0.0) {
+            return bad("prior_sd", c.prior_sd.to_string(), "a positive sd");
+        }
+        if let Some(wd) = c.optim.weight_decay {
+            return bad(
+                "weight_decay",
+                wd.to_string(),
+                "unset: the prior sets the L2 factor σ²/(N·σ_p²)",
+            );
+        }
+        if c.rhat_threshold.is_nan() || c.rhat_threshold <= 1.0 {
+            return bad("rhat_threshold", c.rhat_threshold.to_string(), "above 1");
+        }
+        let probe = SgMcmc {
+            name: name.to_string(),
+            kind,
+            config: config.clone(),
+        };
+        probe.langevin(1.0).validate()?;
+        config.net.shape(1, 1).validate()?;
+        Ok(probe)
+    }
+
+    /// The dynamics for ∇U = `scale`·g.
+    fn langevin(&self, scale: f64) -> Langevin {
+        let c = &self.config;
+        let sghmc = Dynamics::Sghmc {
+            friction: c.friction,
+        };
+        let (dynamics, schedule) = match self.kind {
+            SgKind::Sgld => (Dynamics::Sgld, StepSchedule::Constant),
+            SgKind::Sghmc => (sghmc, StepSchedule::Constant),
+            SgKind::Cyclical => (
+                match c.dynamics {
+                    CyclicalDynamics::Sgld => Dynamics::Sgld,
+                    CyclicalDynamics::Sghmc => sghmc,
+                },
+                StepSchedule::Cyclical {
+                    cycles: c.cycles,
+                    exploration: c.exploration,
+                },
+            ),
+        };
+        Langevin {
+            dynamics,
+            step_size: c.step_size,
+            schedule,
+            scale,
+        }
+    }
+
+    /// The epochs (0-based) whose end gives a draw (module docs).
+    fn draw_epochs(
+        &self,
+        settings: &engine::TrainSettings,
+        n: usize,
+    ) -> Result<Vec<usize>, MethodError> {
+        let c = &self.config;
+        let epochs = settings.epochs;
+        let spe = settings.steps_per_epoch(n) as u64;
+        let total = epochs as u64 * spe;
+        let eligible: Vec<usize> = match (self.kind, &settings.langevin) {
+            (SgKind::Cyclical, Some(l)) => (0..epochs)
+                .filter(|&e| l.at((e as u64 + 1) * spe, total).1)
+                .collect(),
+            _ => ((c.burnin * epochs as f64).floor() as usize..epochs).collect(),
+        };
+        if eligible.len() < c.draws {
+            return Err(MethodError::invalid(
+                format!("{}.draws", self.name),
+                c.draws,
+                format!(
+                    "at most {} here: one draw per epoch of the sampling stage ({} epochs in \
+                     all); raise run.epochs or lower draws",
+                    eligible.len(),
+                    epochs
+                ),
+            ));
+        }
+        // Evenly spaced, ending at the last eligible epoch.
+        let k = eligible.len();
+        Ok((1..=c.draws)
+            .map(|j| eligible[j * k / c.draws - 1])
+            .collect())
+    }
+}
+
+/// The collector of a chain's parameters at the draw epochs.
+#[derive(Debug)]
+struct Draws(BTreeSet<usize>);
+
+/// One chain's parameters at its draw epochs, in order.
+#[derive(Debug, Default)]
+struct ChainDraws(Vec<Vec<f32>>);
+
+impl Collector for Draws {
+    fn wants(&self, event: Want) -> bool {
+        matches!(event, Want::Epoch(e) if self.0.contains(&e))
+    }
+
+    fn start(&self) -> Box<dyn Collected> {
+        Box::new(ChainDraws::default())
+    }
+}
+
+impl Collected for ChainDraws {
+    fn observe(&mut self, event: &Event<'_>) {
+        if let Event::Epoch { params, .. } = event {
+            self.0.push(params.to_vec());
+        }
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl Method for SgMcmc {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn replicas_per_repetition(&self) -> usize {
+        self.config.chains
+    }
+
+    fn cost(&self, n_train: usize, epochs: usize) -> f64 {
+        // One gradient per point and epoch per chain.
+        (self.config.chains * self.config.epochs.unwrap_or(epochs) * n_train) as f64
+    }
+
+    fn parameters(&self, task: &Task<'_>) -> Option<usize> {
+        Some(self.config.net.shape(task.d, 1).parameters())
+    }
+
+    fn run(
+        &self,
+        task: &Task<'_>,
+        compute: &Compute,
+        _keep_samples: bool,
+        progress: &(dyn Fn(usize) + Sync),
+    ) -> Result<Vec<Prediction>, MethodError> {
+        task.validate()?;
+        let c = &self.config;
+        let resources = &Resources::of(compute)?;
+        let n = task.n_train();
+        let bernoulli = task.likelihood == Likelihood::Bernoulli;
+        let noise = c
+            .noise_sd
+            .or((!bernoulli).then_some(Tau::Known(uqbench_core::KnownSigma::Known)));
+        let sigma = fixed_noise_sd(&self.name, noise, task, "learn")?.unwrap_or(1.0);
+        let (scale, lambda) = (
+            n as f64 / (sigma * sigma),
+            sigma * sigma / (n as f64 * c.prior_sd * c.prior_sd),
+        );
+        let batch = c.optim.batch_size.unwrap_or(DEFAULT_BATCH);
+        let mut settings = engine::TrainSettings {
+            weight_decay: lambda,
+            likelihood: task.likelihood,
+            batching: if batch < n {
+                Batching::Shuffled { size: batch }
+            } else {
+                Batching::Full
+            },
+            langevin: Some(self.langevin(scale)),
+            ..c.optim.settings(c.epochs.unwrap_or(task.epochs), n)
+        };
+        let epochs = self.draw_epochs(&settings, n)?;
+        settings.collectors = vec![Arc::new(Draws(epochs.into_iter().collect()))];
+        let shape = c.net.shape(task.d, 1);
+        let out = engine::train_task(
+            task,
+            &self.name,
+            c.chains,
+            &shape,
+            c.net.standardize,
+            &settings,
+            resources,
+            progress,
+        )?;
+        let draws: Vec<&ChainDraws> = out.collected(0);
+        let (_, x_test) = task.inputs_f32(c.net.standardize);
+        let rows_in: Vec<Vec<f64>> = x_test
+            .chunks(task.d)
+            .map(|r| r.iter().map(|&v| f64::from(v)).collect())
+            .collect();
+        let dims: Vec<usize> = std::iter::once(task.d)
+            .chain(c.net.hidden.iter().copied())
+            .chain(std::iter::once(1))
+            .collect();
+        let chains = c.chains;
+        Ok(par_map(task.repetitions.len(), |k| {
+            let reps = k * chains..(k + 1) * chains;
+            // Chain-major rows: chain c's draws, in order.
+            let rows: Vec<Vec<f64>> = reps
+                .clone()
+                .flat_map(|r| draws[r].0.iter())
+                .map(|params| {
+                    let net = TrainedNet::from_flat(params, &dims, c.net.negative_slope);
+                    rows_in.iter().map(|x| net.forward(x)).collect()
+                })
+                .collect();
+            let diverged = reps.clone().any(|r| out.diverged[r])
+                || rows.iter().flatten().any(|v| !v.is_finite());
+            self.repetition(rows, diverged, (!bernoulli).then_some(sigma), &out, reps, n)
+        }))
+    }
+}
+
+impl SgMcmc {
+    /// One repetition's prediction from its chains' draws (chain-major `rows`).
+    fn repetition(
+        &self,
+        rows: Vec<Vec<f64>>,
+        diverged: bool,
+        sigma: Option<f64>,
+        out: &engine::TrainOutput,
+        reps: std::ops::Range<usize>,
+        n: usize,
+    ) -> Prediction {
+        let c = &self.config;
+        let m = rows.first().map_or(0, Vec::len);
+        let (mean, std) = uqbench_core::mean_std(&rows);
+        let train_mean: Vec<f64> = (0..n)
+            .map(|i| {
+                reps.clone()
+                    .map(|r| f64::from(out.train_pred[r * n + i]))
+                    .sum::<f64>()
+                    / c.chains as f64
+            })
+            .collect();
+        let mut scalars = BTreeMap::new();
+        if !diverged {
+            let worst = mcmc::worst_over_inputs(&rows, m, c.draws);
+            scalars.insert("rhat_max".into(), worst.rhat);
+            scalars.insert("ess_bulk_min".into(), worst.ess_bulk);
+            scalars.insert("ess_tail_min".into(), worst.ess_tail);
+            scalars.insert(
+                "rhat_flagged".into(),
+                f64::from(u8::from(worst.rhat > c.rhat_threshold)),
+            );
+            scalars.insert(
+                "reference_grade".into(),
+                f64::from(u8::from(worst.reference_grade())),
+            );
+        }
+        Prediction {
+            mean,
+            std,
+            noise_std: sigma.map(|s| vec![s; m]),
+            family: Family::Empirical,
+            samples: Some(rows),
+            train_mean: Some(train_mean),
+            scalars,
+            diverged,
+            ..Prediction::default()
+        }
+    }
+}

@@ -1,0 +1,187 @@
+//! The agents of spec §11 through the binary: every kind runs in a spec, on flex and on wgpu
+//! (lavapipe in CI, small), reports what it claims (SG-MCMC its R̂ and ESS, DER its
+//! evidential parts), and its table refuses what it cannot do with an error naming the key.
+
+use serde_json::Value;
+
+use crate::util::*;
+
+/// A small problem (a cubic, σ = 0.2 known, 40 training points, 21 test points) and every
+/// agent, small.
+const SPEC: &str = r#"
+name = "agents"
+seed = 7
+[problem]
+d = 1
+sigma = 0.2
+gamma = [0.5, -1, 0, 2]
+features = [{ kind = "polynomial", degree = 3 }]
+train = { kind = "uniform", n = 40, low = -1, high = 1 }
+test = { kind = "grid", n = 21, low = -1.5, high = 1.5 }
+
+[run]
+repetitions = 2
+epochs = 30
+methods = ["EnsPrior", "EnsBetaNLL", "DER", "SGLD", "SGHMC", "CyclicalSGMCMC"]
+
+[methods.EnsPrior]
+members = 3
+hidden = [8]
+target_noise = true
+prior_scale = 2.0
+
+[methods.EnsBetaNLL]
+kind = "Ens"
+members = 3
+hidden = [8]
+heteroscedastic = true
+beta_nll = 0.5
+
+[methods.DER]
+hidden = [8]
+draws = 200
+
+[methods.SGLD]
+hidden = [8]
+chains = 2
+epochs = 40
+draws = 8
+batch_size = 16
+
+[methods.SGHMC]
+hidden = [8]
+chains = 2
+epochs = 40
+draws = 8
+
+[methods.CyclicalSGMCMC]
+hidden = [8]
+chains = 2
+epochs = 40
+draws = 4
+cycles = 2
+exploration = 0.5
+"#;
+
+/// Writes `spec` and runs it with `extra` arguments into a fresh directory.
+fn run_spec(spec: &str, extra: &[&str]) -> (Output, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("agents.toml");
+    std::fs::write(&path, spec).unwrap();
+    let out = dir.path().join("run");
+    let mut args = vec![
+        "run",
+        path.to_str().unwrap(),
+        "--quiet",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    (uqbench(&args), dir)
+}
+
+fn rep(dir: &Path, method: &str, r: usize) -> Value {
+    let path = dir.join(format!("run/reps/default/{method}/rep-{r:03}.json"));
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// Every agent ran both repetitions with a positive uncertainty and its own scalars.
+fn check_run(dir: &Path) {
+    let s: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("run/summary.json")).unwrap())
+            .unwrap();
+    for m in [
+        "EnsPrior",
+        "EnsBetaNLL",
+        "DER",
+        "SGLD",
+        "SGHMC",
+        "CyclicalSGMCMC",
+    ] {
+        let method = &s["settings"][0]["methods"][m];
+        assert_eq!(method["repetitions"], 2, "{m}");
+        let u = method["aggregate"]["all"]["uncertainty"]["value"]
+            .as_f64()
+            .unwrap();
+        assert!(u > 0.0 && u.is_finite(), "{m}: uncertainty {u}");
+    }
+    for m in ["SGLD", "SGHMC", "CyclicalSGMCMC"] {
+        let r = rep(dir, m, 0);
+        assert!(
+            r["scalars"]["rhat_max"].as_f64().unwrap() >= 1.0 - 1e-9,
+            "{m}: {r}"
+        );
+        assert!(r["scalars"]["ess_bulk_min"].as_f64().unwrap() > 0.0, "{m}");
+    }
+    let der = rep(dir, "DER", 0);
+    assert!(der["scalars"]["evidential_epistemic_var"].as_f64().unwrap() > 0.0);
+    assert!(der["scalars"]["evidential_alpha"].as_f64().unwrap() > 1.0);
+}
+
+#[test]
+fn every_agent_runs_on_flex() {
+    let (o, dir) = run_spec(SPEC, &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    check_run(dir.path());
+}
+
+#[test]
+fn every_agent_runs_on_wgpu() {
+    // The tensor execution (lavapipe in CI): the same spec, the same checks.
+    if skip_wgpu() {
+        return;
+    }
+    let (o, dir) = run_spec(SPEC, &["--backend", "wgpu", "--allow-software-gpu"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    check_run(dir.path());
+}
+
+#[test]
+fn agent_tables_refuse_what_they_cannot_do() {
+    // Only `method` runs (`--methods`); `table` is added to its table, or `from` replaced by
+    // `to`.
+    let only = |method: &str, spec: String| run_spec(&spec, &["--methods", method]).0;
+    let with = |method: &str, table: &str| {
+        let head = format!("[methods.{method}]\n");
+        only(method, SPEC.replace(&head, &format!("{head}{table}\n")))
+    };
+    let replaced = |method: &str, from: &str, to: &str| {
+        assert!(SPEC.contains(from), "{from}");
+        only(method, SPEC.replace(from, to))
+    };
+    assert_clean_error(
+        &with("EnsPrior", "prior_sd = 1.0\nweight_decay = 0.1"),
+        &["weight_decay", "prior_sd"],
+    );
+    assert_clean_error(&with("EnsPrior", "prior_scal = 1.0"), &["prior_scal"]);
+    assert_clean_error(
+        &replaced("EnsPrior", "target_noise = true", "target_noise = -0.1"),
+        &["target_noise", "-0.1"],
+    );
+    assert_clean_error(&with("DER", "lambda = -1.0"), &["DER.lambda", "-1"]);
+    assert_clean_error(
+        &with("SGLD", "weight_decay = 0.01"),
+        &["SGLD.weight_decay", "prior"],
+    );
+    assert_clean_error(
+        &replaced("SGLD", "draws = 8\nbatch_size", "draws = 400\nbatch_size"),
+        &["SGLD.draws", "at most"],
+    );
+    assert_clean_error(&with("SGHMC", "friction = 1.5"), &["friction", "1.5"]);
+    assert_clean_error(
+        &with("CyclicalSGMCMC", "exploration = 1.0"),
+        &["exploration"],
+    );
+    assert_clean_error(
+        &replaced("EnsBetaNLL", "beta_nll = 0.5", "beta_nll = 2.0"),
+        &["EnsBetaNLL.beta_nll", "[0, 1]"],
+    );
+    assert_clean_error(
+        &replaced(
+            "EnsBetaNLL",
+            "heteroscedastic = true",
+            "heteroscedastic = false",
+        ),
+        &["EnsBetaNLL.beta_nll", "heteroscedastic = true"],
+    );
+}
