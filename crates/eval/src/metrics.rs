@@ -209,7 +209,9 @@ fn default_batches() -> usize {
 }
 
 /// The joint metrics of one [`JointSpec`].
-fn joint_metrics(j: &JointSpec, out: &mut Map<String, Value>) -> Result<()> {
+/// The points of a `joint` input, after checking its per-point fields: σ finite and > 0, and
+/// every vector one finite value per point.
+fn joint_points(j: &JointSpec) -> Result<usize> {
     let m = j.sigma.len();
     if m == 0 {
         bail!("sigma: empty; valid: one noise sd > 0 per point");
@@ -239,6 +241,11 @@ fn joint_metrics(j: &JointSpec, out: &mut Map<String, Value>) -> Result<()> {
     len("std", &j.std)?;
     len("exact_mean", &j.exact_mean)?;
     len("truth", &j.truth)?;
+    Ok(m)
+}
+
+fn joint_metrics(j: &JointSpec, out: &mut Map<String, Value>) -> Result<()> {
+    let m = joint_points(j)?;
     let settings = JointSettings {
         tau: j.tau.clone(),
         kappa: j.kappa,
