@@ -209,6 +209,21 @@ fn default_batches() -> usize {
 }
 
 /// The joint metrics of one [`JointSpec`].
+/// `v`, when given, holds one finite value per point (`m`).
+fn check_len(name: &str, v: &Option<Vec<f64>>, m: usize) -> Result<()> {
+    match v {
+        Some(v) if v.len() != m => bail!(
+            "{name}: {} values; valid: {m}, one per point (as sigma)",
+            v.len()
+        ),
+        Some(v) => match v.iter().find(|x| !x.is_finite()) {
+            Some(x) => bail!("{name} holds {x}; valid: finite numbers"),
+            None => Ok(()),
+        },
+        None => Ok(()),
+    }
+}
+
 /// The points of a `joint` input, after checking its per-point fields: σ finite and > 0, and
 /// every vector one finite value per point.
 fn joint_points(j: &JointSpec) -> Result<usize> {
@@ -224,23 +239,10 @@ fn joint_points(j: &JointSpec) -> Result<usize> {
     {
         bail!("sigma[{i}] = {v}; valid: a noise sd, finite and > 0");
     }
-    let len = |name: &str, v: &Option<Vec<f64>>| -> Result<()> {
-        match v {
-            Some(v) if v.len() != m => bail!(
-                "{name}: {} values; valid: {m}, one per point (as sigma)",
-                v.len()
-            ),
-            Some(v) => match v.iter().find(|x| !x.is_finite()) {
-                Some(x) => bail!("{name} holds {x}; valid: finite numbers"),
-                None => Ok(()),
-            },
-            None => Ok(()),
-        }
-    };
-    len("mean", &j.mean)?;
-    len("std", &j.std)?;
-    len("exact_mean", &j.exact_mean)?;
-    len("truth", &j.truth)?;
+    check_len("mean", &j.mean, m)?;
+    check_len("std", &j.std, m)?;
+    check_len("exact_mean", &j.exact_mean, m)?;
+    check_len("truth", &j.truth, m)?;
     Ok(m)
 }
 
@@ -286,7 +288,7 @@ fn joint_metrics(j: &JointSpec, out: &mut Map<String, Value>) -> Result<()> {
                 .collect();
         }
         (None, Some(mean)) => {
-            len("noise_std", &j.noise_std)?;
+            check_len("noise_std", &j.noise_std, m)?;
             pred.mean = mean.clone();
             match (&j.cov, &j.std) {
                 (Some(c), _) => {
