@@ -103,7 +103,8 @@ fn mix32(mut x: u32) -> u32 {
 /// One replica's stream of one purpose on the host: the numbers [`DeviceRng`] computes for it
 /// on the device, element for element (the host execution's noise and mini-batches,
 /// `cpu/trainer.rs`). Integer bits and uniforms are exact on both; normals go through f32
-/// `ln` and `cos`, whose last bit may differ between the host's and a backend's. The hash
+/// `ln` and `cos` (on the host `cpu::math`'s vectorisable ones), whose last bits may differ
+/// between the host's and a backend's. The hash
 /// loops run at the stream's instruction set ([`HostStream::at`]).
 #[derive(Debug, Clone, Copy)]
 pub struct HostStream {
@@ -192,9 +193,10 @@ impl HostStream {
         let mut u2 = vec![0.0f32; out.len()];
         self.uniform(2 * counter, out);
         self.uniform(2 * counter + 1, &mut u2);
-        let two_pi = (2.0 * std::f64::consts::PI) as f32;
+        // The vectorisable ln and cos(2π·) of `cpu::math` (within an ulp or two of the
+        // standard library's scalar calls, which cost most of a Langevin step's noise).
         for (o, &v) in out.iter_mut().zip(&u2) {
-            *o = (o.ln() * -2.0).sqrt() * (v * two_pi).cos();
+            *o = (crate::cpu::math::ln(*o) * -2.0).sqrt() * crate::cpu::math::cos_2pi(v);
         }
     }
 

@@ -161,12 +161,17 @@ fn anchor(name: &str, s: toml::Value) -> Result<Box<dyn Method>> {
     Ok(Box::new(Blr))
 }
 
-/// Bayesian linear regression under a Gaussian prior: `prior_sd` and nothing else.
+/// Bayesian linear regression under a Gaussian prior: `prior_sd` (1, as HMC's and SG-MCMC's)
+/// and nothing else.
 fn gaussian_blr(name: &str, s: toml::Value) -> Result<Box<dyn Method>> {
     #[derive(serde::Deserialize)]
     #[serde(deny_unknown_fields)]
     struct Table {
+        #[serde(default = "one")]
         prior_sd: f64,
+    }
+    fn one() -> f64 {
+        1.0
     }
     let t: Table = config(name, s)?;
     Ok(Box::new(GaussianBlr::new(name, t.prior_sd)?))

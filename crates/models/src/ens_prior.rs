@@ -265,12 +265,11 @@ impl Method for EnsPrior {
         };
         let replicas = task.replicas(&self.name, members);
         let (x_train, x_test) = task.inputs_f32(c.net.standardize);
-        let rows = |x: &[f32]| -> Vec<Vec<f64>> {
-            x.chunks(task.d)
-                .map(|r| r.iter().map(|&v| f64::from(v)).collect())
-                .collect()
+        let matrix = |x: &[f32]| {
+            let wide: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
+            nalgebra::DMatrix::from_row_slice(wide.len() / task.d, task.d, &wide)
         };
-        let (rows_train, rows_test) = (rows(&x_train), rows(&x_test));
+        let (rows_train, rows_test) = (matrix(&x_train), matrix(&x_test));
         // Per replica (repetition k, member j): its prior function and its targets, from
         // seeds of their own purposes.
         let pairs: Vec<(u64, u64)> = task
@@ -292,7 +291,9 @@ impl Method for EnsPrior {
                 };
             }
             let net = self.prior_net(&shape, task.seeds.seed(rep, j, &prior_purpose));
-            let eval = |rows: &[Vec<f64>]| rows.iter().map(|x| beta * net.forward(x)).collect();
+            let eval = |x: &nalgebra::DMatrix<f64>| {
+                net.forward_batch(x).into_iter().map(|f| beta * f).collect()
+            };
             PriorValues {
                 train: eval(&rows_train),
                 test: eval(&rows_test),

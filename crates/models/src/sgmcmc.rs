@@ -331,10 +331,11 @@ impl Method for SgMcmc {
         )?;
         let draws: Vec<&ChainDraws> = out.collected(0);
         let (_, x_test) = task.inputs_f32(c.net.standardize);
-        let rows_in: Vec<Vec<f64>> = x_test
-            .chunks(task.d)
-            .map(|r| r.iter().map(|&v| f64::from(v)).collect())
-            .collect();
+        let x_test = nalgebra::DMatrix::from_row_slice(
+            task.n_test(),
+            task.d,
+            &x_test.iter().map(|&v| f64::from(v)).collect::<Vec<_>>(),
+        );
         let dims: Vec<usize> = std::iter::once(task.d)
             .chain(c.net.hidden.iter().copied())
             .chain(std::iter::once(1))
@@ -347,8 +348,8 @@ impl Method for SgMcmc {
                 .clone()
                 .flat_map(|r| draws[r].0.iter())
                 .map(|params| {
-                    let net = TrainedNet::from_flat(params, &dims, c.net.negative_slope);
-                    rows_in.iter().map(|x| net.forward(x)).collect()
+                    TrainedNet::from_flat(params, &dims, c.net.negative_slope)
+                        .forward_batch(&x_test)
                 })
                 .collect();
             let diverged = reps.clone().any(|r| out.diverged[r])

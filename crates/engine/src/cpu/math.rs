@@ -67,6 +67,32 @@ pub fn ln(x: f32) -> f32 {
     m + y + 0.693_359_4 * ef
 }
 
+/// cos(2πv) for v in [0, 1] in f32, branch-free: with t = v − ½, cos(2πv) = −cos(2πt), and
+/// for a = |t| ∈ [0, ½], cos(2πa) = ±cos(2πb) with b = min(a, ½ − a) ∈ [0, ¼] (the sign −
+/// where a > ¼), a Taylor polynomial to x¹² on x = 2πb ∈ [0, π/2] (truncation below 6e-9).
+/// Box–Muller's angle on the host ([`crate::device_rng::HostStream::normal`]).
+#[inline(always)]
+pub fn cos_2pi(v: f32) -> f32 {
+    let a = (v - 0.5).abs();
+    let far = a > 0.25;
+    let b = if far { 0.5 - a } else { a };
+    let x = std::f32::consts::TAU * b;
+    let z = x * x;
+    let c = ((((((z * (1.0 / 479_001_600.0) - 1.0 / 3_628_800.0) * z + 1.0 / 40_320.0) * z
+        - 1.0 / 720.0)
+        * z
+        + 1.0 / 24.0)
+        * z
+        - 0.5)
+        * z)
+        + 1.0;
+    if far {
+        c
+    } else {
+        -c
+    }
+}
+
 /// The logistic function 1/(1 + e^{−x}).
 #[inline(always)]
 pub fn sigmoid(x: f32) -> f32 {
@@ -76,6 +102,15 @@ pub fn sigmoid(x: f32) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cos_2pi_matches_the_standard_library() {
+        for k in 0..=10_000 {
+            let v = k as f32 / 10_000.0;
+            let want = (f64::from(v) * std::f64::consts::TAU).cos();
+            assert!((f64::from(cos_2pi(v)) - want).abs() < 3e-7, "cos(2π·{v})");
+        }
+    }
 
     /// The distance between two f32 in units in the last place.
     fn ulps(a: f32, b: f32) -> u32 {
