@@ -3,9 +3,9 @@
 //! held against full-batch HMC. Each chain is one replica of the engine (repetitions × chains
 //! trained as one job, on the host loops on a CPU and as tensors on a GPU) whose Adam step is
 //! replaced by the dynamics' update ([`crate::engine::langevin`], where the updates, the
-//! scaling of the mini-batch gradient by N/B and the O(ε) bias are derived); a collector keeps
-//! the parameters at the draw epochs, and the draws of f(x*) are those networks evaluated in
-//! f64 at the test inputs.
+//! scaling of the mini-batch gradient by N/B and the O(ε) bias are derived); a collector
+//! evaluates the network in f64 at the test inputs at each draw epoch, so a chain keeps its
+//! draws of f(x*), not its parameters.
 //!
 //! Target, per chain: p(θ | y) ∝ Π_n N(y_n | f_θ(x_n), σ²) · N(W | 0, σ_p² I) (labels: the
 //! Bernoulli likelihood), σ known (`noise_sd`: "known" or a number; the engine's L2 factor is
@@ -236,28 +236,48 @@ impl SgMcmc {
     }
 }
 
-/// The collector of a chain's parameters at the draw epochs.
+/// The collector of a chain's draws: at each draw epoch, the network evaluated at the test
+/// inputs (in f64, on the training thread), so that a chain keeps M values per draw, not its
+/// parameters.
 #[derive(Debug)]
-struct Draws(BTreeSet<usize>);
+struct Draws {
+    epochs: BTreeSet<usize>,
+    /// The test inputs as the network sees them `[M, d]`.
+    x_test: Arc<nalgebra::DMatrix<f64>>,
+    /// Widths: input, hidden…, 1.
+    dims: Vec<usize>,
+    slope: f64,
+}
 
-/// One chain's parameters at its draw epochs, in order.
-#[derive(Debug, Default)]
-struct ChainDraws(Vec<Vec<f32>>);
+/// One chain's draws of f at the test inputs, in order.
+#[derive(Debug)]
+struct ChainDraws {
+    of: Arc<Draws>,
+    rows: Vec<Vec<f64>>,
+}
 
-impl Collector for Draws {
+/// The [`Collector`] of [`Draws`] (an `Arc` of them, which each chain's state shares).
+#[derive(Debug)]
+struct DrawCollector(Arc<Draws>);
+
+impl Collector for DrawCollector {
     fn wants(&self, event: Want) -> bool {
-        matches!(event, Want::Epoch(e) if self.0.contains(&e))
+        matches!(event, Want::Epoch(e) if self.0.epochs.contains(&e))
     }
 
     fn start(&self) -> Box<dyn Collected> {
-        Box::new(ChainDraws::default())
+        Box::new(ChainDraws {
+            of: self.0.clone(),
+            rows: Vec::new(),
+        })
     }
 }
 
 impl Collected for ChainDraws {
     fn observe(&mut self, event: &Event<'_>) {
         if let Event::Epoch { params, .. } = event {
-            self.0.push(params.to_vec());
+            let net = TrainedNet::from_flat(params, &self.of.dims, self.of.slope);
+            self.rows.push(net.forward_batch(&self.of.x_test));
         }
     }
 
@@ -317,7 +337,22 @@ impl Method for SgMcmc {
             ..c.optim.settings(c.epochs.unwrap_or(task.epochs), n)
         };
         let epochs = self.draw_epochs(&settings, n)?;
-        settings.collectors = vec![Arc::new(Draws(epochs.into_iter().collect()))];
+        let (_, x_test) = task.inputs_f32(c.net.standardize);
+        let x_test = nalgebra::DMatrix::from_row_slice(
+            task.n_test(),
+            task.d,
+            &x_test.iter().map(|&v| f64::from(v)).collect::<Vec<_>>(),
+        );
+        let dims: Vec<usize> = std::iter::once(task.d)
+            .chain(c.net.hidden.iter().copied())
+            .chain(std::iter::once(1))
+            .collect();
+        settings.collectors = vec![Arc::new(DrawCollector(Arc::new(Draws {
+            epochs: epochs.into_iter().collect(),
+            x_test: Arc::new(x_test),
+            dims,
+            slope: c.net.negative_slope,
+        })))];
         let shape = c.net.shape(task.d, 1);
         let out = engine::train_task(
             task,
@@ -330,27 +365,13 @@ impl Method for SgMcmc {
             progress,
         )?;
         let draws: Vec<&ChainDraws> = out.collected(0);
-        let (_, x_test) = task.inputs_f32(c.net.standardize);
-        let x_test = nalgebra::DMatrix::from_row_slice(
-            task.n_test(),
-            task.d,
-            &x_test.iter().map(|&v| f64::from(v)).collect::<Vec<_>>(),
-        );
-        let dims: Vec<usize> = std::iter::once(task.d)
-            .chain(c.net.hidden.iter().copied())
-            .chain(std::iter::once(1))
-            .collect();
         let chains = c.chains;
         Ok(par_map(task.repetitions.len(), |k| {
             let reps = k * chains..(k + 1) * chains;
             // Chain-major rows: chain c's draws, in order.
             let rows: Vec<Vec<f64>> = reps
                 .clone()
-                .flat_map(|r| draws[r].0.iter())
-                .map(|params| {
-                    TrainedNet::from_flat(params, &dims, c.net.negative_slope)
-                        .forward_batch(&x_test)
-                })
+                .flat_map(|r| draws[r].rows.iter().cloned())
                 .collect();
             let diverged = reps.clone().any(|r| out.diverged[r])
                 || rows.iter().flatten().any(|v| !v.is_finite());
