@@ -27,12 +27,16 @@ fn value_error(e: impl std::fmt::Display) -> PyErr {
     PyValueError::new_err(e.to_string())
 }
 
-/// One setting of a spec's problem.
-#[pyclass(module = "uqbench._uqbench", name = "Problem", unsendable)]
+/// One setting of a spec's problem. Usable from any thread (nothing in it is tied to the one
+/// that made it); its anchor fit is made once, on first use, and the long calls (the fit,
+/// scoring, metrics) release the GIL.
+#[pyclass(module = "uqbench._uqbench", name = "Problem")]
 struct PyProblem {
     spec: ExperimentSpec,
     setting: Setting,
     problem: Problem,
+    /// The anchor's fit (everything that does not depend on y), made on first use.
+    fit: std::sync::OnceLock<Result<Anchor, String>>,
     /// The joint metrics' settings and seed (the spec's), for scoring.
     joint: Option<JointScoring>,
 }
@@ -58,6 +62,7 @@ impl PyProblem {
         let setting = spec.parse_setting(&args).map_err(value_error)?;
         let problem = spec.resolve(&setting).map_err(value_error)?;
         Ok(PyProblem {
+            fit: std::sync::OnceLock::new(),
             joint: JointScoring::of(&spec),
             spec,
             setting,
@@ -143,9 +148,18 @@ impl PyProblem {
         if self.problem.linear().is_none() {
             return Ok(None);
         }
-        let anchor = Anchor::fit(&self.problem).map_err(value_error)?;
-        let post = anchor
-            .posterior(&self.problem.draw(k).train_y)
+        let (post, condition) = py
+            .detach(|| {
+                let anchor = self
+                    .fit
+                    .get_or_init(|| Anchor::fit(&self.problem).map_err(|e| e.to_string()))
+                    .as_ref()
+                    .map_err(|e| e.clone())?;
+                let post = anchor
+                    .posterior(&self.problem.draw(k).train_y)
+                    .map_err(|e| e.to_string())?;
+                Ok::<_, String>((post, anchor.condition()))
+            })
             .map_err(value_error)?;
         let d = PyDict::new(py);
         d.set_item("predictive_std", post.predictive_std())?;
@@ -155,7 +169,7 @@ impl PyProblem {
         d.set_item("noise_std", post.noise_std)?;
         d.set_item("dof", post.dof)?;
         d.set_item("gamma_hat", post.gamma_hat)?;
-        d.set_item("condition", anchor.condition())?;
+        d.set_item("condition", condition)?;
         Ok(Some(d))
     }
 
@@ -189,22 +203,27 @@ impl PyProblem {
                     .map_err(|e| value_error(format!("predictions[{k}]: {e}")))
             })
             .collect::<PyResult<Vec<_>>>()?;
-        let setting = score_setting(
-            &self.spec,
-            &self.setting,
-            &self.problem,
-            method,
-            external,
-            &levels,
-        )
-        .map_err(value_error)?;
-        let summary = Summary {
-            experiment: self.spec.name.clone(),
-            levels,
-            settings: vec![setting],
-        };
-        let json = serde_json::to_string(&summary.to_json()).map_err(value_error)?;
-        Ok((summary.points_csv(), summary.aggregate_csv(), json))
+        predictions[0]
+            .py()
+            .detach(|| {
+                let setting = score_setting(
+                    &self.spec,
+                    &self.setting,
+                    &self.problem,
+                    method,
+                    external,
+                    &levels,
+                )
+                .map_err(|e| e.to_string())?;
+                let summary = Summary {
+                    experiment: self.spec.name.clone(),
+                    levels,
+                    settings: vec![setting],
+                };
+                let json = serde_json::to_string(&summary.to_json()).map_err(|e| e.to_string())?;
+                Ok::<_, String>((summary.points_csv(), summary.aggregate_csv(), json))
+            })
+            .map_err(value_error)
     }
 }
 
@@ -314,21 +333,21 @@ impl PyProblem {
 #[pyfunction]
 #[pyo3(signature = (input_json, bins=15, levels=None, tace_threshold=0.01))]
 fn metrics(
+    py: Python<'_>,
     input_json: &str,
     bins: usize,
     levels: Option<Vec<f64>>,
     tace_threshold: f64,
 ) -> PyResult<String> {
     let input: Input = serde_json::from_str(input_json).map_err(value_error)?;
-    let out = compute(
-        &input,
-        &Options {
-            bins,
-            levels: levels.unwrap_or_else(|| DEFAULT_LEVELS.to_vec()),
-            tace_threshold,
-        },
-    )
-    .map_err(value_error)?;
+    let options = Options {
+        bins,
+        levels: levels.unwrap_or_else(|| DEFAULT_LEVELS.to_vec()),
+        tace_threshold,
+    };
+    let out = py
+        .detach(|| compute(&input, &options).map_err(|e| e.to_string()))
+        .map_err(value_error)?;
     Ok(serde_json::Value::Object(out).to_string())
 }
 
