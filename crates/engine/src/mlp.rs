@@ -60,12 +60,17 @@ impl MlpShape {
         Ok(())
     }
 
-    /// (fan_in, fan_out) of every layer, input to output.
-    pub fn layers(&self) -> Vec<(usize, usize)> {
+    /// The widths, input, hidden…, output.
+    pub fn widths(&self) -> Vec<usize> {
         let mut widths = vec![self.d_in];
         widths.extend(&self.hidden);
         widths.push(self.d_out);
-        widths.windows(2).map(|w| (w[0], w[1])).collect()
+        widths
+    }
+
+    /// (fan_in, fan_out) of every layer, input to output.
+    pub fn layers(&self) -> Vec<(usize, usize)> {
+        self.widths().windows(2).map(|w| (w[0], w[1])).collect()
     }
 
     /// Σ fan_in·fan_out: multiply-adds per point and forward pass.

@@ -166,16 +166,14 @@ impl Der {
             let alpha = 1.0 + alpha_m1;
             epistemic.push(beta / (nu * alpha_m1));
             aleatoric.push(beta / alpha_m1);
+            if !finite {
+                continue;
+            }
             for (row, noise) in samples.iter_mut().zip(sample_noise.iter_mut()) {
-                let (mu, sd) = if finite {
-                    // σ² = β/G, G ∼ Gamma(α, 1): InvGamma(α, β).
-                    let var = beta / rng.gamma(alpha);
-                    (gamma + (var / nu).sqrt() * rng.normal(), var.sqrt())
-                } else {
-                    (gamma, f64::NAN)
-                };
-                row.push(mu);
-                noise.push(sd);
+                // σ² = β/G, G ∼ Gamma(α, 1): InvGamma(α, β).
+                let var = beta / rng.gamma(alpha);
+                row.push(gamma + (var / nu).sqrt() * rng.normal());
+                noise.push(var.sqrt());
             }
         }
         // Its predictive of y per input: t with 2α dof, location γ, scale² β(1 + ν)/(να).
@@ -196,8 +194,9 @@ impl Der {
             std: epistemic.iter().map(|v| v.sqrt()).collect(),
             noise_std: Some(aleatoric.iter().map(|v| v.sqrt()).collect()),
             family: Family::Empirical,
-            samples: Some(samples),
-            sample_noise: Some(sample_noise),
+            // A diverged repetition is left out of the metrics: no draws.
+            samples: finite.then_some(samples),
+            sample_noise: finite.then_some(sample_noise),
             train_mean: Some(train.iter().map(|&v| f64::from(v)).collect()),
             diverged,
             ..Prediction::default()

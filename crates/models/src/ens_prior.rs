@@ -39,7 +39,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::MethodConfig;
 use crate::engine::{self, Job, Resources};
-use crate::host_net::TrainedNet;
+use crate::host_net::{self, TrainedNet};
 use uqbench_core::{
     combine_members, par_map, Compute, IntervalSetting, Member, Method, MethodError, Prediction,
     Rng, Task,
@@ -191,10 +191,7 @@ impl EnsPrior {
     /// Member `seed`'s prior network: weights N(0, σ_p²) under `prior_sd`, else the engine's
     /// Glorot initialisation; biases 0.
     fn prior_net(&self, shape: &MlpShape, seed: u64) -> TrainedNet {
-        let dims: Vec<usize> = std::iter::once(shape.d_in)
-            .chain(shape.hidden.iter().copied())
-            .chain(std::iter::once(1))
-            .collect();
+        let dims = shape.widths();
         let (w, b) = match self.config.prior_sd {
             Some(sd) => {
                 let mut rng = Rng::new(seed);
@@ -265,11 +262,10 @@ impl Method for EnsPrior {
         };
         let replicas = task.replicas(&self.name, members);
         let (x_train, x_test) = task.inputs_f32(c.net.standardize);
-        let matrix = |x: &[f32]| {
-            let wide: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
-            nalgebra::DMatrix::from_row_slice(wide.len() / task.d, task.d, &wide)
-        };
-        let (rows_train, rows_test) = (matrix(&x_train), matrix(&x_test));
+        let (rows_train, rows_test) = (
+            host_net::inputs(&x_train, task.d),
+            host_net::inputs(&x_test, task.d),
+        );
         // Per replica (repetition k, member j): its prior function and its targets, from
         // seeds of their own purposes.
         let pairs: Vec<(u64, u64)> = task

@@ -7,6 +7,13 @@ use nalgebra::{DMatrix, DVector};
 
 use uqbench_core::MethodError;
 
+/// The engine's f32 inputs (row-major, `d` per point) as a `[points, d]` matrix in f64, what
+/// [`TrainedNet::forward_batch`] takes.
+pub fn inputs(x: &[f32], d: usize) -> DMatrix<f64> {
+    let wide: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
+    DMatrix::from_row_slice(wide.len() / d, d, &wide)
+}
+
 /// A trained network on the host: per layer W `[in, out]` (row-major) and b `[out]`.
 pub struct TrainedNet {
     /// Widths: input, hidden…, output (1).

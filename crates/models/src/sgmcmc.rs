@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::MethodConfig;
 use crate::engine::collect::{Collected, Collector, Event, Want};
 use crate::engine::{self, Batching, Dynamics, Langevin, Resources, StepSchedule};
-use crate::host_net::TrainedNet;
+use crate::host_net::{self, TrainedNet};
 use uqbench_core::noise::{fixed_noise_sd, Tau};
 use uqbench_core::{par_map, Compute, Family, Likelihood, Method, MethodError, Prediction, Task};
 use uqbench_metrics::mcmc;
@@ -338,22 +338,15 @@ impl Method for SgMcmc {
         };
         let epochs = self.draw_epochs(&settings, n)?;
         let (_, x_test) = task.inputs_f32(c.net.standardize);
-        let x_test = nalgebra::DMatrix::from_row_slice(
-            task.n_test(),
-            task.d,
-            &x_test.iter().map(|&v| f64::from(v)).collect::<Vec<_>>(),
-        );
-        let dims: Vec<usize> = std::iter::once(task.d)
-            .chain(c.net.hidden.iter().copied())
-            .chain(std::iter::once(1))
-            .collect();
+        let x_test = host_net::inputs(&x_test, task.d);
+        let shape = c.net.shape(task.d, 1);
+        let dims = shape.widths();
         settings.collectors = vec![Arc::new(DrawCollector(Arc::new(Draws {
             epochs: epochs.into_iter().collect(),
             x_test: Arc::new(x_test),
             dims,
             slope: c.net.negative_slope,
         })))];
-        let shape = c.net.shape(task.d, 1);
         let out = engine::train_task(
             task,
             &self.name,

@@ -319,8 +319,13 @@ impl<'a> MethodJoint<'a> {
     /// Its Student-t marginals at the τ inputs `x` as a product (the one joint that is not
     /// elliptical, so it is evaluated at y in full): each input's own t where the method gives
     /// them (`marginals_t`), else the family's ν with its predictive sd as the scale.
-    fn t_marginals(&self, x: &[usize], dof: f64) -> Joint {
+    fn t_marginals(&self, x: &[usize]) -> Joint {
         let out = self.out;
+        let dof = match (&out.marginals_t, out.family) {
+            (Some(_), _) => None,
+            (None, Family::StudentT { dof }) => Some(dof),
+            (None, _) => unreachable!("parts are None only for draws and t marginals"),
+        };
         if let Some(t) = &out.marginals_t {
             return Joint::Independent(
                 x.iter()
@@ -340,7 +345,7 @@ impl<'a> MethodJoint<'a> {
                         Some(p) => p[i],
                         None => out.std[i].hypot(self.noise_sd[i]),
                     },
-                    dof: Some(dof),
+                    dof,
                 })
                 .collect(),
         )
@@ -458,15 +463,9 @@ fn region_kl(
             }
             // Student-t marginals only: their product is not elliptical; y in full.
             (_, None) => {
-                let nu = match method.out.family {
-                    Family::StudentT { dof } => dof,
-                    // Per-input t's (`marginals_t`): each carries its own ν.
-                    _ if method.out.marginals_t.is_some() => f64::NAN,
-                    _ => unreachable!("parts are None only for draws and t marginals"),
-                };
                 let (p, dof) = source.at(x);
                 let (z, chi2) = noise(rng, x.len(), dof);
-                kl(&p, &method.t_marginals(x, nu), &z, &chi2)?.value
+                kl(&p, &method.t_marginals(x), &z, &chi2)?.value
             }
         };
         values.push(value);
