@@ -54,6 +54,6 @@ if [ ! -x "$venv/bin/python" ]; then
     python3 -m venv "$venv"
 fi
 CARGO_TARGET_DIR="${UQBENCH_PYTHON_TARGET:-$HOME/.cache/uqbench-python-target}" \
-    "$venv/bin/pip" install -q "./python[test]"
+    "$venv/bin/pip" install -q "./python[test,examples]"
 # Run from the repository root so that `import uqbench` finds the installed package.
 UQBENCH_BIN="$target/release/uqbench" "$venv/bin/pytest" -q python/tests

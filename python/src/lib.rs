@@ -1,16 +1,21 @@
 //! `uqbench._uqbench`: the native half of the Python package. It exposes a spec's problem (its
 //! repetitions and anchor), the scoring of external predictions and every metric, computed by
 //! the same Rust functions as the `uqbench` command (`uqbench-eval`, `uqbench-anchor`), with
-//! plain Python values at the boundary (lists, dicts, strings); `uqbench/__init__.py` turns
-//! them into numpy arrays and pandas DataFrames. Every error is a `ValueError` whose message
-//! names the input, the value and what is valid; nothing panics across the boundary.
+//! numpy arrays at the boundary (rust-numpy): arrays in are read where they lie (any strides,
+//! so C and Fortran order alike; `uqbench/__init__.py` converts other dtypes to float64 first),
+//! arrays out hand their Rust buffer to numpy without a copy. `uqbench/__init__.py` adds the
+//! dataclasses and pandas DataFrames. Every error is a `ValueError` whose message names the
+//! input, the value and what is valid; nothing panics across the boundary.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use numpy::ndarray::{Array2, ArrayViewD, Axis};
+use numpy::{IntoPyArray, PyArray1, PyArray2, PyReadonlyArrayDyn};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyBool, PyDict, PyList, PyString, PyTuple};
+use serde_json::Value;
 use uqbench_anchor::{Anchor, Problem, Setting};
 use uqbench_eval::metrics::{compute, Input, Options};
 use uqbench_eval::score::{
@@ -25,6 +30,142 @@ const DEFAULT_LEVELS: [f64; 4] = [0.95, 0.9, 0.8, 0.7];
 
 fn value_error(e: impl std::fmt::Display) -> PyErr {
     PyValueError::new_err(e.to_string())
+}
+
+/// A vector as a numpy array that owns the Vec's buffer (no copy).
+fn vector<'py>(py: Python<'py>, v: Vec<f64>) -> Bound<'py, PyArray1<f64>> {
+    PyArray1::from_vec(py, v)
+}
+
+/// A row-major `rows × cols` buffer as a 2-D numpy array (no copy).
+fn matrix<'py>(
+    py: Python<'py>,
+    rows: usize,
+    cols: usize,
+    flat: Vec<f64>,
+) -> PyResult<Bound<'py, PyArray2<f64>>> {
+    Ok(Array2::from_shape_vec((rows, cols), flat)
+        .map_err(value_error)?
+        .into_pyarray(py))
+}
+
+/// Nested rows as a 2-D numpy array.
+fn rows_matrix<'py>(py: Python<'py>, rows: Vec<Vec<f64>>) -> PyResult<Bound<'py, PyArray2<f64>>> {
+    let cols = rows.first().map_or(0, Vec::len);
+    let n = rows.len();
+    matrix(py, n, cols, rows.into_iter().flatten().collect())
+}
+
+/// A float64 numpy array of any layout, read as its shape and its values in C order (the
+/// view's logical order, whatever the strides).
+fn read_array(v: &Bound<'_, PyAny>, key: &str) -> Result<(Vec<usize>, Vec<f64>), String> {
+    let a = v.extract::<PyReadonlyArrayDyn<'_, f64>>().map_err(|_| {
+        format!(
+            "`{key}`: a {}; valid: a float64 numpy array",
+            v.get_type()
+                .name()
+                .map_or_else(|_| "value".to_string(), |n| n.to_string())
+        )
+    })?;
+    let view = a.as_array();
+    Ok((view.shape().to_vec(), view.iter().copied().collect()))
+}
+
+/// A numpy array (or nested lists, strings, numbers, bools, None, dicts) as JSON, for the
+/// metrics' serde input; `path` names the field in errors.
+fn to_json(v: &Bound<'_, PyAny>, path: &str) -> Result<Value, String> {
+    fn number(x: f64, path: &str) -> Result<Value, String> {
+        serde_json::Number::from_f64(x)
+            .map(Value::Number)
+            .ok_or_else(|| format!("{path}: {x}; valid: finite numbers"))
+    }
+    fn nested(view: ArrayViewD<'_, f64>, path: &str) -> Result<Value, String> {
+        match view.ndim() {
+            0 => number(view.iter().next().copied().unwrap_or(f64::NAN), path),
+            1 => view.iter().map(|&x| number(x, path)).collect(),
+            _ => view
+                .axis_iter(Axis(0))
+                .map(|row| nested(row, path))
+                .collect(),
+        }
+    }
+    if v.is_none() {
+        return Ok(Value::Null);
+    }
+    if let Ok(a) = v.extract::<PyReadonlyArrayDyn<'_, f64>>() {
+        return nested(a.as_array(), path);
+    }
+    if let Ok(a) = v.extract::<PyReadonlyArrayDyn<'_, i64>>() {
+        return Ok(
+            serde_json::to_value(a.as_array().iter().collect::<Vec<_>>())
+                .map_err(|e| e.to_string())?,
+        );
+    }
+    if v.is_instance_of::<PyString>() {
+        return Ok(Value::String(
+            v.extract::<String>().map_err(|e| e.to_string())?,
+        ));
+    }
+    if v.is_instance_of::<PyBool>() {
+        return Ok(Value::Bool(v.extract::<bool>().map_err(|e| e.to_string())?));
+    }
+    if let Ok(i) = v.extract::<i64>() {
+        return Ok(Value::from(i));
+    }
+    if let Ok(x) = v.extract::<f64>() {
+        return number(x, path);
+    }
+    if let Ok(d) = v.cast::<PyDict>() {
+        let mut out = serde_json::Map::new();
+        for (k, x) in d.iter() {
+            let k = k
+                .extract::<String>()
+                .map_err(|_| format!("{path}: a key that is not a string"))?;
+            let sub = to_json(&x, &k)?;
+            out.insert(k, sub);
+        }
+        return Ok(Value::Object(out));
+    }
+    if v.is_instance_of::<PyList>() || v.is_instance_of::<PyTuple>() {
+        let mut out = Vec::new();
+        for x in v.try_iter().map_err(|e| e.to_string())? {
+            out.push(to_json(&x.map_err(|e| e.to_string())?, path)?);
+        }
+        return Ok(Value::Array(out));
+    }
+    Err(format!(
+        "{path}: a {}; valid: a float64 numpy array, a number, a string or a list",
+        v.get_type()
+            .name()
+            .map_or_else(|_| "value".to_string(), |n| n.to_string())
+    ))
+}
+
+/// JSON as Python values: objects as dicts, arrays as lists, numbers as int or float.
+fn from_json<'py>(py: Python<'py>, v: &Value) -> PyResult<Bound<'py, PyAny>> {
+    Ok(match v {
+        Value::Null => py.None().into_bound(py),
+        Value::Bool(b) => PyBool::new(py, *b).to_owned().into_any(),
+        Value::Number(n) => match n.as_i64() {
+            Some(i) => i.into_pyobject(py)?.into_any(),
+            None => n.as_f64().unwrap_or(f64::NAN).into_pyobject(py)?.into_any(),
+        },
+        Value::String(s) => PyString::new(py, s).into_any(),
+        Value::Array(a) => PyList::new(
+            py,
+            a.iter()
+                .map(|x| from_json(py, x))
+                .collect::<PyResult<Vec<_>>>()?,
+        )?
+        .into_any(),
+        Value::Object(m) => {
+            let d = PyDict::new(py);
+            for (k, x) in m {
+                d.set_item(k, from_json(py, x)?)?;
+            }
+            d.into_any()
+        }
+    })
 }
 
 /// One setting of a spec's problem. Usable from any thread (nothing in it is tied to the one
@@ -111,27 +252,24 @@ impl PyProblem {
         let p = &self.problem;
         let draw = p.draw(k);
         let d = PyDict::new(py);
-        d.set_item("x_train", p.train.inputs.to_rows())?;
-        d.set_item("y_train", draw.train_y)?;
-        d.set_item("x_test", p.test.inputs.to_rows())?;
-        d.set_item("truth", p.test.truth.clone())?;
+        let inputs = |x: &uqbench_anchor::Inputs| matrix(py, x.len(), x.d(), x.as_slice().to_vec());
+        d.set_item("x_train", inputs(&p.train.inputs)?)?;
+        d.set_item("y_train", vector(py, draw.train_y))?;
+        d.set_item("x_test", inputs(&p.test.inputs)?)?;
+        d.set_item("truth", vector(py, p.test.truth.clone()))?;
         d.set_item(
             "region",
-            p.test
-                .region
-                .iter()
-                .map(|r| r.as_str())
-                .collect::<Vec<_>>(),
+            p.test.region.iter().map(|r| r.as_str()).collect::<Vec<_>>(),
         )?;
-        d.set_item("sigma", p.test.sigma.clone())?;
-        d.set_item("train_truth", p.train_truth.clone())?;
-        d.set_item("train_sigma", p.train_sigma.clone())?;
+        d.set_item("sigma", vector(py, p.test.sigma.clone()))?;
+        d.set_item("train_truth", vector(py, p.train_truth.clone()))?;
+        d.set_item("train_sigma", vector(py, p.train_sigma.clone()))?;
         match (&p.validation, draw.validation_y) {
             (Some((x, sigma, truth)), Some(y)) => {
-                d.set_item("x_valid", x.to_rows())?;
-                d.set_item("y_valid", y)?;
-                d.set_item("valid_sigma", sigma.clone())?;
-                d.set_item("valid_truth", truth.clone())?;
+                d.set_item("x_valid", inputs(x)?)?;
+                d.set_item("y_valid", vector(py, y))?;
+                d.set_item("valid_sigma", vector(py, sigma.clone()))?;
+                d.set_item("valid_truth", vector(py, truth.clone()))?;
             }
             _ => {
                 for key in ["x_valid", "y_valid", "valid_sigma", "valid_truth"] {
@@ -151,10 +289,8 @@ impl PyProblem {
         let (post, condition) = py
             .detach(|| {
                 let anchor = self
-                    .fit
-                    .get_or_init(|| Anchor::fit(&self.problem).map_err(|e| e.to_string()))
-                    .as_ref()
-                    .map_err(|e| e.clone())?;
+                    .fitted()?
+                    .ok_or("this problem has no anchor (a surrogate or classification problem)")?;
                 let post = anchor
                     .posterior(&self.problem.draw(k).train_y)
                     .map_err(|e| e.to_string())?;
@@ -162,27 +298,30 @@ impl PyProblem {
             })
             .map_err(value_error)?;
         let d = PyDict::new(py);
-        d.set_item("predictive_std", post.predictive_std())?;
-        d.set_item("cov", post.cov())?;
-        d.set_item("mean", post.mean)?;
-        d.set_item("std", post.std)?;
-        d.set_item("noise_std", post.noise_std)?;
+        d.set_item("predictive_std", vector(py, post.predictive_std()))?;
+        d.set_item("cov", rows_matrix(py, post.cov())?)?;
+        d.set_item("mean", vector(py, post.mean))?;
+        d.set_item("std", vector(py, post.std))?;
+        d.set_item("noise_std", vector(py, post.noise_std))?;
         d.set_item("dof", post.dof)?;
-        d.set_item("gamma_hat", post.gamma_hat)?;
+        d.set_item("gamma_hat", vector(py, post.gamma_hat))?;
         d.set_item("condition", condition)?;
         Ok(Some(d))
     }
 
-    /// Scores `predictions` (one dict per repetition 0..K−1) of a method named `method` at
-    /// interval `levels`: returns (summary.csv, aggregate.csv, summary.json) as
-    /// `uqbench score` writes them, with the anchor alongside.
+    /// Scores `predictions` (one dict per repetition 0..K−1, float64 arrays) of a method named
+    /// `method` at interval `levels`: returns (summary.csv, aggregate.csv, summary.json) as
+    /// `uqbench score` writes them (the last as a dict), with the anchor alongside. The arrays
+    /// are read with the GIL held; everything after (the anchor, every repetition's metrics
+    /// and the summary) runs without it.
     #[pyo3(signature = (predictions, method, levels=None))]
-    fn score(
+    fn score<'py>(
         &self,
-        predictions: Vec<Bound<'_, PyDict>>,
+        py: Python<'py>,
+        predictions: Vec<Bound<'py, PyDict>>,
         method: &str,
         levels: Option<Vec<f64>>,
-    ) -> PyResult<(String, String, String)> {
+    ) -> PyResult<(String, String, Bound<'py, PyAny>)> {
         let levels = levels.unwrap_or_else(|| DEFAULT_LEVELS.to_vec());
         if let Some(l) = levels.iter().find(|l| !(**l > 0.0 && **l < 1.0)) {
             return Err(value_error(format!(
@@ -195,17 +334,44 @@ impl PyProblem {
             ));
         }
         let track = Track::of(&self.problem);
-        let external = predictions
+        let read = predictions
             .iter()
             .enumerate()
             .map(|(k, d)| {
-                self.stored(track, k as u64, d, &levels)
+                self.read_prediction(track, d)
                     .map_err(|e| value_error(format!("predictions[{k}]: {e}")))
             })
             .collect::<PyResult<Vec<_>>>()?;
-        predictions[0]
-            .py()
+        let (points, aggregate, json) = py
             .detach(|| {
+                let anchor = self.fitted()?;
+                let external = read
+                    .into_iter()
+                    .enumerate()
+                    .map(|(k, p)| {
+                        let rep = k as u64;
+                        match p {
+                            Read::Regression(p) => regression_rep(
+                                rep,
+                                p,
+                                &self.problem,
+                                anchor,
+                                &levels,
+                                self.joint.as_ref(),
+                            )
+                            .map(Stored::Regression),
+                            Read::Classification(p) => classification_rep(
+                                rep,
+                                p,
+                                &self.problem,
+                                &levels,
+                                self.joint.as_ref(),
+                            )
+                            .map(Stored::Classification),
+                        }
+                        .map_err(|e| format!("predictions[{k}]: {e}"))
+                    })
+                    .collect::<Result<Vec<_>, String>>()?;
                 let setting = score_setting(
                     &self.spec,
                     &self.setting,
@@ -220,27 +386,29 @@ impl PyProblem {
                     levels,
                     settings: vec![setting],
                 };
-                let json = serde_json::to_string(&summary.to_json()).map_err(|e| e.to_string())?;
-                Ok::<_, String>((summary.points_csv(), summary.aggregate_csv(), json))
+                Ok::<_, String>((
+                    summary.points_csv(),
+                    summary.aggregate_csv(),
+                    summary.to_json(),
+                ))
             })
-            .map_err(value_error)
+            .map_err(value_error)?;
+        Ok((points, aggregate, from_json(py, &json)?))
     }
 }
 
+/// One repetition's predictions as read from Python, before scoring.
+enum Read {
+    /// A regression method's predictive.
+    Regression(External),
+    /// Per test input, the draws of P(y = 1 | x).
+    Classification(Vec<Vec<f64>>),
+}
+
 impl PyProblem {
-    /// One repetition's predictions in their track's stored form.
-    fn stored(
-        &self,
-        track: Track,
-        k: u64,
-        d: &Bound<'_, PyDict>,
-        levels: &[f64],
-    ) -> Result<Stored, String> {
-        let keys: Vec<String> = d
-            .keys()
-            .iter()
-            .map(|k| k.to_string())
-            .collect::<Vec<_>>();
+    /// One repetition's predictions, read from its dict of float64 arrays.
+    fn read_prediction(&self, track: Track, d: &Bound<'_, PyDict>) -> Result<Read, String> {
+        let keys: Vec<String> = d.keys().iter().map(|k| k.to_string()).collect::<Vec<_>>();
         let valid: &[&str] = match track {
             Track::Regression => &["mean", "std", "noise_std", "samples", "cov"],
             Track::Classification => &["probs"],
@@ -257,24 +425,30 @@ impl PyProblem {
             ));
         }
         let get = |key: &str| d.get_item(key).ok().flatten();
+        let array = |key: &str| get(key).map(|v| read_array(&v, key)).transpose();
         let vector = |key: &str| -> Result<Option<Vec<f64>>, String> {
-            get(key)
-                .map(|v| {
-                    v.extract::<Vec<f64>>().map_err(|_| {
-                        format!("`{key}`: not a 1-D array of numbers (one per test input)")
-                    })
-                })
-                .transpose()
+            match array(key)? {
+                Some((shape, data)) if shape.len() == 1 => Ok(Some(data)),
+                Some((shape, _)) => Err(format!(
+                    "`{key}`: shape {shape:?}; valid: a 1-D array (one value per test input)"
+                )),
+                None => Ok(None),
+            }
+        };
+        let rows = |shape: &[usize], data: Vec<f64>| -> Vec<Vec<f64>> {
+            let cols = shape[1].max(1);
+            data.chunks(cols).map(<[f64]>::to_vec).collect()
         };
         match track {
             Track::Regression => {
                 let matrix = |key: &str, what: &str| -> Result<Option<Vec<Vec<f64>>>, String> {
-                    get(key)
-                        .map(|v| {
-                            v.extract::<Vec<Vec<f64>>>()
-                                .map_err(|_| format!("`{key}`: not a 2-D array ({what})"))
-                        })
-                        .transpose()
+                    match array(key)? {
+                        Some((shape, data)) if shape.len() == 2 => Ok(Some(rows(&shape, data))),
+                        Some((shape, _)) => Err(format!(
+                            "`{key}`: shape {shape:?}; valid: a 2-D array ({what})"
+                        )),
+                        None => Ok(None),
+                    }
                 };
                 let prediction = match matrix("samples", "test inputs × draws")? {
                     Some(samples) => {
@@ -283,7 +457,10 @@ impl PyProblem {
                                         draw); mean and std are taken from them"
                                 .into());
                         }
-                        External::Samples { samples, noise_std: vector("noise_std")? }
+                        External::Samples {
+                            samples,
+                            noise_std: vector("noise_std")?,
+                        }
                     }
                     None => External::Gaussian {
                         mean: vector("mean")?
@@ -293,24 +470,20 @@ impl PyProblem {
                         cov: matrix("cov", "test inputs × test inputs")?,
                     },
                 };
-                regression_rep(k, prediction, &self.problem, levels, self.joint.as_ref())
-                    .map(Stored::Regression)
-                    .map_err(|e| e.to_string())
+                Ok(Read::Regression(prediction))
             }
             Track::Classification => {
-                let probs = get("probs").ok_or("`probs` is needed")?;
-                let per_input: Vec<Vec<f64>> = match probs.extract::<Vec<Vec<f64>>>() {
-                    Ok(draws) => draws,
-                    Err(_) => probs
-                        .extract::<Vec<f64>>()
-                        .map_err(|_| {
-                            "`probs`: not a 1-D (test inputs) or 2-D (test inputs × draws) \
-                             array of probabilities"
-                                .to_string()
-                        })?
-                        .into_iter()
-                        .map(|p| vec![p])
-                        .collect(),
+                let per_input: Vec<Vec<f64>> = match array("probs")?.ok_or("`probs` is needed")? {
+                    (shape, data) if shape.len() == 2 => rows(&shape, data),
+                    (shape, data) if shape.len() == 1 => {
+                        data.into_iter().map(|p| vec![p]).collect()
+                    }
+                    (shape, _) => {
+                        return Err(format!(
+                            "`probs`: shape {shape:?}; valid: a 1-D (test inputs) or 2-D (test \
+                             inputs × draws) array of probabilities"
+                        ))
+                    }
                 };
                 if let Some((i, p)) = per_input
                     .iter()
@@ -321,25 +494,38 @@ impl PyProblem {
                         "probs at test input {i}: {p}; valid: a number in [0, 1]"
                     ));
                 }
-                classification_rep(k, per_input, &self.problem, levels, self.joint.as_ref())
-                    .map(Stored::Classification)
-                    .map_err(|e| e.to_string())
+                Ok(Read::Classification(per_input))
             }
         }
     }
+
+    /// The anchor's fit (everything that does not depend on y), made on first use; None for a
+    /// problem without an anchor.
+    fn fitted(&self) -> Result<Option<&Anchor>, String> {
+        if self.problem.linear().is_none() || Track::of(&self.problem) != Track::Regression {
+            return Ok(None);
+        }
+        self.fit
+            .get_or_init(|| Anchor::fit(&self.problem).map_err(|e| e.to_string()))
+            .as_ref()
+            .map(Some)
+            .map_err(Clone::clone)
+    }
 }
 
-/// Every metric of one input (the JSON `uqbench metrics --input` reads) as the JSON it prints.
+/// Every metric of one input (what `uqbench metrics --input` reads: a dict with `kind` and
+/// float64 arrays) as the dict it prints.
 #[pyfunction]
-#[pyo3(signature = (input_json, bins=15, levels=None, tace_threshold=0.01))]
-fn metrics(
-    py: Python<'_>,
-    input_json: &str,
+#[pyo3(signature = (input, bins=15, levels=None, tace_threshold=0.01))]
+fn metrics<'py>(
+    py: Python<'py>,
+    input: &Bound<'py, PyDict>,
     bins: usize,
     levels: Option<Vec<f64>>,
     tace_threshold: f64,
-) -> PyResult<String> {
-    let input: Input = serde_json::from_str(input_json).map_err(value_error)?;
+) -> PyResult<Bound<'py, PyAny>> {
+    let value = to_json(input.as_any(), "input").map_err(value_error)?;
+    let input: Input = serde_json::from_value(value).map_err(value_error)?;
     let options = Options {
         bins,
         levels: levels.unwrap_or_else(|| DEFAULT_LEVELS.to_vec()),
@@ -348,7 +534,7 @@ fn metrics(
     let out = py
         .detach(|| compute(&input, &options).map_err(|e| e.to_string()))
         .map_err(value_error)?;
-    Ok(serde_json::Value::Object(out).to_string())
+    from_json(py, &Value::Object(out))
 }
 
 /// The native module.
@@ -356,5 +542,6 @@ fn metrics(
 fn _uqbench(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyProblem>()?;
     m.add_function(wrap_pyfunction!(metrics, m)?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

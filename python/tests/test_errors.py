@@ -18,7 +18,7 @@ def test_bad_specs_and_settings(root, tmp_path):
     bad.write_text((root / "experiments/e1.toml").read_text().replace("sigma = 0.75", "sigma = -1"))
     with pytest.raises(ValueError, match="sigma"):
         uqbench.Problem(bad)
-    with pytest.raises(ValueError, match="repetition -1"):
+    with pytest.raises(ValueError, match="repetition: -1; valid: a repetition number"):
         uqbench.Problem(root / "experiments/e1.toml").repetition(-1)
 
 

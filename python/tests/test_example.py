@@ -1,38 +1,78 @@
-"""The README's Python example, with numpy standing in for PyTorch: a deep-ensemble-like
-method (each member a random tanh layer with a least-squares output layer) scored against the
-anchor on E1's quick profile."""
+"""The framework examples of the README and docs/python.md, run verbatim: each ```python
+block is executed as written, from the repository root. The JAX example always runs (CI
+installs jax[cpu]); the PyTorch one where torch is importable, and says why it skipped
+otherwise (PyTorch's wheels pull several GB of CUDA libraries)."""
+
+import importlib.util
+import re
 
 import numpy as np
+import pytest
 
-import uqbench
-
-
-def member_fit(x, y, xt, seed, width=64, ridge=1e-3):
-    # Stands in for `torch.nn.Sequential(Linear(1, 64), Tanh(), Linear(64, 1))` trained by
-    # Adam: a random hidden layer and the output layer fitted exactly.
-    rng = np.random.default_rng(seed)
-    w, b = rng.normal(0, 2, (x.shape[1], width)), rng.uniform(-3, 3, width)
-    h, ht = np.tanh(x @ w + b), np.tanh(xt @ w + b)
-    out = np.linalg.solve(h.T @ h + ridge * np.eye(width), h.T @ y)
-    return ht @ out
+FENCE = re.compile(r"```python\n(.*?)```", re.S)
 
 
-def test_the_readme_example_runs(root):
-    problem = uqbench.Problem(root / "experiments/e1.toml", setting={"f_main": 2}, profile="quick")
-    preds = []
-    for k in range(problem.repetitions):
-        rep = problem.repetition(k)
-        outs = [member_fit(rep.x_train, rep.y_train, rep.x_test, 1000 * k + m) for m in range(5)]
-        preds.append({"mean": np.mean(outs, 0), "std": np.std(outs, 0, ddof=1)})
-    result = uqbench.score(problem, preds, method="numpy-ens")
+def _blocks(root, name):
+    return FENCE.findall((root / name).read_text(encoding="utf-8"))
+
+
+def _block(root, name, needle):
+    found = [b for b in _blocks(root, name) if needle in b]
+    assert len(found) == 1, f"{name}: {len(found)} python blocks contain {needle!r}"
+    return found[0]
+
+
+def _run(root, monkeypatch, code):
+    monkeypatch.chdir(root)  # the examples name specs relative to the repository root
+    scope = {"__name__": "__example__"}
+    exec(compile(code, "<example>", "exec"), scope)
+    return scope
+
+
+def _check(result, method, max_deviation):
     a = result.aggregate
     rows = a[(a.region == "in") & a.metric.isin(["coverage", "deviation"])]
-    assert set(rows.method) == {"BLR", "numpy-ens"} and len(rows) == 4
-    cov = rows.set_index(["method", "metric"])["value"]
-    # The anchor covers f at 95% in expectation; over 20 repetitions its region coverage has a
-    # standard error of about 0.02 (its stderr column), so 0.95 ± 0.1 is 5 of them.
-    assert abs(cov[("BLR", "coverage")] - 0.95) < 0.1
-    assert 0.0 <= cov[("numpy-ens", "coverage")] <= 1.0
-    assert np.isfinite(cov[("numpy-ens", "deviation")])
-    # Error bars over repetitions are in the stderr column, the spread over inputs apart.
-    assert {"stderr", "points_sd"} <= set(a.columns)
+    assert set(rows.method) == {"BLR", method} and len(rows) == 4
+    v = rows.set_index(["method", "metric"])["value"]
+    # The anchor covers f at 95% in expectation; over E1 quick's 20 repetitions its region
+    # coverage has a standard error of about 0.02 (its stderr column): 0.95 ± 0.1 is 5 of them.
+    assert abs(v[("BLR", "coverage")] - 0.95) < 0.1
+    assert 0.0 <= v[(method, "coverage")] <= 1.0
+    # A sanity bound on the example's numbers, not a quality claim: E1 quick at f_main = 2 has
+    # n = 50, σ = 0.75 and an RMS of f of 0.6 in the region, so unregularised fits overfit the
+    # noise (measured: poly5 0.50, the JAX ensemble 0.56, against the anchor's 0.18 — the gap
+    # uqbench exists to show); a diverged fit or shuffled predictions (≈ 0.85) exceed it.
+    assert np.isfinite(v[(method, "deviation")]) and v[(method, "deviation")] < max_deviation, v
+
+
+def test_the_readme_example_runs_verbatim(root, monkeypatch, capsys):
+    scope = _run(root, monkeypatch, _block(root, "README.md", "uqbench.score"))
+    _check(scope["result"], "poly5", 0.7)
+    assert "coverage" in capsys.readouterr().out
+
+
+def test_the_jax_example_runs_verbatim(root, monkeypatch, capsys):
+    pytest.importorskip("jax", reason="the JAX example needs jax[cpu] (pip install 'jax[cpu]')")
+    scope = _run(root, monkeypatch, _block(root, "docs/python.md", "import jax"))
+    _check(scope["result"], "jax-ens", 0.7)
+    out = capsys.readouterr()
+    assert "coverage" in out.out
+    assert "20/20 repetitions" in out.err  # the progress bar
+
+
+def test_the_pytorch_example_runs_verbatim(root, monkeypatch):
+    code = _block(root, "docs/python.md", "import numpy as np, torch")
+    if importlib.util.find_spec("torch") is None:
+        print("skipping the PyTorch example: torch is not installed (its wheels pull GBs of CUDA)")
+        pytest.skip("torch is not installed; the JAX example of the same shape ran instead")
+    scope = _run(root, monkeypatch, code)
+    _check(scope["result"], "torch-ens", 0.7)
+
+
+def test_both_framework_examples_have_the_same_shape(root):
+    jax_code = _block(root, "docs/python.md", "import jax")
+    torch_code = _block(root, "docs/python.md", "import numpy as np, torch")
+    for code in (jax_code, torch_code):
+        assert 'uqbench.Problem("experiments/e1.toml", setting={"f_main": 2}, profile="quick")' in code
+        assert "def fit_predict(rep):" in code and "uqbench.evaluate(problem, fit_predict" in code
+        assert 'return {"mean": ' in code

@@ -38,6 +38,16 @@ def test_anchor_and_data_equal_the_cli(root, cli, spec, setting, rep):
     np.testing.assert_array_equal(r.truth, np.asarray(expected["truth"]))
     assert list(r.region) == expected["region"]
     assert r.x_train.shape[1] == r.x_test.shape[1]
+    np.testing.assert_array_equal(r.sigma, np.asarray(expected["sigma"]))
+    np.testing.assert_array_equal(r.train_sigma, np.asarray(expected["train_sigma"]))
+    np.testing.assert_array_equal(r.train_truth, np.asarray(expected["train_truth"]))
+    if expected["validation_x"] is None:
+        assert r.x_valid is None and r.y_valid is None
+    else:
+        np.testing.assert_array_equal(r.x_valid, np.asarray(expected["validation_x"]))
+        np.testing.assert_array_equal(r.y_valid, np.asarray(expected["validation_y"]))
+        np.testing.assert_array_equal(r.valid_sigma, np.asarray(expected["validation_sigma"]))
+        np.testing.assert_array_equal(r.valid_truth, np.asarray(expected["validation_truth"]))
 
 
 def test_classification_data_and_no_anchor(root, cli):
@@ -68,8 +78,10 @@ def _write_predictions(folder, preds, kind):
 
 def _assert_same_files(cli_out, result):
     for name, frame in (("summary.csv", result.summary), ("aggregate.csv", result.aggregate)):
-        expected = _frame((cli_out / name).read_text())
-        pd.testing.assert_frame_equal(frame, expected, check_exact=True, obj=name)
+        text = (cli_out / name).read_text()
+        pd.testing.assert_frame_equal(frame, _frame(text), check_exact=True, obj=name)
+        # The DataFrame written back is the CLI's text, character for character.
+        assert frame.to_csv(index=False, lineterminator="\n") == text, name
     assert result.json == json.loads((cli_out / "summary.json").read_text())
 
 
@@ -151,3 +163,20 @@ def test_read_run(root, cli, tmp_path):
     assert len(reps) == 20 and reps[0]["mean"].shape == reps[0]["std"].shape
     blr = uqbench.Problem(root / "experiments/e1.toml", setting={"f_main": 1}, profile="quick").anchor(0)
     np.testing.assert_array_equal(run.predictions("f_main=1", "BLR")[0]["mean"], blr.mean)
+
+
+def test_read_run_orders_repetitions_numerically(root, cli, tmp_path):
+    out = tmp_path / "run"
+    cli("run", "experiments/e1.toml", "--profile", "quick", "--methods", "Ens", "--quiet", "--out", str(out))
+    run = uqbench.read_run(out)
+    assert run.repetitions("f_main=1", "Ens") == list(range(20))
+    # Repetition numbers past 999 (rep-1000.json sorts before rep-999.json as text).
+    folder = out / "reps" / "f_main=1" / "Ens"
+    for k in (998, 999, 1000, 1001):
+        d = json.loads((folder / "rep-000.json").read_text())
+        d["repetition"] = k
+        (folder / f"rep-{k:03d}.json").write_text(json.dumps(d))
+    (folder / "rep-notes.json").write_text("{}")  # not a repetition: ignored
+    assert run.repetitions("f_main=1", "Ens")[-4:] == [998, 999, 1000, 1001]
+    reps = run.predictions("f_main=1", "Ens")
+    assert [r["repetition"] for r in reps] == run.repetitions("f_main=1", "Ens")

@@ -10,13 +10,17 @@ Example: a method scored against the anchor on [000]'s E1 at f_main = 2::
 
     import uqbench
     problem = uqbench.Problem("experiments/e1.toml", setting={"f_main": 2}, profile="quick")
-    preds = []
-    for k in range(problem.repetitions):
-        rep = problem.repetition(k)
+
+    def fit_predict(rep):
         ...  # train on rep.x_train, rep.y_train; predict rep.x_test
-        preds.append({"mean": mean, "std": std})
-    result = uqbench.score(problem, preds, method="mine")
+        return {"mean": mean, "std": std}
+
+    result = uqbench.evaluate(problem, fit_predict, method="mine", workers=4)
     print(result.aggregate.query("region == 'in' and metric == 'coverage'"))
+
+Arrays go in as numpy arrays (float32 or float64, C or Fortran order; lists, JAX arrays and
+CPU torch tensors are converted) and come out as numpy arrays; pandas is needed only by the
+calls that return DataFrames (``score``, ``evaluate``, ``read_run``).
 """
 
 from __future__ import annotations
@@ -24,16 +28,47 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
-import pandas as pd
 
 from . import metrics
+from ._arrays import as_float_array, as_int, as_levels
 from ._uqbench import Problem as _NativeProblem
+from ._uqbench import __version__
 
-__all__ = ["Problem", "Repetition", "Anchor", "Score", "Run", "score", "read_run", "metrics"]
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = [
+    "Problem",
+    "Repetition",
+    "Anchor",
+    "Score",
+    "Run",
+    "score",
+    "evaluate",
+    "read_run",
+    "metrics",
+    "__version__",
+]
+
+
+def _pandas() -> Any:
+    """pandas, imported when a call returns DataFrames."""
+    try:
+        import pandas
+    except ImportError:
+        raise ImportError(
+            "uqbench.score, uqbench.evaluate and uqbench.read_run return pandas DataFrames: "
+            "install pandas (pip install pandas, or pip install 'uqbench[pandas]')"
+        ) from None
+    return pandas
 
 
 @dataclass(frozen=True)
@@ -46,9 +81,11 @@ class Repetition:
     (``in``, ``gap``, ``out``); ``sigma`` (m) the noise sd σ(x) of y at the test inputs;
     ``train_truth`` and ``train_sigma`` the same at the training inputs; ``x_valid``,
     ``y_valid``, ``valid_truth`` and ``valid_sigma`` the validation set where the problem has
-    one (else None).
+    one (else None); ``index`` the repetition's number k (for seeding a method per
+    repetition).
     """
 
+    index: int
     x_train: np.ndarray
     y_train: np.ndarray
     x_test: np.ndarray
@@ -86,10 +123,6 @@ class Anchor:
     cov: np.ndarray
 
 
-def _array(values: Any, dtype: Any = float) -> Optional[np.ndarray]:
-    return None if values is None else np.asarray(values, dtype=dtype)
-
-
 class Problem:
     """One setting of a spec's problem, regression or classification.
 
@@ -104,11 +137,21 @@ class Problem:
         setting: Optional[Mapping[str, float]] = None,
         profile: Optional[str] = None,
     ) -> None:
+        if setting is not None and not isinstance(setting, Mapping):
+            raise ValueError(
+                f"setting: {setting!r}; valid: a dict of sweep variables, {{\"f_main\": 2}}"
+            )
+        values = {}
+        for key, value in (setting or {}).items():
+            if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)):
+                raise ValueError(f"setting {key!r}: {value!r}; valid: a number (a sweep value)")
+            values[str(key)] = float(value)
+        if profile is not None and not isinstance(profile, str):
+            raise ValueError(f"profile: {profile!r}; valid: a profile's name, or several joined by commas")
         self._native = _NativeProblem(
-            os.fspath(spec_path),
-            None if setting is None else {str(k): float(v) for k, v in setting.items()},
-            profile,
+            os.fspath(spec_path), None if setting is None else values, profile
         )
+        self._test_size: Optional[int] = None
 
     @property
     def name(self) -> str:
@@ -135,59 +178,50 @@ class Problem:
         """The spec's interval levels (``run.levels``)."""
         return list(self._native.levels)
 
+    @property
+    def test_size(self) -> int:
+        """The number of test inputs (every prediction's length)."""
+        if self._test_size is None:
+            self._test_size = int(self._native.repetition(0)["truth"].shape[0])
+        return self._test_size
+
     def repetition(self, k: int) -> Repetition:
         """Repetition ``k`` (0-based): its fresh noise (or labels) at the fixed inputs."""
-        if int(k) < 0:
-            raise ValueError(f"repetition {k}: valid repetitions are 0, 1, 2, …")
-        d = self._native.repetition(int(k))
-        return Repetition(
-            x_train=np.asarray(d["x_train"], dtype=float),
-            y_train=np.asarray(d["y_train"], dtype=float),
-            x_test=np.asarray(d["x_test"], dtype=float),
-            truth=np.asarray(d["truth"], dtype=float),
-            region=np.asarray(d["region"], dtype=str),
-            sigma=np.asarray(d["sigma"], dtype=float),
-            train_truth=np.asarray(d["train_truth"], dtype=float),
-            train_sigma=np.asarray(d["train_sigma"], dtype=float),
-            x_valid=_array(d["x_valid"]),
-            y_valid=_array(d["y_valid"]),
-            valid_truth=_array(d["valid_truth"]),
-            valid_sigma=_array(d["valid_sigma"]),
-        )
+        index = _rep_index(k)
+        d = self._native.repetition(index)
+        d["region"] = np.asarray(d["region"], dtype=str)
+        return Repetition(index=index, **d)
 
     def anchor(self, k: int) -> Optional[Anchor]:
         """The anchor of repetition ``k``, the same numbers as ``uqbench anchor --json``; None
-        where the problem has no anchor (a surrogate or classification problem)."""
-        if int(k) < 0:
-            raise ValueError(f"repetition {k}: valid repetitions are 0, 1, 2, …")
-        d = self._native.anchor(int(k))
-        if d is None:
-            return None
-        return Anchor(
-            mean=np.asarray(d["mean"], dtype=float),
-            std=np.asarray(d["std"], dtype=float),
-            noise_std=np.asarray(d["noise_std"], dtype=float),
-            predictive_std=np.asarray(d["predictive_std"], dtype=float),
-            dof=d["dof"],
-            gamma_hat=np.asarray(d["gamma_hat"], dtype=float),
-            condition=float(d["condition"]),
-            cov=np.asarray(d["cov"], dtype=float),
-        )
+        where the problem has no anchor (a surrogate or classification problem). The fit is
+        made once per problem; each repetition's posterior is a solve against it."""
+        d = self._native.anchor(_rep_index(k))
+        return None if d is None else Anchor(**d)
 
     def __repr__(self) -> str:
         label = f" {self.setting}" if self.setting else ""
         return f"<uqbench.Problem {self.name}{label} ({self.track})>"
 
 
+def _rep_index(k: Any) -> int:
+    return as_int("repetition", k, 0, "a repetition number 0, 1, 2, …")
+
+
 _STRING_COLUMNS = ("setting", "method", "region", "label", "metric")
 
 
-def _frame(csv_text: str) -> pd.DataFrame:
-    """A summary CSV as a DataFrame: text columns as strings (empty, not NaN), every other
-    column as floats (NaN where the file has no value)."""
+def _frame(csv_text: str) -> "pd.DataFrame":
+    """A summary CSV as a DataFrame: text columns as strings (empty, not NaN), ``point`` as
+    nullable integers, every other column as floats (NaN where the file has no value).
+    Written back with ``to_csv(index=False)`` it is the file's text again (the files write
+    numbers as Python's repr does)."""
+    pd = _pandas()
     frame = pd.read_csv(io.StringIO(csv_text), dtype=str, keep_default_na=False)
     for column in frame.columns:
-        if column not in _STRING_COLUMNS:
+        if column == "point":
+            frame[column] = pd.to_numeric(frame[column].replace("", np.nan)).astype("Int64")
+        elif column not in _STRING_COLUMNS:
             frame[column] = pd.to_numeric(frame[column].replace("", np.nan))
     return frame
 
@@ -199,46 +233,49 @@ class Score:
     ``summary.csv`` and ``aggregate.csv``, the anchor (BLR) alongside; ``json`` is
     ``summary.json``."""
 
-    summary: pd.DataFrame
-    aggregate: pd.DataFrame
+    summary: "pd.DataFrame"
+    aggregate: "pd.DataFrame"
     json: Dict[str, Any]
 
 
-def _prediction_lists(p: Mapping[str, Any], k: int) -> Dict[str, Any]:
+_KEYS = {
+    "mean": ((1,), "one value per test input"),
+    "std": ((1,), "one value per test input"),
+    "noise_std": ((1,), "one value per test input (or per draw, with samples)"),
+    "samples": ((2,), "test inputs × draws"),
+    "cov": ((2,), "test inputs × test inputs"),
+    "probs": ((1, 2), "test inputs, or test inputs × draws"),
+}
+
+
+def _prediction_arrays(
+    p: Any, k: int, m: Optional[int] = None, label: Optional[str] = None
+) -> Dict[str, np.ndarray]:
+    """Repetition ``k``'s prediction dict as float64 arrays, checked (with ``m``, the number of
+    test inputs, also their lengths); errors name it ``label`` (``predictions[k]``)."""
+    label = label or f"predictions[{k}]"
     if not isinstance(p, Mapping):
         raise ValueError(
-            f"predictions[{k}]: a {type(p).__name__}; valid: a dict such as "
+            f"{label}: a {type(p).__name__}; valid: a dict such as "
             '{"mean": array, "std": array}, {"samples": array} or {"probs": array}'
         )
-    out: Dict[str, Any] = {}
+    out: Dict[str, np.ndarray] = {}
     for key, value in p.items():
-        a = np.asarray(value, dtype=float)
-        if key == "samples" and a.ndim != 2:
-            raise ValueError(
-                f"predictions[{k}]['samples']: shape {a.shape}; valid: test inputs × draws"
-            )
-        if key in ("mean", "std", "noise_std") and a.ndim != 1:
-            raise ValueError(
-                f"predictions[{k}]['{key}']: shape {a.shape}; valid: one value per test input"
-                + (" (or per draw, with samples)" if key == "noise_std" else "")
-            )
-        if key == "cov" and (a.ndim != 2 or a.shape[0] != a.shape[1]):
-            raise ValueError(
-                f"predictions[{k}]['cov']: shape {a.shape}; valid: test inputs × test inputs"
-            )
-        if key == "probs" and a.ndim not in (1, 2):
-            raise ValueError(
-                f"predictions[{k}]['probs']: shape {a.shape}; valid: test inputs, or test "
-                "inputs × draws"
-            )
-        bad = np.argwhere(~np.isfinite(a))
-        if bad.size:
-            index = tuple(int(i) for i in bad[0])
-            raise ValueError(
-                f"predictions[{k}]['{key}'] at {index if len(index) > 1 else index[0]}: "
-                f"{a[tuple(bad[0])]}; valid: finite numbers"
-            )
-        out[str(key)] = a.tolist()
+        name = f"{label}[{key!r}]"
+        if key not in _KEYS:
+            # The native check names the valid keys of the problem's track.
+            out[str(key)] = as_float_array(name, value, finite=False)
+            continue
+        dims, what = _KEYS[key]
+        a = as_float_array(name, value, None, "finite numbers")
+        if a.ndim not in dims:
+            raise ValueError(f"{name}: shape {a.shape}; valid: {what}")
+        if key == "cov" and a.shape[0] != a.shape[1]:
+            raise ValueError(f"{name}: shape {a.shape}; valid: {what}")
+        per_draw = key == "noise_std" and "samples" in p
+        if m is not None and not per_draw and a.shape[0] != m:
+            raise ValueError(f"{name}: shape {a.shape}; valid: {what} ({m} test inputs)")
+        out[str(key)] = a
     return out
 
 
@@ -261,15 +298,118 @@ def score(
     """
     if not isinstance(problem, Problem):
         raise ValueError(f"problem: a {type(problem).__name__}; valid: a uqbench.Problem")
-    lists = [_prediction_lists(p, k) for k, p in enumerate(predictions)]
+    if isinstance(predictions, Mapping) or not isinstance(predictions, Sequence):
+        raise ValueError(
+            f"predictions: a {type(predictions).__name__}; valid: a list of dicts, one per "
+            "repetition 0..K−1"
+        )
+    if not isinstance(method, str) or not method:
+        raise ValueError(f"method: {method!r}; valid: a non-empty name")
+    arrays = [_prediction_arrays(p, k) for k, p in enumerate(predictions)]
+    _pandas()  # before the work, not after it
     summary_csv, aggregate_csv, summary_json = problem._native.score(
-        lists, str(method), None if levels is None else [float(v) for v in levels]
+        arrays, method, None if levels is None else as_levels("levels", levels)
     )
     return Score(
-        summary=_frame(summary_csv),
-        aggregate=_frame(aggregate_csv),
-        json=json.loads(summary_json),
+        summary=_frame(summary_csv), aggregate=_frame(aggregate_csv), json=summary_json
     )
+
+
+class _Progress:
+    """A one-line progress bar with an ETA on stderr."""
+
+    def __init__(self, total: int, enabled: bool) -> None:
+        self.total, self.enabled, self.done = total, enabled, 0
+        self.start = time.monotonic()
+        self._draw()
+
+    def _draw(self) -> None:
+        if not self.enabled:
+            return
+        elapsed = time.monotonic() - self.start
+        width = 24
+        filled = width * self.done // max(self.total, 1)
+        eta = ""
+        if 0 < self.done < self.total:
+            eta = f", ETA {_duration(elapsed / self.done * (self.total - self.done))}"
+        elif self.done == self.total:
+            eta = f" in {_duration(elapsed)}"
+        sys.stderr.write(
+            f"\r[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} "
+            f"repetitions{eta}   "
+        )
+        if self.done == self.total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+    def step(self) -> None:
+        self.done += 1
+        self._draw()
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def evaluate(
+    problem: Problem,
+    fit_predict: Callable[[Repetition], Mapping[str, Any]],
+    *,
+    reps: Optional[int] = None,
+    workers: int = 1,
+    progress: bool = True,
+    method: str = "mine",
+    levels: Optional[Sequence[float]] = None,
+) -> Score:
+    """Brings your own method: calls ``fit_predict(rep)`` for each repetition ``rep =
+    problem.repetition(k)``, k = 0..reps−1 (default: the spec's ``run.repetitions``), and
+    scores what it returns exactly as :func:`score` does (the result is equal to
+    ``score(problem, [fit_predict(problem.repetition(k)) for k in range(reps)], …)``).
+
+    ``fit_predict`` returns a prediction dict as :func:`score` takes it; each is checked as it
+    arrives (a wrong shape or a NaN names the repetition and the field). ``workers`` > 1 runs
+    repetitions in that many threads (worthwhile when ``fit_predict`` releases the GIL, as
+    numpy, JAX and PyTorch do); ``progress`` draws a bar with an ETA on stderr.
+    """
+    if not isinstance(problem, Problem):
+        raise ValueError(f"problem: a {type(problem).__name__}; valid: a uqbench.Problem")
+    if not callable(fit_predict):
+        raise ValueError(
+            f"fit_predict: a {type(fit_predict).__name__}; valid: a function of a Repetition "
+            "returning a prediction dict"
+        )
+    if reps is None:
+        if problem.repetitions is None:
+            raise ValueError(
+                "reps: None, and the spec has no run.repetitions; valid: the number of "
+                "repetitions to run (reps=50)"
+            )
+        reps = problem.repetitions
+    count = as_int("reps", reps, 1, "a number of repetitions ≥ 1 (repetitions 0..reps−1)")
+    threads = as_int("workers", workers, 1)
+    m = problem.test_size
+    bar = _Progress(count, bool(progress))
+
+    def one(k: int) -> Dict[str, np.ndarray]:
+        return _prediction_arrays(fit_predict(problem.repetition(k)), k, m, f"fit_predict(repetition {k})")
+
+    results: List[Dict[str, np.ndarray]] = []
+    if threads == 1:
+        for k in range(count):
+            results.append(one(k))
+            bar.step()
+    else:
+        with ThreadPoolExecutor(max_workers=threads) as pool:
+            futures = [pool.submit(one, k) for k in range(count)]
+            for f in futures:
+                results.append(f.result())
+                bar.step()
+    return score(problem, results, method=method, levels=levels)
 
 
 @dataclass(frozen=True)
@@ -279,8 +419,8 @@ class Run:
     :meth:`predictions`."""
 
     path: str
-    summary: pd.DataFrame
-    aggregate: pd.DataFrame
+    summary: "pd.DataFrame"
+    aggregate: "pd.DataFrame"
     spec: str
 
     @property
@@ -292,21 +432,37 @@ class Run:
         """The methods with stored repetitions at ``setting``."""
         return sorted(os.listdir(os.path.join(self.path, "reps", _setting_dir(setting))))
 
+    def repetitions(self, setting: str, method: str) -> List[int]:
+        """The numbers of the stored repetitions of ``method`` at ``setting``, ascending
+        (numerically: 999 before 1000)."""
+        return [k for k, _ in self._rep_files(setting, method)]
+
     def predictions(self, setting: str, method: str) -> List[Dict[str, Any]]:
         """Every stored repetition of ``method`` at ``setting`` (a label such as
-        ``f_main=2``, or ``""``/``"default"`` without a sweep), in order, with lists of
-        numbers as numpy arrays (``mean``, ``std``, …; ``prob`` for classification)."""
+        ``f_main=2``, or ``""``/``"default"`` without a sweep), in the order of
+        :meth:`repetitions`, with lists of numbers as numpy arrays (``mean``, ``std``, …;
+        ``prob`` for classification) and the repetition's number as ``repetition``."""
+        out = []
+        for _, path in self._rep_files(setting, method):
+            with open(path, encoding="utf-8") as f:
+                out.append(_arrays(json.load(f)))
+        return out
+
+    def _rep_files(self, setting: str, method: str) -> List[tuple]:
         folder = os.path.join(self.path, "reps", _setting_dir(setting), method)
         if not os.path.isdir(folder):
             raise ValueError(
                 f"setting {setting!r}, method {method!r}: no stored repetitions in {folder}"
             )
-        out = []
-        for name in sorted(os.listdir(folder)):
-            if name.startswith("rep-") and name.endswith(".json"):
-                with open(os.path.join(folder, name), encoding="utf-8") as f:
-                    out.append(_arrays(json.load(f)))
-        return out
+        found = []
+        for name in os.listdir(folder):
+            match = _REP_FILE.fullmatch(name)
+            if match:
+                found.append((int(match.group(1)), os.path.join(folder, name)))
+        return sorted(found)
+
+
+_REP_FILE = re.compile(r"rep-(\d+)\.json")
 
 
 def _setting_dir(setting: str) -> str:
@@ -328,6 +484,7 @@ def _arrays(value: Any) -> Any:
 def read_run(path: "str | os.PathLike[str]") -> Run:
     """Reads a run directory written by ``uqbench run`` (or ``merge``, ``report``)."""
     path = os.fspath(path)
+    _pandas()
     files = {}
     for name in ("summary.csv", "aggregate.csv", "spec.resolved.toml"):
         full = os.path.join(path, name)

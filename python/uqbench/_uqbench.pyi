@@ -2,6 +2,11 @@
 
 from typing import Any, Dict, List, Optional, Tuple
 
+import numpy as np
+import numpy.typing as npt
+
+__version__: str
+
 class Problem:
     def __init__(
         self,
@@ -19,18 +24,22 @@ class Problem:
     def repetitions(self) -> Optional[int]: ...
     @property
     def levels(self) -> List[float]: ...
-    def repetition(self, k: int) -> Dict[str, Any]: ...
-    def anchor(self, k: int) -> Optional[Dict[str, Any]]: ...
+    def repetition(self, k: int) -> Dict[str, Any]:
+        """float64 arrays (``x_train``, ``y_train``, …), ``region`` a list of str."""
+        ...
+    def anchor(self, k: int) -> Optional[Dict[str, Any]]:
+        """float64 arrays (``mean``, ``std``, ``cov``, …), ``dof`` and ``condition`` floats."""
+        ...
     def score(
         self,
-        predictions: List[Dict[str, Any]],
+        predictions: List[Dict[str, npt.NDArray[np.float64]]],
         method: str,
         levels: Optional[List[float]] = None,
-    ) -> Tuple[str, str, str]: ...
+    ) -> Tuple[str, str, Dict[str, Any]]: ...
 
 def metrics(
-    input_json: str,
+    input: Dict[str, Any],
     bins: int = 15,
     levels: Optional[List[float]] = None,
     tace_threshold: float = 0.01,
-) -> str: ...
+) -> Dict[str, Any]: ...

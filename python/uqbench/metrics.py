@@ -11,11 +11,11 @@ computes them).
 
 from __future__ import annotations
 
-import json
 from typing import Any, Dict, Optional, Sequence
 
 import numpy as np
 
+from ._arrays import as_float_array, as_int, as_levels
 from ._uqbench import metrics as _metrics
 
 __all__ = ["regression", "classification", "draws", "information", "joint", "joint_classification"]
@@ -23,22 +23,23 @@ __all__ = ["regression", "classification", "draws", "information", "joint", "joi
 _LEVELS = (0.95, 0.9, 0.8, 0.7)
 
 
-def _checked(name: str, values: Any, ndim: int) -> list:
-    a = np.asarray(values, dtype=float)
-    if a.ndim != ndim:
-        raise ValueError(f"{name}: shape {a.shape}; valid: a {ndim}-D array")
-    bad = np.argwhere(~np.isfinite(a))
-    if bad.size:
-        index = tuple(int(i) for i in bad[0])
-        raise ValueError(
-            f"{name} at {index if len(index) > 1 else index[0]}: {a[tuple(bad[0])]}; "
-            "valid: finite numbers"
-        )
-    return a.tolist()
+def _checked(name: str, values: Any, ndim: int) -> np.ndarray:
+    return as_float_array(name, values, ndim)
 
 
 def _run(payload: Dict[str, Any], **options: Any) -> Dict[str, Any]:
-    return json.loads(_metrics(json.dumps(payload), **options))
+    return _metrics(payload, **options)
+
+
+def _batches(tau: Sequence[int], kappa: int, batches: int, seed: int) -> Dict[str, Any]:
+    if isinstance(tau, (str, bytes)) or not isinstance(tau, Sequence) or not tau:
+        raise ValueError(f"tau: {tau!r}; valid: a list of batch sizes ≥ 1, (1, 10)")
+    return {
+        "tau": [as_int("tau", t, 1, "batch sizes ≥ 1") for t in tau],
+        "kappa": as_int("kappa", kappa, 1),
+        "batches": as_int("batches", batches, 1),
+        "seed": as_int("seed", seed, 0),
+    }
 
 
 def regression(
@@ -65,7 +66,7 @@ def regression(
         payload["samples"] = _checked("samples", samples, 2)
     if loglik is not None:
         payload["loglik"] = _checked("loglik", loglik, 2)
-    return _run(payload, levels=[float(v) for v in levels])
+    return _run(payload, levels=as_levels("levels", levels))
 
 
 def classification(
@@ -79,19 +80,26 @@ def classification(
     """Metrics of class probabilities ``probs`` (points × classes) against ``labels``
     (class indices); ``member_probs`` (members × points × classes) adds the predictive and
     expected entropy and the mutual information, ``loglik`` WAIC and ISCV."""
-    lab = np.asarray(labels)
-    if lab.ndim != 1 or not np.all(np.equal(np.mod(lab, 1), 0)) or np.any(lab < 0):
+    lab = as_float_array("labels", labels, 1, "class indices 0, 1, …")
+    if not np.all(np.equal(np.mod(lab, 1), 0)) or np.any(lab < 0):
         raise ValueError(f"labels: {lab!r}; valid: a 1-D array of class indices 0, 1, …")
     payload: Dict[str, Any] = {
         "kind": "classification",
         "probs": _checked("probs", probs, 2),
-        "labels": [int(v) for v in lab],
+        "labels": lab.astype(np.int64),
     }
     if member_probs is not None:
         payload["member_probs"] = _checked("member_probs", member_probs, 3)
     if loglik is not None:
         payload["loglik"] = _checked("loglik", loglik, 2)
-    return _run(payload, bins=int(bins), tace_threshold=float(tace_threshold))
+    threshold = as_float_array("tace_threshold", tace_threshold, 0, "a number in [0, 1)")
+    if not 0.0 <= float(threshold) < 1.0:
+        raise ValueError(f"tace_threshold: {tace_threshold!r}; valid: a number in [0, 1)")
+    return _run(
+        payload,
+        bins=as_int("bins", bins, 1, "a number of bins ≥ 1"),
+        tace_threshold=float(threshold),
+    )
 
 
 def draws(chains: Any) -> Dict[str, Any]:
@@ -141,10 +149,7 @@ def joint(
     payload: Dict[str, Any] = {
         "kind": "joint",
         "sigma": _checked("sigma", sigma, 1),
-        "tau": [int(t) for t in tau],
-        "kappa": int(kappa),
-        "batches": int(batches),
-        "seed": int(seed),
+        **_batches(tau, kappa, batches, seed),
     }
     for name, value, ndim in (
         ("samples", samples, 2),
@@ -159,7 +164,10 @@ def joint(
         if value is not None:
             payload[name] = _checked(name, value, ndim)
     if exact_dof is not None:
-        payload["exact_dof"] = float(exact_dof)
+        dof = float(as_float_array("exact_dof", exact_dof, 0, "degrees of freedom > 0"))
+        if dof <= 0:
+            raise ValueError(f"exact_dof: {exact_dof!r}; valid: degrees of freedom > 0")
+        payload["exact_dof"] = dof
     return _run(payload)
 
 
@@ -179,9 +187,6 @@ def joint_classification(
             "kind": "joint_classification",
             "probs": _checked("probs", probs, 2),
             "truth": _checked("truth", truth, 1),
-            "tau": [int(t) for t in tau],
-            "kappa": int(kappa),
-            "batches": int(batches),
-            "seed": int(seed),
+            **_batches(tau, kappa, batches, seed),
         }
     )

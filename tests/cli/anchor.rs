@@ -29,7 +29,12 @@ fn e1_json_has_every_field_with_consistent_lengths() {
     for key in ["truth", "mean", "std"] {
         assert_eq!(v[key].as_array().unwrap().len(), m, "{key}");
     }
-    assert_eq!(v["sigma"], 0.75);
+    // σ per test input, as the Python package gives it (constant here).
+    let sigma = v["sigma"].as_array().unwrap();
+    assert_eq!(sigma.len(), m);
+    assert!(sigma.iter().all(|s| *s == 0.75));
+    assert_eq!(v["train_sigma"].as_array().unwrap().len(), n);
+    assert!(v["validation_x"].is_null(), "E1 has no validation set");
     // The report points come last, with their labels.
     assert_eq!(v["report"][0]["label"], "x=-2.38");
     assert_eq!(v["test_x"][1000][0], -2.38);

@@ -242,11 +242,11 @@ fn a_diverging_method_is_counted_and_the_run_completes() {
         "{rep}"
     );
     let agg = std::fs::read_to_string(out.join("aggregate.csv")).unwrap();
-    assert!(agg.contains(",Wild,all,diverged,3,") && agg.contains(",Ens,all,diverged,0,"));
+    assert!(agg.contains(",Wild,all,diverged,3.0,") && agg.contains(",Ens,all,diverged,0.0,"));
     let csv = std::fs::read_to_string(out.join("summary.csv")).unwrap();
     assert!(csv
         .lines()
-        .any(|l| l.starts_with(",Wild,") && l.contains(",diverged,3,")));
+        .any(|l| l.starts_with(",Wild,") && l.contains(",diverged,3.0,")));
     let report = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(report.contains("3 of 3 repetitions diverged"), "{report}");
     // `uqbench report` reads the diverged files back.

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use uqbench_anchor::{Blr, Problem, Setting, ANCHOR};
+use uqbench_anchor::{Anchor, Blr, Problem, Setting, ANCHOR};
 use uqbench_core::{Compute, Family, Prediction, SeedPath};
 
 use crate::bail;
@@ -155,11 +155,14 @@ impl JointScoring {
 /// Repetition `rep` of external regression predictions for `problem`, checked against its
 /// test inputs, in stored form with intervals at `levels` (and 0.95), the distances to the
 /// anchor and (with `joint`) the joint metrics: the same path as a native method's
-/// ([`RepResult::from_output`]).
+/// ([`RepResult::from_output`]). `anchor` is the problem's anchor fit ([`Anchor::fit`], made
+/// once per problem by the caller; None without an anchor): the repetition's exact posterior
+/// comes from it.
 pub fn regression_rep(
     rep: u64,
     prediction: External,
     problem: &Problem,
+    anchor: Option<&Anchor>,
     levels: &[f64],
     joint: Option<&JointScoring>,
 ) -> Result<RepResult> {
@@ -248,10 +251,7 @@ pub fn regression_rep(
     };
     // The exact posterior of the same repetition, where the problem has one.
     let train_y = problem.draw(rep).train_y;
-    let posterior = problem
-        .linear()
-        .and_then(|_| uqbench_anchor::Anchor::fit(problem).ok())
-        .and_then(|a| a.posterior(&train_y).ok());
+    let posterior = anchor.and_then(|a| a.posterior(&train_y).ok());
     let regions = summary::regions(&TestInfo::of(problem));
     let label = problem.setting.label();
     let joint_input =

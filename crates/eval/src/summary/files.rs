@@ -8,11 +8,25 @@ use serde_json::{json, Value};
 use super::names;
 use super::types::Summary;
 
-fn num(v: f64) -> String {
-    if v.is_finite() {
-        format!("{v}")
-    } else {
-        String::new()
+/// A number as Python's `repr` (and so pandas' `to_csv`) writes it: the shortest text that
+/// reads back to the same f64, `0.0` for integral values, scientific below 1e-4 and from 1e16
+/// with a signed exponent of at least two digits (`1e-07`, `1e+16`); empty when not finite.
+/// A DataFrame read from these files and written back gives the same text.
+pub(crate) fn num(v: f64) -> String {
+    if !v.is_finite() {
+        return String::new();
+    }
+    // Rust's Debug form is the shortest round-trip text with the same thresholds as Python's
+    // repr; only the exponent is spelled differently (`1e-7`, `1e16`).
+    let s = format!("{v:?}");
+    match s.split_once('e') {
+        Some((mantissa, exp)) => {
+            let e: i32 = exp
+                .parse()
+                .expect("Debug of f64 writes an integer exponent");
+            format!("{mantissa}e{}{:02}", if e < 0 { '-' } else { '+' }, e.abs())
+        }
+        None => s,
     }
 }
 
@@ -63,7 +77,7 @@ impl Summary {
                 let mut row = vec![s.setting.clone(), method.clone()];
                 row.extend(std::iter::repeat_n(String::new(), d + 2));
                 row.extend([names::ALL, "", names::DIVERGED].map(String::from));
-                row.push(ms.diverged.len().to_string());
+                row.push(num(ms.diverged.len() as f64));
                 row.extend(std::iter::repeat_n(String::new(), 3));
                 out.row(&row);
                 for (metric, pm) in &ms.points {
@@ -132,7 +146,7 @@ impl Summary {
                     method.clone(),
                     names::ALL.to_string(),
                     names::DIVERGED.to_string(),
-                    ms.diverged.len().to_string(),
+                    num(ms.diverged.len() as f64),
                     String::new(),
                     String::new(),
                 ]);
@@ -161,5 +175,35 @@ impl Summary {
         crate::store::write_atomic(&dir.join("summary.csv"), self.points_csv().as_bytes())?;
         crate::store::write_atomic(&dir.join("aggregate.csv"), self.aggregate_csv().as_bytes())?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::num;
+
+    #[test]
+    fn numbers_are_written_as_python_repr_writes_them() {
+        // Each right-hand side is Python 3's repr of the same float.
+        for (v, py) in [
+            (0.0, "0.0"),
+            (-0.0, "-0.0"),
+            (-6.0, "-6.0"),
+            (123.0, "123.0"),
+            (0.1, "0.1"),
+            (2.0 / 3.0, "0.6666666666666666"),
+            (0.0001, "0.0001"),
+            (0.000099, "9.9e-05"),
+            (1e-7, "1e-07"),
+            (-2.5e-10, "-2.5e-10"),
+            (1.2345e-300, "1.2345e-300"),
+            (9999999999999998.0, "9999999999999998.0"),
+            (1e16, "1e+16"),
+            (1.5e22, "1.5e+22"),
+        ] {
+            assert_eq!(num(v), py, "{v}");
+        }
+        assert_eq!(num(f64::NAN), "");
+        assert_eq!(num(f64::INFINITY), "");
     }
 }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::Args;
 use serde_json::{json, Value};
-use uqbench_anchor::{Anchor, Noise, Problem, Setting};
+use uqbench_anchor::{Anchor, Problem, Setting};
 
 use uqbench_eval::spec::ExperimentSpec;
 
@@ -45,10 +45,6 @@ pub fn run(args: &AnchorArgs) -> Result<()> {
         .with_context(|| format!("anchor of {}", problem.display_name()))?;
 
     if args.json {
-        let sigma: Value = match &problem.noise {
-            Noise::Constant(s) => json!(s),
-            Noise::Function(_) | Noise::Surrogate | Noise::Bernoulli => json!(problem.test.sigma),
-        };
         let report: Vec<Value> = problem
             .test
             .label
@@ -62,11 +58,17 @@ pub fn run(args: &AnchorArgs) -> Result<()> {
             "repetition": args.rep,
             "train_x": problem.train.inputs.to_rows(),
             "train_y": draw.train_y,
+            "train_truth": problem.train_truth,
+            "train_sigma": problem.train_sigma,
+            "validation_x": problem.validation.as_ref().map(|v| v.0.to_rows()),
+            "validation_y": draw.validation_y,
+            "validation_sigma": problem.validation.as_ref().map(|v| &v.1),
+            "validation_truth": problem.validation.as_ref().map(|v| &v.2),
             "test_x": problem.test.inputs.to_rows(),
             "truth": problem.test.truth,
             "mean": post.mean,
             "std": post.std,
-            "sigma": sigma,
+            "sigma": problem.test.sigma,
             "noise_std": post.noise_std,
             "predictive_std": post.predictive_std(),
             "dof": post.dof,
@@ -197,6 +199,8 @@ fn no_anchor(
             "train_sigma": problem.train_sigma,
             "validation_x": problem.validation.as_ref().map(|v| v.0.to_rows()),
             "validation_y": draw.validation_y,
+            "validation_sigma": problem.validation.as_ref().map(|v| &v.1),
+            "validation_truth": problem.validation.as_ref().map(|v| &v.2),
             "test_x": problem.test.inputs.to_rows(),
             "truth": problem.test.truth,
             "sigma": problem.test.sigma,

@@ -8,7 +8,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde::Deserialize;
 
-use uqbench_anchor::Problem;
+use uqbench_anchor::{Anchor, Problem};
 use uqbench_eval::score::{
     classification_rep, regression_rep, score_setting, External, JointScoring,
 };
@@ -117,6 +117,7 @@ fn read_rep(
     dir: &Path,
     rep: u64,
     problem: &Problem,
+    anchor: Option<&Anchor>,
     levels: &[f64],
     joint: Option<&JointScoring>,
 ) -> Result<RepResult> {
@@ -174,7 +175,7 @@ fn read_rep(
             json.display()
         ),
     };
-    regression_rep(rep, prediction, problem, levels, joint)
+    regression_rep(rep, prediction, problem, anchor, levels, joint)
         .with_context(|| path.display().to_string())
 }
 
@@ -330,11 +331,23 @@ pub fn run(args: &ScoreArgs) -> Result<()> {
         let problem = spec.resolve(&setting)?;
         let track = Track::of(&problem);
         let reps = repetitions(&dir)?;
+        // The anchor's fit depends on the inputs only: one per setting, for every repetition.
+        let anchor = match (track, problem.linear()) {
+            (Track::Regression, Some(_)) => Some(Anchor::fit(&problem)?),
+            _ => None,
+        };
         let external = reps
             .iter()
             .map(|&r| match track {
-                Track::Regression => read_rep(&dir, r, &problem, &args.levels, joint.as_ref())
-                    .map(Stored::Regression),
+                Track::Regression => read_rep(
+                    &dir,
+                    r,
+                    &problem,
+                    anchor.as_ref(),
+                    &args.levels,
+                    joint.as_ref(),
+                )
+                .map(Stored::Regression),
                 Track::Classification => {
                     read_class_rep(&dir, r, &problem, &args.levels, joint.as_ref())
                         .map(Stored::Classification)
