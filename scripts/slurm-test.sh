@@ -4,13 +4,17 @@
 # spool under a temporary directory, so a Slurm already on the machine is left alone), starts
 # the daemons directly (no systemd), and then
 #   1. runs E1's quick profile as one process (`uqbench run`);
-#   2. runs it as a 3-task job array plus the merge job (`uqbench slurm --submit`) and checks
-#      that the merged run equals the single process's, byte for byte (summaries, aggregate,
-#      report, figures, every repetition file; run.json differs by design: it records the
-#      merge, and so do the wall times in timings/ and timings.csv);
-#   3. runs it again, cancels one array task mid-run (`scancel JOB_1`), checks that
-#      `uqbench status` names that task, resubmits it with the command status prints, and
-#      checks that the merged result is still identical.
+#   2. runs it as a 3-task job array plus the merge job (`uqbench slurm --submit`), from a
+#      copy of the binary that is replaced by a broken one right after submitting (the jobs
+#      call the copy pinned in slurm/bin/, so nothing changes), and checks that the merged run
+#      equals the single process's, byte for byte (summaries, aggregate, report, figures,
+#      every repetition file; run.json differs by design: it records the merge, and so do the
+#      wall times in timings/ and timings.csv);
+#   3. runs it again, cancels one array task mid-run (`scancel JOB_1`), checks that the merge
+#      job left the queue (--kill-on-invalid-dep) and that `uqbench status` asks the
+#      scheduler and names that task alone, runs the resubmit command status printed (not a
+#      re-typed one), and checks that the repetition files the cancelled task had finished
+#      were kept untouched and that the merged result is still identical.
 # Needs root (or sudo) for the packages and the daemons. UQBENCH_BIN: the binary to test
 # (default: the release build in CARGO_TARGET_DIR). scripts/test.sh runs it.
 set -euo pipefail
@@ -149,9 +153,18 @@ t0=$(date +%s)
 t1=$(date +%s)
 echo "slurm-test: single process: $((t1 - t0)) s"
 
-# 2. A 3-task array and its merge.
-"$bin" slurm "$spec" --profile "$profile" --tasks 3 --cpus-per-task 1 --time 00:30:00 \
-    --out "$work/array" --submit
+# 2. A 3-task array and its merge, submitted by a copy of the binary that is then "rebuilt"
+#    (replaced by one that fails): the jobs run the pinned copy.
+mkdir -p "$work/build"
+cp "$bin" "$work/build/uqbench"
+"$work/build/uqbench" slurm "$spec" --profile "$profile" --tasks 3 --cpus-per-task 1 \
+    --time 00:30:00 --out "$work/array" --submit
+printf '#!/bin/sh\necho "a rebuilt binary that must not run" >&2\nexit 3\n' >"$work/build/uqbench"
+pinned_sha=$(sha256sum "$work/array/slurm/bin/uqbench" | cut -d' ' -f1)
+grep -q "\"binary_sha256\": \"$pinned_sha\"" "$work/array/slurm/slurm.json" || {
+    echo "slurm-test: slurm.json does not record the pinned binary's checksum" >&2
+    exit 1
+}
 array=$(job_of "$work/array" array_job)
 merge=$(job_of "$work/array" merge_job)
 wait_jobs "$array" "$merge"
@@ -162,7 +175,11 @@ t2=$(date +%s)
     exit 1
 }
 same_as_single "$work/array"
-echo "slurm-test: 3-task array + merge: $((t2 - t1)) s; merged run identical to the single process"
+grep -q "$pinned_sha" "$work/array/slurm/parts/task-0/run.json" || {
+    echo "slurm-test: task 0's run.json does not record the pinned binary" >&2
+    exit 1
+}
+echo "slurm-test: 3-task array + merge: $((t2 - t1)) s; the pinned binary ran; merged run identical to the single process"
 
 # 3. Cancel one task mid-run, resubmit it, merge: still identical.
 "$bin" slurm "$spec" --profile "$profile" --tasks 3 --cpus-per-task 1 --time 00:30:00 \
@@ -175,32 +192,41 @@ for _ in $(seq 600); do
     sleep 0.2
 done
 scancel "${array}_1"
-finished_before=$(find "$part/reps" -name '*.json' | wc -l)
+# What the task had finished when it was cancelled: each file with its modification time.
+find "$part/reps" -name '*.json' -printf '%P %T@\n' | sort >"$work/before.txt"
+finished_before=$(wc -l <"$work/before.txt")
 echo "slurm-test: cancelled task ${array}_1 with $finished_before repetition files written"
-# The other tasks finish; the merge waits on a dependency that can no longer be met.
+# The other tasks finish; the merge, whose dependency can no longer be met, leaves the queue.
 for _ in $(seq 900); do
-    [ -z "$(squeue -h -j "$array" 2>/dev/null)" ] && break
+    [ -z "$(squeue -h -j "$array,$merge" 2>/dev/null)" ] && break
     sleep 1
 done
+[ -z "$(squeue -h -j "$merge" 2>/dev/null)" ] || {
+    echo "slurm-test: merge job $merge still queued after its dependency failed" >&2
+    exit 1
+}
 [ ! -f "$work/killed/summary.csv" ] || {
     echo "slurm-test: the merge ran although task 1 was cancelled" >&2
     exit 1
 }
 status="$("$bin" status "$work/killed")"
 echo "$status" | tail -n 4
-echo "$status" | grep -q "with missing work: 1 of 0..3" || {
-    echo "slurm-test: uqbench status does not name task 1 as the one to resubmit" >&2
+echo "$status" | grep -q "to resubmit: 1$" || {
+    echo "slurm-test: uqbench status does not name task 1 (alone) as the one to resubmit" >&2
     exit 1
 }
-scancel "$merge" 2>/dev/null || true
 resubmit="$(echo "$status" | sed -n 's/^resubmit them and the merge: //p')"
-echo "slurm-test: $resubmit"
-array2=$(sbatch --parsable --array=1 "$work/killed/slurm/run.sbatch")
-merge2=$(sbatch --parsable --dependency=afterok:"$array2" "$work/killed/slurm/merge.sbatch")
-echo "$resubmit" | grep -q -- "--array=1 $work/killed/slurm/run.sbatch" || {
-    echo "slurm-test: status's resubmit command is not the one run here: $resubmit" >&2
+[ -n "$resubmit" ] || {
+    echo "slurm-test: uqbench status printed no resubmit command" >&2
     exit 1
 }
+echo "slurm-test: running status's command: $resubmit"
+eval "$resubmit"
+read -r array2 merge2 < <(python3 -c 'import json, sys
+m = json.load(open(sys.argv[1]))
+r = m["resubmissions"][-1]
+assert r["tasks"] == [1], r
+print(r["array_job"], m["merge_job"])' "$work/killed/slurm/slurm.json")
 wait_jobs "$array2" "$merge2"
 [ -f "$work/killed/summary.csv" ] || {
     echo "slurm-test: the merge after the resubmission wrote no summary" >&2
@@ -208,6 +234,15 @@ wait_jobs "$array2" "$merge2"
     exit 1
 }
 grep -h "work units to run" "$part/../../logs/task-1.log" | sed 's/^/slurm-test: task 1: /'
+# Every file finished before the cancellation is still there, unchanged (same mtime).
+find "$part/reps" -name '*.json' -printf '%P %T@\n' | sort >"$work/after.txt"
+kept=$(comm -12 "$work/before.txt" "$work/after.txt" | wc -l)
+[ "$kept" -eq "$finished_before" ] || {
+    echo "slurm-test: only $kept of the $finished_before finished files were kept untouched" >&2
+    comm -23 "$work/before.txt" "$work/after.txt" >&2
+    exit 1
+}
+echo "slurm-test: the resubmitted task kept its $kept finished repetition files and ran $(( $(wc -l <"$work/after.txt") - kept )) more"
 same_as_single "$work/killed"
 echo "slurm-test: cancelled and resubmitted task resumed; merged run identical to the single process"
 echo "slurm-test: OK"

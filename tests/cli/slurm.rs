@@ -60,7 +60,7 @@ fn the_slurm_scripts_run_the_shards_and_merge_into_the_run_directory() {
         "--shard \"$SLURM_ARRAY_TASK_ID/3\" --resume",
         "--methods Ens,BD",
         "--threads 1",
-        env!("CARGO_BIN_EXE_uqbench"),
+        dir.join("slurm/bin/uqbench").to_str().unwrap(),
     ] {
         assert!(
             text.contains(needle),
@@ -72,6 +72,20 @@ fn the_slurm_scripts_run_the_shards_and_merge_into_the_run_directory() {
         "{}",
         stdout(&o)
     );
+
+    // The scripts call a pinned copy of the binary, whose checksum slurm.json records.
+    let pinned = std::fs::read(dir.join("slurm/bin/uqbench")).unwrap();
+    assert!(pinned == std::fs::read(env!("CARGO_BIN_EXE_uqbench")).unwrap());
+    let meta: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("slurm/slurm.json")).unwrap())
+            .unwrap();
+    assert_eq!(meta["binary_sha256"].as_str().unwrap().len(), 64);
+    let merge_text = std::fs::read_to_string(&merge).unwrap();
+    assert!(
+        merge_text.contains("#SBATCH --kill-on-invalid-dep=yes"),
+        "{merge_text}"
+    );
+    assert!(!merge_text.contains("--cpus-per-task"), "{merge_text}");
 
     // Tasks 0 and 2 finish; status names task 1 (not submitted: the plain commands).
     run_task(&run, 0);
@@ -92,6 +106,19 @@ fn the_slurm_scripts_run_the_shards_and_merge_into_the_run_directory() {
     assert!(!dir.join("summary.json").exists());
 
     run_task(&run, 1);
+    // A part made by another build is refused by name (run.json records each part's binary).
+    let part = dir.join("slurm/parts/task-1/run.json");
+    let good = std::fs::read_to_string(&part).unwrap();
+    let sha = meta["binary_sha256"].as_str().unwrap();
+    assert!(good.contains(sha), "{good}");
+    std::fs::write(&part, good.replace(sha, &"0".repeat(64))).unwrap();
+    let o = Command::new("bash")
+        .arg(&merge)
+        .current_dir(root())
+        .output()
+        .unwrap();
+    assert_clean_error(&o, &["differ in binary_sha256", "task-1"]);
+    std::fs::write(&part, good).unwrap();
     let o = uqbench(&["status", dir.to_str().unwrap()]);
     assert!(
         stdout(&o).contains("120 of 120 repetition files done"),
@@ -151,4 +178,167 @@ fn slurm_and_status_refuse_bad_input_clearly() {
     assert!(!out.exists());
     let o = uqbench(&["status", tmp.path().to_str().unwrap()]);
     assert_clean_error(&o, &["not a run directory"]);
+}
+
+/// A directory with a fake `scontrol` reporting `MaxArraySize = max`, for PATH.
+fn fake_scontrol(dir: &Path, max: usize) -> String {
+    let bin = dir.join("fakebin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let script = bin.join("scontrol");
+    std::fs::write(
+        &script,
+        format!("#!/bin/sh\necho 'ClusterName = fake'\necho 'MaxArraySize            = {max}'\n"),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
+}
+
+#[test]
+fn slurm_options_reach_their_jobs_and_the_cluster_limits_hold() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("opts");
+    let base = [
+        "slurm",
+        "experiments/e1.toml",
+        "--profile",
+        "quick",
+        "--out",
+        dir.to_str().unwrap(),
+    ];
+    let with = |extra: &[&str]| {
+        let mut args: Vec<&str> = base.to_vec();
+        args.extend_from_slice(extra);
+        uqbench(&args)
+    };
+    let o = with(&[
+        "--tasks",
+        "3",
+        "--partition",
+        "long",
+        "--time",
+        "01:00:00",
+        "--account",
+        "proj42",
+        "--qos",
+        "normal",
+        "--mem",
+        "8G",
+        "--constraint",
+        "a100|h100",
+        "--gres",
+        "gpu:1",
+        "--array-throttle",
+        "2",
+        "--sbatch-arg=--mail-type=END",
+        "--setup",
+        "module load cuda/12",
+        "--merge-time",
+        "00:05:00",
+        "--merge-partition",
+        "short",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let run = std::fs::read_to_string(dir.join("slurm/run.sbatch")).unwrap();
+    let merge = std::fs::read_to_string(dir.join("slurm/merge.sbatch")).unwrap();
+    for needle in [
+        "#SBATCH --array=0-2%2",
+        "#SBATCH --partition=long",
+        "#SBATCH --time=01:00:00",
+        "#SBATCH --account=proj42",
+        "#SBATCH --qos=normal",
+        "#SBATCH --mem=8G",
+        "#SBATCH --constraint=a100|h100",
+        "#SBATCH --gres=gpu:1",
+        "#SBATCH --mail-type=END",
+        "\nmodule load cuda/12\nset -euo pipefail\n",
+    ] {
+        assert!(run.contains(needle), "run.sbatch lacks {needle:?}:\n{run}");
+    }
+    for needle in [
+        "#SBATCH --partition=short",
+        "#SBATCH --time=00:05:00",
+        "#SBATCH --account=proj42",
+        "#SBATCH --qos=normal",
+        "#SBATCH --mail-type=END",
+        "#SBATCH --kill-on-invalid-dep=yes",
+        "\nmodule load cuda/12\nset -euo pipefail\n",
+    ] {
+        assert!(
+            merge.contains(needle),
+            "merge.sbatch lacks {needle:?}:\n{merge}"
+        );
+    }
+    for absent in [
+        "--mem",
+        "--gres",
+        "--constraint",
+        "--gpus",
+        "=long",
+        "01:00:00",
+    ] {
+        assert!(
+            !merge.contains(absent),
+            "merge.sbatch has {absent:?}:\n{merge}"
+        );
+    }
+    // Resuming with another split, or with another build pinned, is refused with what to do.
+    assert_clean_error(
+        &with(&["--tasks", "4", "--resume"]),
+        &["--tasks 4", "was split into 3 tasks", "pass --tasks 3"],
+    );
+    let pinned = dir.join("slurm/bin/uqbench");
+    let original = std::fs::read(&pinned).unwrap();
+    std::fs::write(&pinned, b"#!/bin/sh\nexit 1\n").unwrap();
+    assert_clean_error(
+        &with(&["--tasks", "3", "--resume"]),
+        &["pins another build", "start a new --out"],
+    );
+    std::fs::write(&pinned, original).unwrap();
+    assert!(with(&["--tasks", "3", "--resume"]).status.success());
+    // Malformed options name themselves.
+    let other = tmp.path().join("other");
+    let bad = |extra: &[&str]| {
+        let mut args = vec![
+            "slurm",
+            "experiments/e1.toml",
+            "--profile",
+            "quick",
+            "--tasks",
+            "2",
+            "--out",
+            other.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        uqbench(&args)
+    };
+    assert_clean_error(&bad(&["--sbatch-arg", "mail"]), &["--sbatch-arg mail"]);
+    assert_clean_error(
+        &bad(&["--setup", "a\nb"]),
+        &["--setup", "one non-empty line"],
+    );
+    assert_clean_error(&bad(&["--mem", "8 G"]), &["--mem", "without whitespace"]);
+    assert_clean_error(&bad(&["--array-throttle", "0"]), &["--array-throttle 0"]);
+    // --tasks above the cluster's MaxArraySize (a fake scontrol says 2) quotes the limit.
+    let path = fake_scontrol(tmp.path(), 2);
+    let o = uqbench_env(
+        &[
+            "slurm",
+            "experiments/e1.toml",
+            "--profile",
+            "quick",
+            "--tasks",
+            "3",
+            "--out",
+            other.to_str().unwrap(),
+        ],
+        &[("PATH", &path)],
+    );
+    assert_clean_error(&o, &["--tasks 3", "MaxArraySize is 2", "at most --tasks 2"]);
+    assert!(!other.exists());
 }

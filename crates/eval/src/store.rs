@@ -18,7 +18,13 @@ pub fn write_atomic(path: &Path, contents: &[u8]) -> Result<()> {
     std::fs::create_dir_all(dir)
         .with_context(|| format!("cannot create directory {}", dir.display()))?;
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
-    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    // Host and process id: writers on different nodes of a shared file system never share a
+    // temporary file.
+    let tmp = dir.join(format!(
+        ".{name}.tmp-{}-{}",
+        host_name(),
+        std::process::id()
+    ));
     let mut file =
         std::fs::File::create(&tmp).with_context(|| format!("cannot write {}", tmp.display()))?;
     file.write_all(contents)
@@ -28,6 +34,24 @@ pub fn write_atomic(path: &Path, contents: &[u8]) -> Result<()> {
     std::fs::rename(&tmp, path)
         .with_context(|| format!("cannot move {} to {}", tmp.display(), path.display()))?;
     Ok(())
+}
+
+/// This machine's host name (for temporary file names), or `host` where it cannot be read.
+fn host_name() -> &'static str {
+    static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    NAME.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .map(|h| {
+                h.trim()
+                    .chars()
+                    .filter(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '.')
+                    .collect::<String>()
+            })
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "host".into())
+    })
 }
 
 /// The directory name of a setting: its label (`f_main=2`), or `default` without a sweep.
@@ -89,6 +113,31 @@ pub struct RunMeta {
     /// The instruction set the host loops ran at (`--simd`; the same bits at every level).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub simd: Option<String>,
+    /// The SHA-256 of the binary that ran, recorded by shard runs (`--shard`), whose parts
+    /// `uqbench merge` combines only when they agree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binary_sha256: Option<String>,
+}
+
+impl RunMeta {
+    /// What makes two runs' results comparable bit for bit (the machine aside): version,
+    /// commit, compiler, burn, backend, the host loops and their instruction set, and the
+    /// binary's checksum (empty where the run did not record one: a run that is not a shard).
+    pub fn provenance(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("version", self.version.clone()),
+            ("git_commit", self.git_commit.clone()),
+            ("rustc", self.rustc.clone()),
+            ("burn", self.burn.clone()),
+            ("backend", self.backend.clone()),
+            ("host_loops", format!("{:?}", self.host_loops)),
+            ("simd", format!("{:?}", self.simd)),
+            (
+                "binary_sha256",
+                self.binary_sha256.clone().unwrap_or_default(),
+            ),
+        ]
+    }
 }
 
 impl RunMeta {

@@ -42,3 +42,15 @@ pub fn peak_memory_mib() -> Option<f64> {
     let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib / 1024.0)
 }
+
+/// The SHA-256 of a file, in hex (the pinned binary of `uqbench slurm`, a shard's binary in
+/// its run.json).
+pub fn sha256_file(path: &std::path::Path) -> anyhow::Result<String> {
+    use anyhow::Context;
+    use sha2::{Digest, Sha256};
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    Ok(Sha256::digest(&bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect())
+}

@@ -41,6 +41,7 @@ pub fn run(args: &MergeArgs) -> Result<()> {
     let spec = ExperimentSpec::from_toml_str(&text, None)?;
     let plan = Plan::new(spec, None)?;
     let metas: Vec<RunMeta> = args.dirs.iter().map(|d| RunMeta::read(d)).collect();
+    check_provenance(&args.dirs, &metas)?;
     // Every repetition file of the plan must come from exactly one directory.
     let mut sources = Vec::new();
     let mut missing: Vec<(usize, u64)> = Vec::new();
@@ -193,4 +194,27 @@ pub fn completeness_report(
         lines.push("merge parts with disjoint repetitions only".into());
     }
     lines.join("\n")
+}
+
+/// Parts made by different builds, backends or settings of the host loops are not one
+/// computation: merge refuses them, naming the first field that differs.
+fn check_provenance(dirs: &[PathBuf], metas: &[RunMeta]) -> Result<()> {
+    let first = metas[0].provenance();
+    for (d, m) in dirs.iter().zip(metas).skip(1) {
+        for ((field, a), (_, b)) in first.iter().zip(m.provenance()) {
+            // A checksum is compared where both parts recorded one.
+            let unrecorded = *field == "binary_sha256" && (a.is_empty() || b.is_empty());
+            if *a != b && !unrecorded {
+                bail!(
+                    "{} and {} come from different runs: their run.json differ in {field} \
+                     ({a:?} against {b:?}); merge only parts of one build and backend (rerun \
+                     the odd part with the binary the others used: `uqbench slurm` pins it in \
+                     slurm/bin/)",
+                    dirs[0].display(),
+                    d.display()
+                );
+            }
+        }
+    }
+    Ok(())
 }

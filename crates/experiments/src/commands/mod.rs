@@ -13,6 +13,7 @@ pub mod report;
 pub mod run;
 pub mod score;
 pub mod slurm;
+pub mod slurm_queue;
 pub mod status;
 
 use clap::Args;

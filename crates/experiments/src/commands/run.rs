@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Mutex;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use uqbench_engine::{open_device, BackendKind, Resources};
@@ -151,7 +151,15 @@ impl RunSettings {
         } else {
             crate::provenance::cpu_model()
         };
+        // A shard records its binary's checksum: merge combines only parts of one build.
+        let binary_sha256 = match &args.shard {
+            Some(_) => Some(crate::provenance::sha256_file(
+                &std::env::current_exe().context("the path of this uqbench binary")?,
+            )?),
+            None => None,
+        };
         let meta = RunMeta {
+            binary_sha256,
             shard: args.shard.clone(),
             reps: args.reps.clone(),
             host_loops: (!args.backend.is_gpu()).then_some(resources.host_loops),

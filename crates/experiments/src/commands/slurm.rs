@@ -7,21 +7,25 @@
 //!   finished;
 //! - `DIR/slurm/merge.sbatch`: `uqbench merge DIR/slurm/parts/task-* --out DIR` (merge checks
 //!   completeness, then summarises, draws the figures and writes the report into `DIR`);
-//! - `DIR/slurm/slurm.json`: the number of tasks and the submitted job ids, read by
-//!   `uqbench status DIR`;
+//! - `DIR/slurm/slurm.json`: the number of tasks, the pinned binary's checksum and every
+//!   submitted job id (resubmissions included), read by `uqbench status DIR`;
+//! - `DIR/slurm/bin/uqbench`: a copy of this binary. Both scripts call the copy, so a rebuild
+//!   while jobs wait changes nothing, and every part records its checksum (merge refuses parts
+//!   of different builds);
 //! - `DIR/slurm/logs/`: one log per task and one for the merge.
 //!
-//! Both scripts call this binary by its absolute path and run in the directory `uqbench slurm`
-//! was called from (`#SBATCH --chdir`), so the spec's relative paths mean what they meant here.
+//! Both scripts run in the directory `uqbench slurm` was called from (`#SBATCH --chdir`), so
+//! the spec's relative paths mean what they meant here.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde::{Deserialize, Serialize};
 
 use super::run::{out_dir, plan_of, RunArgs};
+use super::slurm_queue::{max_array_size, sbatch};
+use crate::provenance::sha256_file;
 use crate::runner::shards;
 use uqbench_eval::store::{prepare_dir, write_atomic};
 
@@ -44,16 +48,46 @@ pub struct SlurmArgs {
     /// CPU cores per task (`#SBATCH --cpus-per-task`); also the task's --threads unless given.
     #[arg(long)]
     pub cpus_per_task: Option<usize>,
-    /// GPUs per task (`#SBATCH --gpus-per-task`), for --backend wgpu or cuda.
+    /// GPUs per task (`#SBATCH --gpus-per-task`), for --backend wgpu or cuda (never the merge).
     #[arg(long)]
     pub gpus_per_task: Option<usize>,
+    /// Account to charge (`#SBATCH --account`), both jobs.
+    #[arg(long)]
+    pub account: Option<String>,
+    /// Quality of service (`#SBATCH --qos`), both jobs.
+    #[arg(long)]
+    pub qos: Option<String>,
+    /// Memory per task's node (`#SBATCH --mem`, e.g. 8G), the array's tasks.
+    #[arg(long)]
+    pub mem: Option<String>,
+    /// Node features the tasks need (`#SBATCH --constraint`, e.g. "a100|h100").
+    #[arg(long)]
+    pub constraint: Option<String>,
+    /// Generic resources per task (`#SBATCH --gres`, e.g. gpu:a100:1), the array's tasks.
+    #[arg(long)]
+    pub gres: Option<String>,
+    /// At most K tasks of the array at once (`--array=0-N%K`).
+    #[arg(long, value_name = "K")]
+    pub array_throttle: Option<usize>,
+    /// One more `#SBATCH` option for both jobs (repeatable), e.g. --sbatch-arg=--mail-type=END.
+    #[arg(long = "sbatch-arg", value_name = "OPTION", allow_hyphen_values = true)]
+    pub sbatch_args: Vec<String>,
+    /// A shell line both scripts run before uqbench (repeatable), e.g. --setup "module load cuda".
+    #[arg(long = "setup", value_name = "LINE")]
+    pub setup: Vec<String>,
+    /// Wall-clock limit of the merge job (default: --time).
+    #[arg(long)]
+    pub merge_time: Option<String>,
+    /// Partition of the merge job (default: --partition).
+    #[arg(long)]
+    pub merge_partition: Option<String>,
     /// Submit the array and the merge job (it waits for every task: afterok) with sbatch.
     #[arg(long)]
     pub submit: bool,
 }
 
 /// `DIR/slurm/slurm.json`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct SlurmMeta {
     /// Array tasks, i.e. shards.
     pub tasks: usize,
@@ -63,9 +97,43 @@ pub struct SlurmMeta {
     /// The array's job id, once submitted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub array_job: Option<String>,
-    /// The merge job's id, once submitted.
+    /// The merge job's id, once submitted (the latest, after a resubmission).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub merge_job: Option<String>,
+    /// `--array-throttle`, kept for resubmissions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array_throttle: Option<usize>,
+    /// The SHA-256 of the pinned binary `slurm/bin/uqbench`.
+    #[serde(default)]
+    pub binary_sha256: String,
+    /// Where the pinned binary was copied from.
+    #[serde(default)]
+    pub binary_source: String,
+    /// Each `uqbench status --resubmit`: the tasks, and the array and merge jobs it submitted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resubmissions: Vec<Resubmission>,
+}
+
+/// One resubmission of some of the array's tasks.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Resubmission {
+    /// The array tasks resubmitted.
+    pub tasks: Vec<usize>,
+    /// Their new array job.
+    pub array_job: String,
+    /// The new merge job.
+    pub merge_job: String,
+}
+
+impl SlurmMeta {
+    /// Every array job of this run, the first submission first.
+    pub fn array_jobs(&self) -> Vec<String> {
+        self.array_job
+            .iter()
+            .cloned()
+            .chain(self.resubmissions.iter().map(|r| r.array_job.clone()))
+            .collect()
+    }
 }
 
 /// The files of a Slurm run directory.
@@ -101,12 +169,17 @@ impl SlurmDir {
     pub fn part(&self, i: usize) -> PathBuf {
         self.parts().join(format!("task-{i}"))
     }
+    /// The pinned binary both scripts call.
+    pub fn binary(&self) -> PathBuf {
+        self.root.join("bin").join("uqbench")
+    }
     /// `slurm.json`, when this is a Slurm run directory.
     pub fn meta(&self) -> Option<SlurmMeta> {
         let text = std::fs::read_to_string(self.meta_path()).ok()?;
         serde_json::from_str(&text).ok()
     }
-    fn write_meta(&self, meta: &SlurmMeta) -> Result<()> {
+    /// Writes `slurm.json` atomically.
+    pub fn write_meta(&self, meta: &SlurmMeta) -> Result<()> {
         write_atomic(
             &self.meta_path(),
             serde_json::to_string_pretty(meta)?.as_bytes(),
@@ -116,7 +189,7 @@ impl SlurmDir {
 }
 
 /// `s` quoted for bash (single quotes; a single quote inside becomes `'\''`).
-fn quote(s: &str) -> String {
+pub fn quote(s: &str) -> String {
     if !s.is_empty()
         && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || "/._-+=:,@".contains(c))
@@ -126,7 +199,8 @@ fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
-fn path_str(p: &Path) -> Result<String> {
+/// A path as UTF-8 text.
+pub fn path_str(p: &Path) -> Result<String> {
     p.to_str()
         .map(str::to_string)
         .with_context(|| format!("{} is not valid UTF-8", p.display()))
@@ -175,25 +249,73 @@ fn run_arguments(args: &SlurmArgs, spec: &Path) -> Result<Vec<String>> {
     Ok(out)
 }
 
-/// The `#SBATCH` lines both jobs share.
-fn common_directives(args: &SlurmArgs, cwd: &str) -> Vec<String> {
+/// A value for an `#SBATCH` line (which sbatch splits at whitespace) or a script line: one
+/// line, and for a directive no whitespace.
+fn checked(flag: &str, v: &str, directive: bool) -> Result<String> {
+    if v.is_empty() || v.contains(['\n', '\r']) || (directive && v.contains(char::is_whitespace)) {
+        bail!(
+            "{flag} {v:?}: {}",
+            if directive {
+                "an #SBATCH value must be one word, without whitespace"
+            } else {
+                "a setup line must be one non-empty line"
+            }
+        );
+    }
+    Ok(v.to_string())
+}
+
+/// The `#SBATCH` lines of one job: `--chdir`, the partition and time given (the merge's own
+/// where set), --account, --qos and every --sbatch-arg.
+fn common_directives(args: &SlurmArgs, cwd: &str, merge: bool) -> Result<Vec<String>> {
     let mut lines = vec![format!("#SBATCH --chdir={cwd}")];
-    if let Some(p) = &args.partition {
-        lines.push(format!("#SBATCH --partition={p}"));
+    let pick = |own: &Option<String>, task: &Option<String>| {
+        if merge {
+            own.clone().or(task.clone())
+        } else {
+            task.clone()
+        }
+    };
+    let (partition, time) = (
+        pick(&args.merge_partition, &args.partition),
+        pick(&args.merge_time, &args.time),
+    );
+    for (flag, v) in [
+        ("--partition", &partition),
+        ("--time", &time),
+        ("--account", &args.account),
+        ("--qos", &args.qos),
+    ] {
+        if let Some(v) = v {
+            lines.push(format!("#SBATCH {flag}={}", checked(flag, v, true)?));
+        }
     }
-    if let Some(t) = &args.time {
-        lines.push(format!("#SBATCH --time={t}"));
+    for a in &args.sbatch_args {
+        let a = checked("--sbatch-arg", a, true)?;
+        if !a.starts_with('-') {
+            bail!("--sbatch-arg {a}: valid: an sbatch option such as --mail-type=END");
+        }
+        lines.push(format!("#SBATCH {a}"));
     }
-    lines
+    Ok(lines)
+}
+
+/// The `--setup` lines, then `set -euo pipefail`.
+fn setup_lines(args: &SlurmArgs) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    for l in &args.setup {
+        out.push(checked("--setup", l, false)?);
+    }
+    out.push("set -euo pipefail".into());
+    Ok(out)
 }
 
 /// The two scripts' text.
 fn scripts(args: &SlurmArgs, name: &str, dir: &Path, spec: &Path) -> Result<(String, String)> {
     let cwd = std::env::current_dir().context("the current directory")?;
     let cwd = directive_path(&cwd, "the current directory")?;
-    let exe = std::env::current_exe().context("the path of this uqbench binary")?;
-    let exe = quote(&path_str(&exe)?);
     let sd = SlurmDir::of(dir);
+    let exe = quote(&path_str(&sd.binary())?);
     let logs = directive_path(&sd.root.join("logs"), "--out")?;
     let n = args.tasks;
     let version = env!("CARGO_PKG_VERSION");
@@ -201,18 +323,33 @@ fn scripts(args: &SlurmArgs, name: &str, dir: &Path, spec: &Path) -> Result<(Str
     let mut run = vec![
         "#!/bin/bash".to_string(),
         format!("#SBATCH --job-name=uqbench-{name}"),
-        format!("#SBATCH --array=0-{}", n - 1),
+        format!(
+            "#SBATCH --array=0-{}{}",
+            n - 1,
+            args.array_throttle
+                .map(|k| format!("%{k}"))
+                .unwrap_or_default()
+        ),
         format!("#SBATCH --output={logs}/task-%a.log"),
         "#SBATCH --ntasks=1".into(),
         "#SBATCH --requeue".into(),
         "#SBATCH --open-mode=append".into(),
     ];
-    run.extend(common_directives(args, &cwd));
+    run.extend(common_directives(args, &cwd, false)?);
     if let Some(c) = args.cpus_per_task {
         run.push(format!("#SBATCH --cpus-per-task={c}"));
     }
     if let Some(g) = args.gpus_per_task {
         run.push(format!("#SBATCH --gpus-per-task={g}"));
+    }
+    for (flag, v) in [
+        ("--mem", &args.mem),
+        ("--constraint", &args.constraint),
+        ("--gres", &args.gres),
+    ] {
+        if let Some(v) = v {
+            run.push(format!("#SBATCH {flag}={}", checked(flag, v, true)?));
+        }
     }
     let task_args: Vec<String> = run_arguments(args, spec)?
         .iter()
@@ -224,9 +361,12 @@ fn scripts(args: &SlurmArgs, name: &str, dir: &Path, spec: &Path) -> Result<(Str
         "# work (balanced by expected cost) into parts/task-I; --resume keeps what an earlier"
             .into(),
         "# attempt of the task finished, so a requeued or resubmitted task loses nothing.".into(),
-        "# Rerun failed tasks: sbatch --array=I,J this-script (`uqbench status DIR` lists them)."
+        "# Rerun failed tasks: `uqbench status DIR --resubmit` (it asks the scheduler which)."
             .into(),
-        "set -euo pipefail".into(),
+        "# It calls the binary pinned in slurm/bin/ (a rebuild elsewhere changes nothing).".into(),
+    ]);
+    run.extend(setup_lines(args)?);
+    run.extend([
         format!(
             "exec {exe} {} --out {}\"/task-$SLURM_ARRAY_TASK_ID\" --shard \"$SLURM_ARRAY_TASK_ID/{n}\" --resume --quiet",
             task_args.join(" "),
@@ -241,15 +381,19 @@ fn scripts(args: &SlurmArgs, name: &str, dir: &Path, spec: &Path) -> Result<(Str
         format!("#SBATCH --output={logs}/merge.log"),
         "#SBATCH --ntasks=1".into(),
         "#SBATCH --open-mode=append".into(),
+        // A merge whose tasks can no longer all succeed leaves the queue instead of waiting.
+        "#SBATCH --kill-on-invalid-dep=yes".into(),
     ];
-    merge.extend(common_directives(args, &cwd));
+    merge.extend(common_directives(args, &cwd, true)?);
     merge.extend([
         String::new(),
         format!("# Written by `uqbench slurm` (uqbench {version}). Combines the {n} tasks' parts"),
         "# into the run directory (merge checks that every repetition is there exactly once),"
             .into(),
         "# then writes the summaries, figures and report, as `uqbench run` would.".into(),
-        "set -euo pipefail".into(),
+    ]);
+    merge.extend(setup_lines(args)?);
+    merge.extend([
         format!(
             "exec {exe} merge {}/task-* --out {}",
             quote(&path_str(&sd.parts())?),
@@ -271,33 +415,64 @@ fn write_script(path: &Path, text: &str) -> Result<()> {
     Ok(())
 }
 
-/// Runs `sbatch --parsable ARGS…` and returns the job id.
-pub fn sbatch(args: &[String]) -> Result<String> {
-    let out = Command::new("sbatch")
-        .arg("--parsable")
-        .args(args)
-        .output()
-        .map_err(|e| {
-            anyhow::anyhow!(
-                "cannot run sbatch ({e}): --submit needs Slurm's client on PATH (run on a login \
-                 node), or drop --submit and submit the printed commands there"
-            )
-        })?;
-    if !out.status.success() {
+/// Copies this binary to `sd.binary()` (atomically, executable) and returns (its checksum,
+/// where it came from). A directory that already pins another build refuses: parts of two
+/// builds cannot be merged.
+fn pin_binary(sd: &SlurmDir) -> Result<(String, String)> {
+    let exe = std::env::current_exe().context("the path of this uqbench binary")?;
+    let sha = sha256_file(&exe)?;
+    let target = sd.binary();
+    if target.is_file() {
+        let pinned = sha256_file(&target)?;
+        if pinned == sha {
+            return Ok((sha, path_str(&exe)?));
+        }
         bail!(
-            "sbatch {} failed ({}): {}",
-            args.join(" "),
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
+            "{} pins another build of uqbench (sha256 {}…) than this one ({}…): parts of two \
+             builds cannot be merged. Resume with the pinned binary ({} slurm … --resume), or \
+             start a new --out",
+            target.display(),
+            &pinned[..12],
+            &sha[..12],
+            target.display()
         );
     }
-    // `--parsable` prints `ID` or `ID;CLUSTER`.
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let id = stdout.trim().split(';').next().unwrap_or_default().trim();
-    if id.is_empty() || !id.chars().all(|c| c.is_ascii_digit()) {
-        bail!("sbatch printed no job id: {:?}", stdout.trim());
+    let bytes = std::fs::read(&exe).with_context(|| format!("cannot read {}", exe.display()))?;
+    write_atomic(&target, &bytes)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o755))?;
     }
-    Ok(id.to_string())
+    Ok((sha, path_str(&exe)?))
+}
+
+/// Checks what the cluster and an existing directory allow: `--tasks` within MaxArraySize
+/// (where `scontrol` answers) and, with --resume, the same --tasks as before.
+fn check_tasks(args: &SlurmArgs, sd: &SlurmDir) -> Result<()> {
+    if let Some(max) = max_array_size() {
+        if args.tasks > max {
+            bail!(
+                "--tasks {}: this cluster's MaxArraySize is {max} (array indices 0..{}); use \
+                 at most --tasks {max}",
+                args.tasks,
+                max.saturating_sub(1)
+            );
+        }
+    }
+    if let (true, Some(meta)) = (args.run.resume, sd.meta()) {
+        if meta.tasks != args.tasks {
+            bail!(
+                "--resume with --tasks {}: {} was split into {} tasks (its parts hold the work \
+                 of those shards); pass --tasks {} to continue it, or start a new --out",
+                args.tasks,
+                sd.root.parent().unwrap_or(&sd.root).display(),
+                meta.tasks,
+                meta.tasks
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Runs `uqbench slurm`.
@@ -337,19 +512,29 @@ pub fn run(args: &SlurmArgs) -> Result<()> {
         );
     }
 
-    prepare_dir(&dir, &plan.spec.resolved_toml()?, args.run.resume)?;
+    if args.array_throttle == Some(0) {
+        bail!("--array-throttle 0: valid: at most K ≥ 1 tasks at once");
+    }
     let sd = SlurmDir::of(&dir);
+    check_tasks(args, &sd)?;
+    // The scripts first (they check every option), then the directory.
+    let (run_text, merge_text) = scripts(args, &plan.spec.name, &dir, &spec)?;
+    prepare_dir(&dir, &plan.spec.resolved_toml()?, args.run.resume)?;
     std::fs::create_dir_all(sd.root.join("logs"))
         .with_context(|| format!("cannot create {}", sd.root.join("logs").display()))?;
     std::fs::create_dir_all(sd.parts())?;
-    let (run_text, merge_text) = scripts(args, &plan.spec.name, &dir, &spec)?;
+    let (binary_sha256, binary_source) = pin_binary(&sd)?;
     write_script(&sd.run_script(), &run_text)?;
     write_script(&sd.merge_script(), &merge_text)?;
+    // A resumed directory keeps its job history.
+    let old = sd.meta().filter(|_| args.run.resume);
     let mut meta = SlurmMeta {
         tasks: args.tasks,
         profile: args.run.profile.clone(),
-        array_job: None,
-        merge_job: None,
+        array_throttle: args.array_throttle,
+        binary_sha256,
+        binary_source,
+        ..old.unwrap_or_default()
     };
     sd.write_meta(&meta)?;
 
@@ -381,6 +566,7 @@ pub fn run(args: &SlurmArgs) -> Result<()> {
     }
     let array = sbatch(std::slice::from_ref(&run_script))?;
     meta.array_job = Some(array.clone());
+    meta.resubmissions.clear();
     sd.write_meta(&meta)?;
     let merge = sbatch(&[format!("--dependency=afterok:{array}"), merge_script])?;
     meta.merge_job = Some(merge.clone());

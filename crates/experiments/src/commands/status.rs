@@ -1,5 +1,7 @@
-//! `uqbench status DIR`: what a run directory holds and what it lacks, from the directory
-//! alone (its spec, its `reps/`, and the parts of a `uqbench slurm` run under `slurm/parts/`).
+//! `uqbench status DIR`: what a run directory holds and what it lacks (its spec, its `reps/`,
+//! and the parts of a `uqbench slurm` run under `slurm/parts/`), and for a submitted Slurm run
+//! where its array's tasks stand (`squeue`, `sacct`): which tasks to resubmit, which
+//! `--resubmit` submits with a new merge job, recorded in `slurm.json`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -7,7 +9,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use clap::Args;
 
-use super::slurm::{SlurmDir, SlurmMeta};
+use super::slurm::{path_str, quote, Resubmission, SlurmDir, SlurmMeta};
+use super::slurm_queue::{in_queue, sbatch, scancel, task_states, TaskState};
 use crate::runner::{shards, Plan};
 use uqbench_eval::spec::ExperimentSpec;
 use uqbench_eval::store::{rep_path, RunMeta, SPEC_FILE};
@@ -17,6 +20,10 @@ use uqbench_eval::store::{rep_path, RunMeta, SPEC_FILE};
 pub struct StatusArgs {
     /// The run directory (`--out` of `uqbench run` or `uqbench slurm`).
     pub dir: PathBuf,
+    /// For a Slurm run: submit again the tasks with missing work that are neither queued nor
+    /// running (and a merge job after them), and record the new job ids in slurm.json.
+    #[arg(long)]
+    pub resubmit: bool,
 }
 
 /// Ranges of consecutive numbers: `[0, 1, 2, 5]` → `0..3, 5..6`.
@@ -68,7 +75,14 @@ pub fn run(args: &StatusArgs) -> Result<()> {
 
     let counts = Counts::of(&plan, &holders);
     print_table(&plan, &counts)?;
-    advise(dir, &plan, &sd, slurm.as_ref(), &counts)
+    if args.resubmit && slurm.as_ref().and_then(|m| m.array_job.as_ref()).is_none() {
+        anyhow::bail!(
+            "--resubmit: {} is not a submitted `uqbench slurm` run (no array job in {})",
+            dir.display(),
+            sd.meta_path().display()
+        );
+    }
+    advise(dir, &plan, &sd, slurm, &counts, args.resubmit)
 }
 
 /// Repetition files done and missing per (setting, method's index in the plan), in the plan's
@@ -155,80 +169,217 @@ fn print_table(plan: &Plan, c: &Counts) -> Result<()> {
     Ok(())
 }
 
-/// What to do next: the Slurm tasks to resubmit, `--resume`, the merge, or nothing.
+/// What to do next: the Slurm tasks to resubmit (and with `resubmit`, resubmit them),
+/// `--resume`, the merge, or nothing.
 fn advise(
     dir: &Path,
     plan: &Plan,
     sd: &SlurmDir,
-    slurm: Option<&SlurmMeta>,
+    slurm: Option<SlurmMeta>,
     c: &Counts,
+    resubmit: bool,
 ) -> Result<()> {
     let merged = dir.join("summary.json").is_file() && RunMeta::read(dir).shard.is_none();
-    match (slurm, c.done_total == c.all_total) {
-        (Some(meta), false) => {
-            let split = shards::balanced(plan, meta.tasks)?;
-            let mut rerun: Vec<usize> = c
-                .missing
-                .iter()
-                .flat_map(|(&(s, m), reps)| {
-                    let (split, method) = (&split, plan.methods[m].as_str());
-                    reps.iter()
-                        .filter_map(move |&r| shards::shard_of(split, s, method, r))
-                })
-                .collect();
-            rerun.sort_unstable();
-            rerun.dedup();
-            let list = rerun
-                .iter()
-                .map(usize::to_string)
-                .collect::<Vec<_>>()
-                .join(",");
-            let Some(array) = &meta.array_job else {
-                outln!(
-                    "not submitted: job=$(sbatch --parsable {}) && sbatch \
-                     --dependency=afterok:$job {}",
-                    sd.run_script().display(),
-                    sd.merge_script().display()
-                );
-                return Ok(());
-            };
+    let complete = c.done_total == c.all_total;
+    let Some(meta) = slurm else {
+        if complete {
             outln!(
-                "tasks of job {array} with missing work: {list} of 0..{} (running ones finish \
-                 it; failed ones resume where they stopped when resubmitted)",
-                meta.tasks
+                "every repetition is done; summarise with `uqbench report {}`",
+                dir.display()
             );
-            outln!(
-                "resubmit them and the merge: job=$(sbatch --parsable --array={list} {}) && \
-                 sbatch --dependency=afterok:$job {}",
-                sd.run_script().display(),
-                sd.merge_script().display()
-            );
-            if let Some(job) = &meta.merge_job {
-                outln!(
-                    "(the first merge job {job} waits on the failed tasks forever: scancel {job})"
-                );
-            }
-        }
-        (None, false) => {
+        } else {
             outln!(
                 "continue with `uqbench run … --out {} --resume` (the same arguments)",
                 dir.display()
             );
         }
-        (_, true) if merged => outln!("complete: {}", dir.join("report.md").display()),
-        (Some(meta), true) => match &meta.merge_job {
-            Some(job) => outln!("every task's work is done; merge job {job} combines it"),
-            None => outln!(
-                "every task's work is done; merge: sbatch {}",
-                sd.merge_script().display()
-            ),
-        },
-        (None, true) => outln!(
-            "every repetition is done; summarise with `uqbench report {}`",
-            dir.display()
-        ),
+        return Ok(());
+    };
+    if complete && merged {
+        outln!("complete: {}", dir.join("report.md").display());
+        return Ok(());
     }
+    let Some(array) = meta.array_job.clone() else {
+        outln!(
+            "not submitted: job=$(sbatch --parsable {}) && sbatch --dependency=afterok:$job {}",
+            sd.run_script().display(),
+            sd.merge_script().display()
+        );
+        return Ok(());
+    };
+    let missing = tasks_with_missing_work(plan, &meta, c)?;
+    let states = task_states(&meta.array_jobs())?;
+    let Some(states) = states else {
+        // Not on a cluster node: the directory alone speaks.
+        outln!(
+            "tasks of job {array} with missing work: {} of 0..{} (squeue not found: cannot \
+             tell which are still queued or running)",
+            list(&missing),
+            meta.tasks
+        );
+        outln!(
+            "run `uqbench status {} --resubmit` on a login node",
+            dir.display()
+        );
+        return Ok(());
+    };
+    print_states(&meta, &states)?;
+    let active = |t: &usize| states.get(t).is_some_and(TaskState::is_active);
+    let to_resubmit: Vec<usize> = missing.iter().copied().filter(|t| !active(t)).collect();
+    let merge_queued = match &meta.merge_job {
+        Some(m) => in_queue(m)?.unwrap_or(false),
+        None => false,
+    };
+    if !missing.is_empty() {
+        outln!(
+            "tasks with missing work: {} of 0..{}; queued or running: {}; to resubmit: {}",
+            list(&missing),
+            meta.tasks,
+            none_or(&missing.iter().copied().filter(active).collect::<Vec<_>>()),
+            none_or(&to_resubmit)
+        );
+    }
+    if to_resubmit.is_empty() && (merge_queued || !complete) {
+        match (&meta.merge_job, complete) {
+            (Some(job), true) => outln!("every task's work is done; merge job {job} combines it"),
+            _ => outln!("nothing to resubmit: the queued and running tasks finish the work"),
+        }
+        return Ok(());
+    }
+    let command = format!(
+        "{} status {} --resubmit",
+        quote(&path_str(&sd.binary())?),
+        quote(&path_str(dir)?)
+    );
+    if !resubmit {
+        if to_resubmit.is_empty() {
+            outln!("every task's work is done but no merge job is queued; submit one: {command}");
+        } else {
+            outln!("resubmit them and the merge: {command}");
+        }
+        return Ok(());
+    }
+    do_resubmit(sd, meta, &to_resubmit, &states)
+}
+
+/// The array tasks (shards) that hold a missing repetition.
+fn tasks_with_missing_work(plan: &Plan, meta: &SlurmMeta, c: &Counts) -> Result<Vec<usize>> {
+    let split = shards::balanced(plan, meta.tasks)?;
+    let mut rerun: Vec<usize> = c
+        .missing
+        .iter()
+        .flat_map(|(&(s, m), reps)| {
+            let (split, method) = (&split, plan.methods[m].as_str());
+            reps.iter()
+                .filter_map(move |&r| shards::shard_of(split, s, method, r))
+        })
+        .collect();
+    rerun.sort_unstable();
+    rerun.dedup();
+    Ok(rerun)
+}
+
+fn list(tasks: &[usize]) -> String {
+    tasks
+        .iter()
+        .map(usize::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn none_or(tasks: &[usize]) -> String {
+    if tasks.is_empty() {
+        "none".into()
+    } else {
+        list(tasks)
+    }
+}
+
+/// One line: how many tasks stand where, and which ended badly.
+fn print_states(meta: &SlurmMeta, states: &BTreeMap<usize, TaskState>) -> Result<()> {
+    let mut by: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for t in 0..meta.tasks {
+        by.entry(states.get(&t).map_or("not queued", TaskState::label))
+            .or_default()
+            .push(t);
+    }
+    let parts: Vec<String> = by
+        .iter()
+        .map(|(label, ts)| {
+            format!(
+                "{label}: {}",
+                ranges(&ts.iter().map(|&t| t as u64).collect::<Vec<_>>())
+            )
+        })
+        .collect();
+    outln!(
+        "scheduler (jobs {}): {}",
+        meta.array_jobs().join(", "),
+        parts.join("; ")
+    );
     Ok(())
+}
+
+/// Submits `tasks` of the array again and a merge job after them (and after the old arrays'
+/// tasks still queued or running), cancels the old merge, and records both in slurm.json.
+fn do_resubmit(
+    sd: &SlurmDir,
+    mut meta: SlurmMeta,
+    tasks: &[usize],
+    states: &BTreeMap<usize, TaskState>,
+) -> Result<()> {
+    if let Some(old) = &meta.merge_job {
+        scancel(old)?;
+    }
+    let mut dependency = Vec::new();
+    let array_job = if tasks.is_empty() {
+        String::new()
+    } else {
+        let throttle = meta
+            .array_throttle
+            .map(|k| format!("%{k}"))
+            .unwrap_or_default();
+        let id = sbatch(&[
+            format!("--array={}{throttle}", list(tasks)),
+            path_str(&sd.run_script())?,
+        ])?;
+        dependency.push(format!("afterok:{id}"));
+        id
+    };
+    if states.values().any(TaskState::is_active) {
+        // Only jobs still in the queue: Slurm forgets finished ones and refuses them as
+        // dependencies.
+        let mut queued = Vec::new();
+        for job in meta.array_jobs() {
+            if in_queue(&job)?.unwrap_or(false) {
+                queued.push(job);
+            }
+        }
+        if !queued.is_empty() {
+            dependency.push(format!("afterany:{}", queued.join(":")));
+        }
+    }
+    let mut merge_args = Vec::new();
+    if !dependency.is_empty() {
+        merge_args.push(format!("--dependency={}", dependency.join(",")));
+    }
+    merge_args.push(path_str(&sd.merge_script())?);
+    let merge_job = sbatch(&merge_args)?;
+    if tasks.is_empty() {
+        outln!("submitted merge job {merge_job}");
+    } else {
+        outln!(
+            "resubmitted tasks {} as job array {array_job}; merge job {merge_job} after them",
+            list(tasks)
+        );
+        meta.resubmissions.push(Resubmission {
+            tasks: tasks.to_vec(),
+            array_job,
+            merge_job: merge_job.clone(),
+        });
+    }
+    meta.merge_job = Some(merge_job);
+    sd.write_meta(&meta)
 }
 
 #[cfg(test)]
