@@ -92,7 +92,7 @@ fn three_repetitions_at_two_points_by_hand() {
     let csv = summary.points_csv();
     assert!(csv.contains("w=1,M,,,,all,,diverged,1.0,,,\n"), "{csv}");
     assert!(
-        csv.contains(&format!("w=1,M,0,0,,in,,deviation,{},", 1.6 / 3.0)),
+        csv.contains(&format!("w=1,M,0,0.0,,in,,deviation,{},", 1.6 / 3.0)),
         "{csv}"
     );
     assert!(summary
