@@ -11,6 +11,7 @@ mod export_and_score;
 mod host;
 mod limits;
 mod metrics_command;
+mod one_rep;
 mod parts;
 mod posthoc;
 mod run;

@@ -400,6 +400,62 @@ fn bad_runs_are_clear_errors() {
     assert_clean_error(&o, &["--shard 2/2"]);
 }
 
+/// Values, not presence: each repetition's noise sd is its own estimate (the true σ = 0.2 with
+/// `known`) at every test input, and the aggregate 95% PI width is the mean over repetitions
+/// and inputs of 2·q·√(std² + noise_sd²), q the predictive's own 97.5% quantile.
+fn assert_intervals_use_the_noise(out: &Path, source: &str, scalar: Option<&str>) {
+    let folder = out.join("reps/default/Boot");
+    let mut widths = Vec::new();
+    for k in 0..3 {
+        let rep: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(folder.join(format!("rep-{k:03}.json"))).unwrap(),
+        )
+        .unwrap();
+        let floats = |key: &str| -> Vec<f64> {
+            rep[key]
+                .as_array()
+                .map(|a| a.iter().map(|v| v.as_f64().unwrap()).collect())
+                .unwrap_or_default()
+        };
+        let std = floats("std");
+        let (expected, noise) = match scalar {
+            Some(name) => (rep["scalars"][name].as_f64().unwrap(), floats("noise_std")),
+            // Known: the file stores no noise sd of its own; the problem's σ(x) = 0.2 is used.
+            None => {
+                assert!(rep.get("noise_std").is_none(), "{source}: rep {k}");
+                (0.2, vec![0.2; std.len()])
+            }
+        };
+        assert_eq!(noise.len(), std.len(), "{source}: rep {k} noise_std");
+        assert!(
+            noise.iter().all(|n| *n == expected),
+            "{source}: rep {k}: noise_std is not {expected} everywhere"
+        );
+        let dof = rep["family"]["dof"].as_f64();
+        let q = uqbench_core::central_quantile(0.95, dof);
+        widths.push(
+            std.iter()
+                .zip(&noise)
+                .map(|(s, n)| 2.0 * q * (s * s + n * n).sqrt())
+                .sum::<f64>()
+                / std.len() as f64,
+        );
+    }
+    let expected = widths.iter().sum::<f64>() / widths.len() as f64;
+    let agg = std::fs::read_to_string(out.join("aggregate.csv")).unwrap();
+    let got: f64 = agg
+        .lines()
+        .find(|l| l.contains(",Boot,all,pi_width_0.95,"))
+        .and_then(|l| l.split(',').nth(4))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        (got / expected - 1.0).abs() < 1e-9,
+        "{source}: aggregate 95% PI width {got}, from the stored noise sd {expected}"
+    );
+}
+
 #[test]
 fn the_noise_of_y_comes_from_the_run_setting() {
     // The naive bootstrap has no noise model: its prediction intervals take the run's noise
@@ -437,6 +493,7 @@ fn the_noise_of_y_comes_from_the_run_setting() {
             // The estimate of σ = 0.2 from 5 epochs of tiny nets: positive and finite.
             assert!(all[name]["value"].as_f64().unwrap() > 0.0, "{source}");
         }
+        assert_intervals_use_the_noise(&out, source, scalar);
         let report = std::fs::read_to_string(out.join("report.md")).unwrap();
         assert!(
             report.contains(&format!("run.noise = \"{source}\"")),

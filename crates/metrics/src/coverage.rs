@@ -15,7 +15,9 @@ pub const PAPER_Z: f64 = 1.96;
 pub struct MeanSe {
     /// The mean.
     pub mean: f64,
-    /// Its standard error, sd / sqrt(k) (sd with k − 1 denominator; 0 when k = 1).
+    /// Its standard error, sd / sqrt(k) (sd with k − 1 denominator). NaN when k = 1: one
+    /// value says nothing about its spread (written blank in CSV, null in JSON, "—" in tables,
+    /// never 0).
     pub se: f64,
 }
 
@@ -25,7 +27,7 @@ pub fn mean_se(values: &[f64]) -> Result<MeanSe, MetricError> {
     let k = values.len() as f64;
     let mean = values.iter().sum::<f64>() / k;
     if values.len() == 1 {
-        return Ok(MeanSe { mean, se: 0.0 });
+        return Ok(MeanSe { mean, se: f64::NAN });
     }
     let var = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (k - 1.0);
     Ok(MeanSe {
@@ -281,6 +283,15 @@ mod tests {
         assert_eq!(all.se, 0.0);
         assert!(proportion(11, 10, 0.95).is_err());
         assert!(proportion(1, 0, 0.95).is_err());
+    }
+
+    #[test]
+    fn one_value_has_no_standard_error() {
+        let one = mean_se(&[0.7]).unwrap();
+        assert_eq!(one.mean, 0.7);
+        assert!(one.se.is_nan(), "{}", one.se);
+        let two = mean_se(&[1.0, 3.0]).unwrap();
+        assert_eq!((two.mean, two.se), (2.0, 1.0));
     }
 
     #[test]

@@ -402,14 +402,18 @@ pub fn worst_over_inputs(rows: &[Vec<f64>], m: usize, t: usize) -> Diagnostics {
         // Draws are chain-major: chain c's t draws are rows c·t .. (c + 1)·t.
         let column: Vec<f64> = rows.iter().map(|r| r[i]).collect();
         let per_chain: Vec<Vec<f64>> = column.chunks(t).map(<[f64]>::to_vec).collect();
+        // A NaN (e.g. draws constant within every chain at an input) is no evidence of
+        // mixing: it counts as the worst value, never skipped the way f64::max skips NaN.
+        let high = |v: f64| if v.is_nan() { f64::INFINITY } else { v };
+        let low = |v: f64| if v.is_nan() { 0.0 } else { v };
         match diagnose(&per_chain) {
             Ok(d) => {
-                worst.rhat = worst.rhat.max(d.rhat);
-                worst.rhat_bulk = worst.rhat_bulk.max(d.rhat_bulk);
-                worst.rhat_tail = worst.rhat_tail.max(d.rhat_tail);
-                worst.ess_bulk = worst.ess_bulk.min(d.ess_bulk);
-                worst.ess_tail = worst.ess_tail.min(d.ess_tail);
-                worst.mcse_mean = worst.mcse_mean.max(d.mcse_mean);
+                worst.rhat = worst.rhat.max(high(d.rhat));
+                worst.rhat_bulk = worst.rhat_bulk.max(high(d.rhat_bulk));
+                worst.rhat_tail = worst.rhat_tail.max(high(d.rhat_tail));
+                worst.ess_bulk = worst.ess_bulk.min(low(d.ess_bulk));
+                worst.ess_tail = worst.ess_tail.min(low(d.ess_tail));
+                worst.mcse_mean = worst.mcse_mean.max(high(d.mcse_mean));
             }
             Err(_) => {
                 worst.rhat = f64::INFINITY;
@@ -498,6 +502,22 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn an_input_without_an_rhat_is_the_worst_not_skipped() {
+        // Input 0 mixes (4 chains × 1 000 nearly independent draws); input 1 never moves, so
+        // its R̂ is undefined (NaN). The worst over inputs must not be input 0's.
+        let (c, t) = (4, 1000);
+        let good = chains(c, t, 0.1, 0.0);
+        let rows: Vec<Vec<f64>> = good.iter().flatten().map(|&x| vec![x, 3.0]).collect();
+        let alone = worst_over_inputs(&rows.iter().map(|r| vec![r[0]]).collect::<Vec<_>>(), 1, t);
+        assert!(alone.reference_grade(), "{alone:?}");
+        let d = diagnose(&vec![vec![3.0; t]; c]);
+        assert!(d.as_ref().map_or(true, |d| d.rhat.is_nan()), "{d:?}");
+        let worst = worst_over_inputs(&rows, 2, t);
+        assert_eq!(worst.rhat, f64::INFINITY, "{worst:?}");
+        assert!(!worst.reference_grade());
     }
 
     #[test]

@@ -561,7 +561,9 @@ impl Labelled {
 }
 
 /// Each scalar a method reports per repetition (final objective, learned rates, HMC's
-/// diagnostics), as mean ± se over the repetitions.
+/// diagnostics), as mean ± se over the repetitions. As in the regression track, only NaN is
+/// left out: an infinite value (an R̂ that could not be computed) makes the mean infinite
+/// rather than vanish from it.
 fn insert_scalars(all: &mut BTreeMap<String, Scalar>, used: &[&ClassRep]) {
     let mut scalar_names: Vec<String> = used
         .iter()
@@ -573,8 +575,15 @@ fn insert_scalars(all: &mut BTreeMap<String, Scalar>, used: &[&ClassRep]) {
         let v: Vec<f64> = used
             .iter()
             .filter_map(|r| r.scalars.get(&name).copied())
+            .filter(|v| !v.is_nan())
             .collect();
-        all.insert(name, over_reps(&v));
+        all.insert(
+            name,
+            match uqbench_metrics::coverage::mean_se(&v) {
+                Ok(s) => Scalar::with_se(s.mean, s.se),
+                Err(_) => Scalar::bare(f64::NAN),
+            },
+        );
     }
 }
 

@@ -65,6 +65,10 @@ fn hmc_on_bayesian_linear_regression_recovers_the_posterior() {
         .unwrap();
     let o = &out[0];
     assert!(!o.diverged);
+    // The well-mixed conjugate case is reference-grade, without divergences or low E-BFMI.
+    assert_eq!(o.scalars["divergent_transitions"], 0.0);
+    assert_eq!(o.scalars["ebfmi_flagged"], 0.0);
+    assert_eq!(o.scalars["reference_grade"], 1.0);
     let ess = o.scalars["ess_bulk_min"];
     assert!(o.scalars["rhat_max"] < 1.01, "R̂ {}", o.scalars["rhat_max"]);
     assert!(ess > 400.0, "ESS {ess}");
@@ -85,6 +89,67 @@ fn hmc_on_bayesian_linear_regression_recovers_the_posterior() {
             o.std[i]
         );
     }
+}
+
+#[test]
+fn a_step_far_too_large_diverges_and_is_not_reference_grade() {
+    // The same conjugate model; the posterior sd of w and b is about 0.04, so a fixed step of
+    // 2 (no warm-up to adapt it) makes the leapfrog integrator unstable: energy errors far
+    // above 1 000, counted as divergent transitions, and chains that barely move.
+    let n = 50;
+    let mut rng = Rng::new(21);
+    let x: Vec<f64> = (0..n).map(|_| rng.uniform_in(-2.0, 2.0)).collect();
+    let y = vec![x
+        .iter()
+        .map(|&v| 0.8 * v - 0.3 + 0.5 * rng.normal())
+        .collect::<Vec<f64>>()];
+    let x_test = [-2.0, 0.0, 1.5];
+    let task = Task {
+        d: 1,
+        x_train: &x,
+        y_train: &y,
+        repetitions: &[0],
+        x_test: &x_test,
+        epochs: 1,
+        known_sigma: Some(0.5),
+        seeds: SeedBase {
+            base: 3,
+            experiment: "hmc".into(),
+            setting: String::new(),
+        },
+        features: None,
+        noise: Default::default(),
+        likelihood: uqbench_core::Likelihood::Gaussian,
+    };
+    let config = HmcConfig {
+        net: NetConfig {
+            hidden: vec![],
+            ..NetConfig::default()
+        },
+        own: HmcSettings {
+            chains: 4,
+            warmup: 0,
+            draws: 300,
+            leapfrog_steps: 10,
+            step_size: 2.0,
+            jitter: false,
+            noise_sd: Some(toml::Value::String("known".into()).try_into().unwrap()),
+            ..HmcSettings::default()
+        },
+        ..HmcConfig::default()
+    };
+    let res = Resources::new(
+        BackendKind::Flex,
+        open_device(BackendKind::Flex, true).unwrap(),
+    );
+    let out = Hmc::new("HMC", config)
+        .unwrap()
+        .run(&task, &res.compute(), false, &|_| {})
+        .unwrap();
+    let o = &out[0].scalars;
+    assert!(o["divergent_transitions"] > 0.0, "{o:?}");
+    assert_eq!(o["reference_grade"], 0.0, "{o:?}");
+    assert_eq!(o["rhat_flagged"], 1.0, "{o:?}");
 }
 
 #[test]
