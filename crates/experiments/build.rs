@@ -16,7 +16,11 @@ fn output(cmd: &str, args: &[&str]) -> Option<String> {
 fn main() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let git = root.join(".git");
-    // Rebuild when the commit (HEAD, the branch it points to) or the index changes.
+    // Rerun when the commit (HEAD, the branch it points to) or the index changes, and when any
+    // source under crates/ does (cargo scans a directory's files), so that `-dirty` says
+    // whether the sources compiled into this binary differed from the commit at build time,
+    // not only when the last commit was made.
+    println!("cargo:rerun-if-changed={}", root.join("crates").display());
     println!("cargo:rerun-if-changed={}", git.join("HEAD").display());
     println!("cargo:rerun-if-changed={}", git.join("index").display());
     if let Ok(head) = std::fs::read_to_string(git.join("HEAD")) {

@@ -2,9 +2,12 @@
 //! engine with stochastic weight averaging from epoch `swa_start` on at `swa_lr`, collecting
 //! its weights at the end of every epoch ([`crate::engine::swa`]); its posterior is then the
 //! Gaussian with the SWA mean θ̄, the diagonal variance diag(θ²‾ − θ̄²) (clamped at 1e-30) and
-//! the low-rank part D Dᵀ/(K − 1) from the last K = `rank` deviations. A draw is, as in the
-//! reference implementation's `sample(scale, cov=True)`,
-//! θ = θ̄ + √scale·(σ_diag ⊙ z₁ + D z₂/√(K − 1)), z₁ ~ N(0, I_P), z₂ ~ N(0, I_K), with
+//! the low-rank part D Dᵀ/(R − 1) from the last (at most R = `rank`) deviations. A draw is, as
+//! in the reference implementation's `sample(scale, cov=True)`,
+//! θ = θ̄ + √scale·(σ_diag ⊙ z₁ + D z₂/√(R − 1)), z₁ ~ N(0, I_P), z₂ ~ N(0, I_K), with the
+//! reference's divisor √(max_num_models − 1) = √(R − 1) also when fewer than R snapshots were
+//! collected (K < R: `swa_snapshots` records how many; the low-rank part is then K − 1 over
+//! R − 1 of the K deviations' sample covariance, as in the reference), with
 //! `scale` = 0.5 (the paper's 1/2 on the covariance, its experiments' setting). Prediction:
 //! `samples` draws per member, each a forward pass on the host in f64; the prediction and
 //! uncertainty are their mean and std over all members' draws, the training fit the SWA
@@ -110,8 +113,9 @@ impl Swag {
     }
 }
 
-/// `count` draws of the member's SWAG posterior, flat parameters each.
-fn draws(m: &SwaMoments, count: usize, scale: f64, rng: &mut Rng) -> Vec<Vec<f64>> {
+/// `count` draws of the member's SWAG posterior with `rank` = R (the reference's
+/// `max_num_models`), flat parameters each.
+fn draws(m: &SwaMoments, rank: usize, count: usize, scale: f64, rng: &mut Rng) -> Vec<Vec<f64>> {
     let k = m.deviations.len();
     let sd: Vec<f64> = m
         .mean
@@ -120,8 +124,10 @@ fn draws(m: &SwaMoments, count: usize, scale: f64, rng: &mut Rng) -> Vec<Vec<f64
         .map(|(mu, sq)| (sq - mu * mu).max(1e-30).sqrt())
         .collect();
     let root = scale.sqrt();
+    // swag.py: `cov_sample /= (self.max_num_models - 1) ** 0.5`, whatever the number of
+    // deviations collected so far.
     let low_rank = if k > 1 {
-        1.0 / ((k - 1) as f64).sqrt()
+        1.0 / ((rank.max(2) - 1) as f64).sqrt()
     } else {
         0.0
     };
@@ -205,7 +211,7 @@ impl Method for Swag {
             let slope = c.net.negative_slope;
             let mean_net = TrainedNet::from_flat_f64(&moments[r].mean, &dims, slope);
             let fit: Vec<f32> = x_train.iter().map(|x| mean_net.forward(x) as f32).collect();
-            let passes: Vec<Vec<f32>> = draws(&moments[r], c.samples, c.scale, &mut rng)
+            let passes: Vec<Vec<f32>> = draws(&moments[r], c.rank, c.samples, c.scale, &mut rng)
                 .iter()
                 .map(|theta| {
                     let net = TrainedNet::from_flat_f64(theta, &dims, slope);
@@ -246,9 +252,9 @@ mod tests {
 
     #[test]
     fn draws_have_the_swag_covariance() {
-        // One parameter, diagonal variance 0.04 and deviations ±0.3 (K = 2): a draw's variance
-        // is scale·(0.04 + (0.09 + 0.09)/(K − 1)) = 0.5·0.22 = 0.11. Over 40 000 draws the
-        // sample variance's standard error is 0.11·sqrt(2/40 000) ≈ 0.0008; checked at 0.004.
+        // One parameter, diagonal variance 0.04 and deviations ±0.3 (K = 2 = R): a draw's
+        // variance is scale·(0.04 + (0.09 + 0.09)/(R − 1)) = 0.5·0.22 = 0.11. Over 40 000 draws
+        // the sample variance's standard error is 0.11·sqrt(2/40 000) ≈ 0.0008; checked at 0.004.
         let m = SwaMoments {
             n: 5,
             mean: vec![1.0],
@@ -256,10 +262,17 @@ mod tests {
             deviations: vec![vec![0.3], vec![-0.3]].into(),
             ..SwaMoments::default()
         };
-        let d = draws(&m, 40_000, 0.5, &mut Rng::new(3));
-        let mean = d.iter().map(|v| v[0]).sum::<f64>() / d.len() as f64;
-        let var = d.iter().map(|v| (v[0] - mean).powi(2)).sum::<f64>() / (d.len() - 1) as f64;
+        let variance = |rank: usize| {
+            let d = draws(&m, rank, 40_000, 0.5, &mut Rng::new(3));
+            let mean = d.iter().map(|v| v[0]).sum::<f64>() / d.len() as f64;
+            assert!((mean - 1.0).abs() < 0.01, "{mean}");
+            d.iter().map(|v| (v[0] - mean).powi(2)).sum::<f64>() / (d.len() - 1) as f64
+        };
+        let var = variance(2);
         assert!((var - 0.11).abs() < 0.004, "{var}");
-        assert!((mean - 1.0).abs() < 0.01, "{mean}");
+        // Fewer snapshots than rank (K = 2 of R = 20): the reference's divisor √(R − 1),
+        // 0.5·(0.04 + 0.18/19) = 0.024737; standard error 0.0002, checked at 0.001.
+        let var = variance(20);
+        assert!((var - 0.5 * (0.04 + 0.18 / 19.0)).abs() < 0.001, "{var}");
     }
 }
