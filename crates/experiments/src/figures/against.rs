@@ -327,18 +327,10 @@ fn aggregates(
                                         .aggregate
                                         .get(region)?
                                         .get(metric)?;
-                                    // The coverage-type aggregates are means over test
-                                    // inputs: error bars of a proportion over the
-                                    // repetitions of one input do not apply, so
-                                    // none are drawn for them.
-                                    let err = if metric.starts_with("cicp")
-                                        || metric.starts_with(names::COVERAGE)
-                                    {
-                                        0.0
-                                    } else {
-                                        finite_or_zero(a.stderr)
-                                    };
-                                    Some((g.x_of(input, i), a.value, err))
+                                    // Every region aggregate's stderr is over repetitions
+                                    // (each repetition's mean over the region's inputs),
+                                    // coverage and CICP included: all get error bars.
+                                    Some((g.x_of(input, i), a.value, finite_or_zero(a.stderr)))
                                 })
                                 .collect()
                         })
