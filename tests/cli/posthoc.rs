@@ -47,6 +47,21 @@ fn the_posthoc_study_runs_and_reports_what_it_promises() {
     assert!(all("Ens", "kl_anchor").unwrap() >= 0.0);
     assert!(all("CQR", "kl_anchor").is_none() && all("QR", "kl_anchor").is_none());
     assert!(all("Laplace", "prior_precision").unwrap() > 0.0);
+    // Laplace without a noise_sd estimates σ by the MAP fit's in-sample ML residual; the
+    // estimate is recorded and is, value for value, the noise sd its intervals use.
+    for m in ["Laplace", "LaplaceAll"] {
+        let rep: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(out.join(format!("reps/default/{m}/rep-000.json"))).unwrap(),
+        )
+        .unwrap();
+        let s = rep["scalars"]["ml_noise_sd"].as_f64().unwrap();
+        assert!(s > 0.0, "{m}: {s}");
+        let noise = rep["noise_std"].as_array().unwrap();
+        assert!(
+            noise.iter().all(|v| v.as_f64() == Some(s)),
+            "{m}: noise_std is not {s}"
+        );
+    }
     assert!(all("SWAG", "swa_snapshots").unwrap() >= 2.0);
     // Jackknife+-after-bootstrap: most points are out of some member's bag, and its PI keeps
     // its guarantee of at least 1 − 2α (here 0.8; each repetition's PICP is a mean over 500

@@ -390,15 +390,12 @@ impl Laplace {
                 .map(|xi| net.factors(xi, Subset::LastLayer).0)
                 .collect()
         };
-        let ml_sd = |f: &[f64]| -> f64 {
-            (f.iter().zip(y).map(|(f, y)| (y - f).powi(2)).sum::<f64>() / n as f64).sqrt()
-        };
         // σ at the training and test inputs: fixed, or the MAP fit's estimate (after refining).
         let sigmas = |net: &TrainedNet| -> Sigmas {
             match sigma {
                 Some(s) => s.clone(),
                 None => {
-                    let s = ml_sd(&fit(net)).max(1e-12);
+                    let s = ml_sd(&fit(net), y).max(1e-12);
                     (vec![s; n], vec![s; m])
                 }
             }
@@ -463,21 +460,34 @@ impl Laplace {
                 })
                 .collect()
         });
+        let estimate = (sigma.is_none() && !bernoulli).then(|| s_train[0]);
         let mut pred = Prediction {
             noise_std: (!bernoulli).then_some(s_test),
             train_mean: Some(fit(&net)),
             joint: joint.filter(|_| !bernoulli),
             ..Prediction::normal(mean, std, samples)
         };
-        pred.scalars.insert("prior_precision".into(), delta);
-        pred.scalars
-            .insert("log_marginal_likelihood".into(), log_ml);
-        pred.scalars
-            .insert("laplace_parameters".into(), net.count(subset) as f64);
-        pred.scalars
-            .insert("final_objective".into(), out.final_objective[k]);
+        let scalars = [
+            ("prior_precision", Some(delta)),
+            ("ml_noise_sd", estimate),
+            ("log_marginal_likelihood", Some(log_ml)),
+            ("laplace_parameters", Some(net.count(subset) as f64)),
+            ("final_objective", Some(out.final_objective[k])),
+        ];
+        pred.scalars.extend(
+            scalars
+                .into_iter()
+                .filter_map(|(n, v)| Some((n.to_string(), v?))),
+        );
         Ok(pred)
     }
+}
+
+/// The noise sd estimated where `noise_sd` is not given: the MAP fit's in-sample
+/// maximum-likelihood residual sqrt(mean (y − f)²), biased low by the fit's effective degrees
+/// of freedom (docs/posthoc.md measures it; recorded per repetition as `ml_noise_sd`).
+fn ml_sd(f: &[f64], y: &[f64]) -> f64 {
+    (f.iter().zip(y).map(|(f, y)| (y - f).powi(2)).sum::<f64>() / f.len() as f64).sqrt()
 }
 
 #[cfg(test)]
