@@ -13,8 +13,9 @@
 #   3. runs it again, cancels one array task mid-run (`scancel JOB_1`), checks that the merge
 #      job left the queue (--kill-on-invalid-dep) and that `uqbench status` asks the
 #      scheduler and names that task alone, runs the resubmit command status printed (not a
-#      re-typed one), and checks that the repetition files the cancelled task had finished
-#      were kept untouched and that the merged result is still identical.
+#      re-typed one), and checks that the resubmitted task skipped the units it had finished,
+#      that every file written before the cancellation has the same bytes after, and that the
+#      merged result is still identical.
 # Needs root (or sudo) for the packages and the daemons. UQBENCH_BIN: the binary to test
 # (default: the release build in CARGO_TARGET_DIR). scripts/test.sh runs it.
 set -euo pipefail
@@ -187,13 +188,16 @@ echo "slurm-test: 3-task array + merge: $((t2 - t1)) s; the pinned binary ran; m
 array=$(job_of "$work/killed" array_job)
 merge=$(job_of "$work/killed" merge_job)
 part="$work/killed/slurm/parts/task-1"
+# Wait for more files than one unit holds (E1 quick: blocks of 5 repetitions, run one after
+# another with one thread), so that at least one unit is finished when the task is cancelled.
 for _ in $(seq 600); do
-    if [ -n "$(find "$part/reps" -name '*.json' 2>/dev/null | head -n 1)" ]; then break; fi
-    sleep 0.2
+    if [ "$(find "$part/reps" -name '*.json' 2>/dev/null | wc -l)" -ge 6 ]; then break; fi
+    sleep 0.1
 done
 scancel "${array}_1"
-# What the task had finished when it was cancelled: each file with its modification time.
-find "$part/reps" -name '*.json' -printf '%P %T@\n' | sort >"$work/before.txt"
+# What the task had finished when it was cancelled: each file with its checksum, and the
+# files of each unit with their modification times.
+(cd "$part/reps" && find . -name '*.json' -exec sha256sum {} + | sort) >"$work/before.txt"
 finished_before=$(wc -l <"$work/before.txt")
 echo "slurm-test: cancelled task ${array}_1 with $finished_before repetition files written"
 # The other tasks finish; the merge, whose dependency can no longer be met, leaves the queue.
@@ -234,15 +238,24 @@ wait_jobs "$array2" "$merge2"
     exit 1
 }
 grep -h "work units to run" "$part/../../logs/task-1.log" | sed 's/^/slurm-test: task 1: /'
-# Every file finished before the cancellation is still there, unchanged (same mtime).
-find "$part/reps" -name '*.json' -printf '%P %T@\n' | sort >"$work/after.txt"
+# Every file written before the cancellation is still there with the same bytes (a file of
+# a unit the task had not finished is recomputed on resumption, identically), and the
+# resubmitted task ran fewer units than the first attempt: the finished ones were kept.
+(cd "$part/reps" && find . -name '*.json' -exec sha256sum {} + | sort) >"$work/after.txt"
 kept=$(comm -12 "$work/before.txt" "$work/after.txt" | wc -l)
 [ "$kept" -eq "$finished_before" ] || {
-    echo "slurm-test: only $kept of the $finished_before finished files were kept untouched" >&2
+    echo "slurm-test: only $kept of the $finished_before files written before the cancellation are unchanged" >&2
     comm -23 "$work/before.txt" "$work/after.txt" >&2
     exit 1
 }
-echo "slurm-test: the resubmitted task kept its $kept finished repetition files and ran $(( $(wc -l <"$work/after.txt") - kept )) more"
+units=$(grep -ho "[0-9]* of [0-9]* work units to run" "$part/../../logs/task-1.log" | cut -d' ' -f1)
+first=$(echo "$units" | head -n 1)
+second=$(echo "$units" | tail -n 1)
+[ "$(echo "$units" | wc -l)" -eq 2 ] && [ "$second" -lt "$first" ] || {
+    echo "slurm-test: the resubmitted task did not skip the finished units ($first, then $second to run)" >&2
+    exit 1
+}
+echo "slurm-test: the resubmitted task kept its finished units ($first units to run, then $second) and its $kept files unchanged"
 same_as_single "$work/killed"
 echo "slurm-test: cancelled and resubmitted task resumed; merged run identical to the single process"
 echo "slurm-test: OK"
