@@ -7,28 +7,37 @@ use uqbench_engine::engine::Resources;
 use uqbench_engine::{open_device, BackendKind, NetConfig};
 use uqbench_samplers::{Hmc, HmcConfig, HmcSettings};
 
-#[test]
-fn hmc_on_bayesian_linear_regression_recovers_the_posterior() {
-    // f(x) = w·x + b with prior w, b ~ N(0, 1) and known σ_n = 0.5, N = 50: the posterior is
-    // N(Λ⁻¹Φᵀy/σ², Λ⁻¹) with Λ = ΦᵀΦ/σ² + I, so f(x*) has mean φ*ᵀμ and variance φ*ᵀΛ⁻¹φ*.
-    let n = 50;
+/// The conjugate model's data: N inputs on [−2, 2] and y = 0.8x − 0.3 + N(0, 0.5²).
+const N: usize = 50;
+
+fn conjugate_x() -> Vec<f64> {
     let mut rng = Rng::new(21);
-    let x: Vec<f64> = (0..n).map(|_| rng.uniform_in(-2.0, 2.0)).collect();
-    let y = vec![x
+    (0..N).map(|_| rng.uniform_in(-2.0, 2.0)).collect()
+}
+
+fn conjugate_y() -> Vec<Vec<f64>> {
+    // The same stream as conjugate_x, continued.
+    let mut rng = Rng::new(21);
+    let x: Vec<f64> = (0..N).map(|_| rng.uniform_in(-2.0, 2.0)).collect();
+    vec![x
         .iter()
         .map(|&v| 0.8 * v - 0.3 + 0.5 * rng.normal())
-        .collect::<Vec<f64>>()];
-    let phi = DMatrix::from_fn(n, 2, |i, j| if j == 0 { x[i] } else { 1.0 });
-    let lambda = phi.transpose() * &phi / 0.25 + DMatrix::identity(2, 2);
-    let cov = lambda.clone().try_inverse().unwrap();
-    let mean = &cov * (phi.transpose() * DVector::from_column_slice(&y[0]) / 0.25);
-    let x_test = [-2.0, 0.0, 1.5];
+        .collect()]
+}
+
+/// HMC on the network linear in x (no hidden layer), σ = 0.5 known, with `own` settings.
+fn run_linear(
+    x: &[f64],
+    y: &[Vec<f64>],
+    x_test: &[f64],
+    own: HmcSettings,
+) -> Vec<uqbench_core::Prediction> {
     let task = Task {
         d: 1,
-        x_train: &x,
-        y_train: &y,
+        x_train: x,
+        y_train: y,
         repetitions: &[0],
-        x_test: &x_test,
+        x_test,
         epochs: 1,
         known_sigma: Some(0.5),
         seeds: SeedBase {
@@ -45,7 +54,34 @@ fn hmc_on_bayesian_linear_regression_recovers_the_posterior() {
             hidden: vec![],
             ..NetConfig::default()
         },
-        own: HmcSettings {
+        own,
+        ..HmcConfig::default()
+    };
+    let res = Resources::new(
+        BackendKind::Flex,
+        open_device(BackendKind::Flex, true).unwrap(),
+    );
+    Hmc::new("HMC", config)
+        .unwrap()
+        .run(&task, &res.compute(), false, &|_| {})
+        .unwrap()
+}
+
+#[test]
+fn hmc_on_bayesian_linear_regression_recovers_the_posterior() {
+    // f(x) = w·x + b with prior w, b ~ N(0, 1) and known σ_n = 0.5, N = 50: the posterior is
+    // N(Λ⁻¹Φᵀy/σ², Λ⁻¹) with Λ = ΦᵀΦ/σ² + I, so f(x*) has mean φ*ᵀμ and variance φ*ᵀΛ⁻¹φ*.
+    let (n, x, y) = (N, conjugate_x(), conjugate_y());
+    let phi = DMatrix::from_fn(n, 2, |i, j| if j == 0 { x[i] } else { 1.0 });
+    let lambda = phi.transpose() * &phi / 0.25 + DMatrix::identity(2, 2);
+    let cov = lambda.clone().try_inverse().unwrap();
+    let mean = &cov * (phi.transpose() * DVector::from_column_slice(&y[0]) / 0.25);
+    let x_test = [-2.0, 0.0, 1.5];
+    let out = run_linear(
+        &x,
+        &y,
+        &x_test,
+        HmcSettings {
             chains: 4,
             warmup: 300,
             draws: 1000,
@@ -53,16 +89,7 @@ fn hmc_on_bayesian_linear_regression_recovers_the_posterior() {
             noise_sd: Some(toml::Value::String("known".into()).try_into().unwrap()),
             ..HmcSettings::default()
         },
-        ..HmcConfig::default()
-    };
-    let res = Resources::new(
-        BackendKind::Flex,
-        open_device(BackendKind::Flex, true).unwrap(),
     );
-    let out = Hmc::new("HMC", config)
-        .unwrap()
-        .run(&task, &res.compute(), false, &|_| {})
-        .unwrap();
     let o = &out[0];
     assert!(!o.diverged);
     // The well-mixed conjugate case is reference-grade, without divergences or low E-BFMI.
@@ -96,37 +123,13 @@ fn a_step_far_too_large_diverges_and_is_not_reference_grade() {
     // The same conjugate model; the posterior sd of w and b is about 0.04, so a fixed step of
     // 2 (no warm-up to adapt it) makes the leapfrog integrator unstable: energy errors far
     // above 1 000, counted as divergent transitions, and chains that barely move.
-    let n = 50;
-    let mut rng = Rng::new(21);
-    let x: Vec<f64> = (0..n).map(|_| rng.uniform_in(-2.0, 2.0)).collect();
-    let y = vec![x
-        .iter()
-        .map(|&v| 0.8 * v - 0.3 + 0.5 * rng.normal())
-        .collect::<Vec<f64>>()];
+    let (x, y) = (conjugate_x(), conjugate_y());
     let x_test = [-2.0, 0.0, 1.5];
-    let task = Task {
-        d: 1,
-        x_train: &x,
-        y_train: &y,
-        repetitions: &[0],
-        x_test: &x_test,
-        epochs: 1,
-        known_sigma: Some(0.5),
-        seeds: SeedBase {
-            base: 3,
-            experiment: "hmc".into(),
-            setting: String::new(),
-        },
-        features: None,
-        noise: Default::default(),
-        likelihood: uqbench_core::Likelihood::Gaussian,
-    };
-    let config = HmcConfig {
-        net: NetConfig {
-            hidden: vec![],
-            ..NetConfig::default()
-        },
-        own: HmcSettings {
+    let out = run_linear(
+        &x,
+        &y,
+        &x_test,
+        HmcSettings {
             chains: 4,
             warmup: 0,
             draws: 300,
@@ -136,16 +139,7 @@ fn a_step_far_too_large_diverges_and_is_not_reference_grade() {
             noise_sd: Some(toml::Value::String("known".into()).try_into().unwrap()),
             ..HmcSettings::default()
         },
-        ..HmcConfig::default()
-    };
-    let res = Resources::new(
-        BackendKind::Flex,
-        open_device(BackendKind::Flex, true).unwrap(),
     );
-    let out = Hmc::new("HMC", config)
-        .unwrap()
-        .run(&task, &res.compute(), false, &|_| {})
-        .unwrap();
     let o = &out[0].scalars;
     assert!(o["divergent_transitions"] > 0.0, "{o:?}");
     assert_eq!(o["reference_grade"], 0.0, "{o:?}");
