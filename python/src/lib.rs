@@ -310,8 +310,9 @@ impl PyProblem {
     }
 
     /// Scores `predictions` (one dict per repetition 0..K−1, float64 arrays) of a method named
-    /// `method` at interval `levels`: returns (summary.csv, aggregate.csv, summary.json) as
-    /// `uqbench score` writes them (the last as a dict), with the anchor alongside. The arrays
+    /// `method` at interval `levels`: returns (summary.csv, aggregate.csv, summary.json,
+    /// repetitions.csv) as `uqbench score` writes them (summary.json as a dict), with the
+    /// anchor alongside. The arrays
     /// are read with the GIL held; everything after (the anchor, every repetition's metrics
     /// and the summary) runs without it.
     #[pyo3(signature = (predictions, method, levels=None))]
@@ -321,7 +322,7 @@ impl PyProblem {
         predictions: Vec<Bound<'py, PyDict>>,
         method: &str,
         levels: Option<Vec<f64>>,
-    ) -> PyResult<(String, String, Bound<'py, PyAny>)> {
+    ) -> PyResult<(String, String, Bound<'py, PyAny>, String)> {
         let levels = levels.unwrap_or_else(|| DEFAULT_LEVELS.to_vec());
         if let Some(l) = levels.iter().find(|l| !(**l > 0.0 && **l < 1.0)) {
             return Err(value_error(format!(
@@ -342,7 +343,7 @@ impl PyProblem {
                     .map_err(|e| value_error(format!("predictions[{k}]: {e}")))
             })
             .collect::<PyResult<Vec<_>>>()?;
-        let (points, aggregate, json) = py
+        let (points, aggregate, json, repetitions) = py
             .detach(|| {
                 let anchor = self.fitted()?;
                 let external = read
@@ -390,10 +391,11 @@ impl PyProblem {
                     summary.points_csv(),
                     summary.aggregate_csv(),
                     summary.to_json(),
+                    summary.repetitions_csv(),
                 ))
             })
             .map_err(value_error)?;
-        Ok((points, aggregate, from_json(py, &json)?))
+        Ok((points, aggregate, from_json(py, &json)?, repetitions))
     }
 }
 
@@ -537,11 +539,54 @@ fn metrics<'py>(
     from_json(py, &Value::Object(out))
 }
 
+/// Every pair of methods compared repetition by repetition (what `uqbench compare` prints),
+/// from `repetitions` (the text of one or more `repetitions.csv`, concatenated under one
+/// header) or from run directories `runs` (checked to have drawn the same data). Returns the
+/// comparison as a dict: `metric`, `region`, `direction`, `pairs` (one record per ordered
+/// pair), `rankings`.
+#[pyfunction]
+#[pyo3(signature = (repetitions=None, runs=None, metric=None, region=None, setting=None, resamples=10_000, seed=0))]
+#[allow(clippy::too_many_arguments)]
+fn compare<'py>(
+    py: Python<'py>,
+    repetitions: Option<String>,
+    runs: Option<Vec<std::path::PathBuf>>,
+    metric: Option<String>,
+    region: Option<String>,
+    setting: Option<String>,
+    resamples: usize,
+    seed: u64,
+) -> PyResult<Bound<'py, PyAny>> {
+    let opts = uqbench_eval::compare::Options {
+        metric,
+        region: region.unwrap_or_else(|| "all".to_string()),
+        setting,
+        resamples,
+        seed,
+    };
+    let out = py
+        .detach(|| {
+            let rows = match (repetitions, runs) {
+                (Some(text), None) => {
+                    uqbench_eval::compare::read_repetitions(&text, "repetitions")
+                }
+                (None, Some(dirs)) => uqbench_eval::compare::rows_of_runs(&dirs),
+                _ => return Err("give repetitions or runs, not both".to_string()),
+            }
+            .map_err(|e| e.to_string())?;
+            let c = uqbench_eval::compare::compare(&rows, &opts).map_err(|e| e.to_string())?;
+            serde_json::to_value(&c).map_err(|e| e.to_string())
+        })
+        .map_err(value_error)?;
+    from_json(py, &out)
+}
+
 /// The native module.
 #[pymodule]
 fn _uqbench(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyProblem>()?;
     m.add_function(wrap_pyfunction!(metrics, m)?)?;
+    m.add_function(wrap_pyfunction!(compare, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

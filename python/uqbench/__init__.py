@@ -20,7 +20,11 @@ Example: a method scored against the anchor on [000]'s E1 at f_main = 2::
 
 Arrays go in as numpy arrays (float32 or float64, C or Fortran order; lists, JAX arrays and
 CPU torch tensors are converted) and come out as numpy arrays; pandas is needed only by the
-calls that return DataFrames (``score``, ``evaluate``, ``read_run``).
+calls that return DataFrames (``score``, ``evaluate``, ``read_run``, ``compare``).
+
+Is method A really better than B, or is that noise? ``uqbench.compare(result)`` (or a run
+directory, or several) compares every pair repetition by repetition, exactly as
+``uqbench compare`` does.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from . import metrics
 from ._arrays import as_float_array, as_int, as_levels
 from ._uqbench import Problem as _NativeProblem
 from ._uqbench import __version__
+from ._uqbench import compare as _native_compare
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -208,7 +213,7 @@ def _rep_index(k: Any) -> int:
     return as_int("repetition", k, 0, "a repetition number 0, 1, 2, …")
 
 
-_STRING_COLUMNS = ("setting", "method", "region", "label", "metric")
+_STRING_COLUMNS = ("setting", "method", "region", "label", "metric", "method_a", "method_b")
 
 
 def _frame(csv_text: str) -> "pd.DataFrame":
@@ -231,11 +236,13 @@ class Score:
     """A method's predictions scored like a native run: ``summary`` (one row per test input
     and metric) and ``aggregate`` (one row per region and metric) with exactly the columns of
     ``summary.csv`` and ``aggregate.csv``, the anchor (BLR) alongside; ``json`` is
-    ``summary.json``."""
+    ``summary.json``; ``repetitions`` each repetition's value of every region aggregate
+    (``repetitions.csv``: what :func:`compare` pairs)."""
 
     summary: "pd.DataFrame"
     aggregate: "pd.DataFrame"
     json: Dict[str, Any]
+    repetitions: "pd.DataFrame"
 
 
 _KEYS = {
@@ -307,11 +314,14 @@ def score(
         raise ValueError(f"method: {method!r}; valid: a non-empty name")
     arrays = [_prediction_arrays(p, k) for k, p in enumerate(predictions)]
     _pandas()  # before the work, not after it
-    summary_csv, aggregate_csv, summary_json = problem._native.score(
+    summary_csv, aggregate_csv, summary_json, repetitions_csv = problem._native.score(
         arrays, method, None if levels is None else as_levels("levels", levels)
     )
     return Score(
-        summary=_frame(summary_csv), aggregate=_frame(aggregate_csv), json=summary_json
+        summary=_frame(summary_csv),
+        aggregate=_frame(aggregate_csv),
+        json=summary_json,
+        repetitions=_frame(repetitions_csv),
     )
 
 
@@ -448,6 +458,12 @@ class Run:
                 out.append(_arrays(json.load(f)))
         return out
 
+    @property
+    def by_repetition(self) -> "pd.DataFrame":
+        """Each repetition's value of every region aggregate (``repetitions.csv``), what
+        :func:`compare` pairs."""
+        return _frame(_read_repetitions_csv(self.path))
+
     def _rep_files(self, setting: str, method: str) -> List[tuple]:
         folder = os.path.join(self.path, "reps", _setting_dir(setting), method)
         if not os.path.isdir(folder):
@@ -501,3 +517,107 @@ def read_run(path: "str | os.PathLike[str]") -> Run:
         aggregate=_frame(files["aggregate.csv"]),
         spec=files["spec.resolved.toml"],
     )
+
+
+_REPETITION_COLUMNS = ["setting", "method", "region", "metric", "repetition", "value"]
+_COMPARE_COLUMNS = [
+    "setting", "method_a", "method_b", "metric", "region", "diff", "stderr", "t_low",
+    "t_high", "p_value", "p_holm", "prob_a_lower", "mdd", "k",
+]
+
+
+def _read_repetitions_csv(path: str) -> str:
+    full = os.path.join(path, "repetitions.csv")
+    if not os.path.isfile(full):
+        raise ValueError(
+            f"{full} is missing: a run written before `uqbench compare` existed gets it from "
+            f"`uqbench report {path}`"
+        )
+    with open(full, encoding="utf-8") as f:
+        return f.read()
+
+
+def _repetition_frame(item: Any, where: str) -> "pd.DataFrame":
+    """One source of :func:`compare` as a repetitions DataFrame."""
+    pd = _pandas()
+    if isinstance(item, (str, os.PathLike)):
+        return _frame(_read_repetitions_csv(os.fspath(item)))
+    if isinstance(item, Score):
+        return item.repetitions
+    if isinstance(item, Run):
+        return item.by_repetition
+    if isinstance(item, pd.DataFrame):
+        missing = [c for c in _REPETITION_COLUMNS if c not in item.columns]
+        if missing:
+            raise ValueError(
+                f"{where}: a DataFrame without columns {missing}; valid: the columns of "
+                f"repetitions.csv ({', '.join(_REPETITION_COLUMNS)})"
+            )
+        return item[_REPETITION_COLUMNS]
+    raise ValueError(
+        f"{where}: a {type(item).__name__}; valid: a run directory, a uqbench.Score, a "
+        "uqbench.Run, a repetitions DataFrame, or a list of these"
+    )
+
+
+def compare(
+    run_or_results: Any,
+    metric: Optional[str] = None,
+    region: str = "all",
+    setting: Optional[str] = None,
+    resamples: int = 10000,
+    seed: int = 0,
+) -> "pd.DataFrame":
+    """Every pair of methods compared repetition by repetition, exactly as ``uqbench
+    compare`` does: one row per ordered pair and setting, with ``diff`` (the mean over
+    repetitions of a − b), ``stderr``, the 95% paired t interval ``t_low``/``t_high``, the
+    paired t-test's ``p_value``, ``p_holm`` (Holm over the setting's pairs),
+    ``prob_a_lower`` (paired bootstrap P(a's mean < b's), ``resamples`` resamples from
+    ``seed``), ``mdd`` (the minimum detectable difference at 5% and 80% power) and ``k`` (the
+    repetitions paired).
+
+    ``run_or_results``: a run directory, a :class:`Score` (from :func:`score` or
+    :func:`evaluate`), a :class:`Run`, a DataFrame with the columns of ``repetitions.csv``, or
+    a list of these (methods scored separately on the same problem; the anchor is taken once).
+    Run directories alone are checked to have drawn the same data. ``metric``: default
+    ``w2_anchor`` where present, else ``crps``, else ``nll``. The rankings (best first, with
+    the methods each is not separated from) are in ``frame.attrs["rankings"]``.
+    """
+    pd = _pandas()
+    items = list(run_or_results) if isinstance(run_or_results, (list, tuple)) else [
+        run_or_results
+    ]
+    if not items:
+        raise ValueError("run_or_results: an empty list; valid: at least one source")
+    for name, value in (("metric", metric), ("setting", setting)):
+        if value is not None and not isinstance(value, str):
+            raise ValueError(f"{name}: {value!r}; valid: a name (str) or None")
+    if not isinstance(region, str):
+        raise ValueError(f"region: {region!r}; valid: all, in, gap or out")
+    options = dict(
+        metric=metric,
+        region=region,
+        setting=setting,
+        resamples=as_int("resamples", resamples, 1),
+        seed=as_int("seed", seed, 0),
+    )
+    if all(isinstance(i, (str, os.PathLike)) for i in items):
+        result = _native_compare(runs=[os.fspath(i) for i in items], **options)
+    else:
+        frames = [_repetition_frame(i, f"run_or_results[{k}]") for k, i in enumerate(items)]
+        rows = pd.concat(frames, ignore_index=True)
+        # The anchor is in every Score of one problem, the same each time: keep one copy.
+        anchor = rows["method"] == "BLR"
+        rows = pd.concat(
+            [rows[~anchor], rows[anchor].drop_duplicates(subset=_REPETITION_COLUMNS[:5])],
+            ignore_index=True,
+        )
+        text = rows.to_csv(index=False, float_format=None)
+        result = _native_compare(repetitions=text, **options)
+    frame = pd.DataFrame(result["pairs"], columns=_COMPARE_COLUMNS)
+    for column in _COMPARE_COLUMNS[5:]:
+        frame[column] = pd.to_numeric(frame[column])
+    frame["k"] = frame["k"].astype(int)
+    frame.attrs["rankings"] = result["rankings"]
+    frame.attrs["direction"] = result["direction"]
+    return frame

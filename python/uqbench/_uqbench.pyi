@@ -35,11 +35,21 @@ class Problem:
         predictions: List[Dict[str, npt.NDArray[np.float64]]],
         method: str,
         levels: Optional[List[float]] = None,
-    ) -> Tuple[str, str, Dict[str, Any]]: ...
+    ) -> Tuple[str, str, Dict[str, Any], str]: ...
 
 def metrics(
     input: Dict[str, Any],
     bins: int = 15,
     levels: Optional[List[float]] = None,
     tace_threshold: float = 0.01,
+) -> Dict[str, Any]: ...
+
+def compare(
+    repetitions: Optional[str] = None,
+    runs: Optional[List[str]] = None,
+    metric: Optional[str] = None,
+    region: Optional[str] = None,
+    setting: Optional[str] = None,
+    resamples: int = 10000,
+    seed: int = 0,
 ) -> Dict[str, Any]: ...

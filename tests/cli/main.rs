@@ -7,6 +7,7 @@ mod anchor;
 mod backends;
 mod bad_specs;
 mod bench;
+mod compare;
 mod export_and_score;
 mod host;
 mod limits;

@@ -1,6 +1,8 @@
 //! uqbench's evaluation, without burn: what `run`, `report`, `merge`, `score` and the Python
 //! package share.
 //!
+//! - [`compare`]: every pair of methods compared repetition by repetition (paired t,
+//!   bootstrap, Holm) and rankings whose ties the data do not separate;
 //! - [`spec`]: experiment specs (the TOML files in `experiments/`), profiles, settings, the
 //!   run's noise source;
 //! - [`metrics`]: every metric of one input of predictions (`uqbench metrics`);
@@ -15,6 +17,7 @@
 //! - [`store`]: atomic writes, the run directory's paths and its `run.json`.
 //! - [`error`]: the crate's error type, `EvalError`.
 
+pub mod compare;
 pub mod error;
 pub mod metrics;
 pub mod predict;

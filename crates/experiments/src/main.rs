@@ -16,6 +16,7 @@ macro_rules! outln {
 mod commands;
 mod figures;
 mod provenance;
+mod ranking;
 mod report;
 mod runner;
 
@@ -64,6 +65,9 @@ enum Command {
     Export(commands::export::ExportArgs),
     /// Summarise predictions made by another tool against the truth and the anchor.
     Score(commands::score::ScoreArgs),
+    /// Compare every pair of methods repetition by repetition: paired differences, t
+    /// intervals, bootstrap, Holm, and rankings whose ties the data do not separate.
+    Compare(commands::compare::CompareArgs),
 }
 
 fn main() -> ExitCode {
@@ -81,6 +85,7 @@ fn main() -> ExitCode {
         Command::Metrics(args) => commands::metrics::run(args),
         Command::Export(args) => commands::export::run(args),
         Command::Score(args) => commands::score::run(args),
+        Command::Compare(args) => commands::compare::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

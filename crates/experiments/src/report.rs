@@ -5,6 +5,7 @@ use std::path::Path;
 
 use anyhow::Result;
 
+use uqbench_eval::compare;
 use uqbench_eval::spec::NoiseSource;
 use uqbench_eval::store::write_atomic;
 use uqbench_eval::summary::names;
@@ -107,6 +108,7 @@ pub fn write(
     if header.track == Track::Classification {
         classification_table(&mut md, header.methods, summary);
         joint_tables(&mut md, header.methods, summary);
+        rankings(&mut md, summary, &[names::NLL, names::ABS_ERROR]);
         return Ok(write_atomic(&dir.join("report.md"), md.as_bytes())?);
     }
     let _ = writeln!(md, "## Aggregates\n");
@@ -131,7 +133,40 @@ pub fn write(
         regression_table(&mut md, header.methods, s);
     }
     joint_tables(&mut md, header.methods, summary);
+    rankings(&mut md, summary, &[names::W2_ANCHOR, names::CRPS]);
     Ok(write_atomic(&dir.join("report.md"), md.as_bytes())?)
+}
+
+/// Which differences between methods are real: per setting, the ranking by each of
+/// `metrics` the run has (region `all`), with the ties the data do not separate.
+fn rankings(md: &mut String, summary: &Summary, metrics: &[&str]) {
+    let rows = compare::rows_of(summary);
+    let mut any = false;
+    for metric in metrics {
+        let opts = compare::Options::default().with_metric(metric);
+        // A run without this metric (no anchor: no W2) or with one repetition has nothing to
+        // rank.
+        let Ok(c) = compare::compare(&rows, &opts) else {
+            continue;
+        };
+        if c.pairs.iter().all(|p| p.k < 2) {
+            continue;
+        }
+        if !any {
+            let _ = writeln!(
+                md,
+                "## Which differences are real\n\nRepetition r of every method saw the same \
+                 data, so methods are compared by their differences per repetition (paired t \
+                 and bootstrap over repetitions, Holm over each setting's pairs). A rank is 1 + \
+                 the number of methods separated from it and better; methods the data do not \
+                 separate share ranks. Every pair, with its interval, P(A < B) and minimum \
+                 detectable difference: `uqbench compare <this directory> --metric M`; each \
+                 repetition's value: `repetitions.csv`.\n"
+            );
+            any = true;
+        }
+        crate::ranking::rankings_md(&c, md);
+    }
 }
 
 /// The joint predictions (spec §10) of every setting: per method, what its joint is made of

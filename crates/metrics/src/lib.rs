@@ -10,6 +10,8 @@
 //!   (one general calibration error), reliability diagrams, ensemble entropies.
 //! - [`information`]: WAIC (types 1 and 2) and importance-sampling CV with standard errors.
 //! - [`ranking`]: ROC AUC and referral curves.
+//! - [`paired`]: paired comparisons of two methods over repetitions (t interval and test,
+//!   paired bootstrap, minimum detectable difference) and Holm's correction.
 //! - [`joint`]: joint predictive distributions of y at τ inputs and the KL between them
 //!   (closed form for Gaussians, Monte Carlo otherwise, exact enumeration for labels; spec §10).
 //! - [`mcmc`]: rank-normalised split-R̂ (bulk, tail), bulk and tail ESS, MCSE, E-BFMI and
@@ -22,7 +24,9 @@ pub mod error;
 pub mod information;
 pub mod joint;
 pub mod mcmc;
+pub mod paired;
 pub mod ranking;
 pub mod regression;
+mod rng;
 
 pub use error::MetricError;

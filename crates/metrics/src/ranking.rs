@@ -82,7 +82,7 @@ pub fn referral_curve(
         }
         ranked.auc(&member)
     };
-    let mut rng = rng::SplitMix(seed);
+    let mut rng = crate::rng::SplitMix(seed);
     let mut out = Vec::with_capacity(fractions.len());
     for &q in fractions {
         if !(q > 0.0 && q <= 1.0) {
@@ -197,22 +197,6 @@ impl Ranked {
     }
 }
 
-/// A tiny self-contained generator for the random baseline (SplitMix64), so this crate needs
-/// no RNG dependency.
-mod rng {
-    pub struct SplitMix(pub u64);
-
-    impl SplitMix {
-        pub fn next(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            z ^ (z >> 31)
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -234,7 +218,7 @@ mod tests {
         // 300 points with scores on a coarse grid (many ties, a −0.0 among the 0.0s) and
         // random labels; 400 random subsets of every size: the subset AUC from the shared
         // ranking equals `roc_auc` of the subset itself exactly, NaN where that errs.
-        let mut rng = rng::SplitMix(3);
+        let mut rng = crate::rng::SplitMix(3);
         let n = 300;
         let mut scores: Vec<f64> = (0..n).map(|_| (rng.next() % 17) as f64 / 16.0).collect();
         scores[5] = -0.0;

@@ -25,12 +25,12 @@ use uqbench_metrics::classification::{
 };
 use uqbench_metrics::ranking::{referral_curve, roc_auc};
 
-use super::compute::{
-    insert_joint, mean_se_per_point, mixing_flag, proportions, region_aggregate, regions,
-};
+use super::compute::{insert_joint, mean_se_per_point, mixing_flag, proportions, regions};
 use super::joint::{JointKind, JointMetrics};
 use super::names;
-use super::types::{level_name, nullable_vec, MethodSummary, PointMetric, Scalar, TestInfo};
+use super::types::{
+    level_name, nullable_vec, ByRepetition, MethodSummary, PointMetric, Scalar, TestInfo,
+};
 use uqbench_metrics::regression::quantile_sorted;
 
 /// Bins of the ECE and the reliability diagram (equal width on the top-label confidence).
@@ -246,15 +246,10 @@ pub fn summarize_classification(
     let used: Vec<&ClassRep> = reps.iter().filter(|r| !r.diverged).collect();
     let k = used.len();
     if k == 0 {
-        return Ok(MethodSummary {
-            repetitions: 0,
+        return Ok(MethodSummary::empty(
             diverged,
-            points: BTreeMap::new(),
-            aggregate: BTreeMap::new(),
-            flags: vec!["every repetition diverged".into()],
-            per_repetition: BTreeMap::new(),
-            joint_kind: None,
-        });
+            vec!["every repetition diverged".into()],
+        ));
     }
     let regs = regions(test);
     // Per repetition and test input (`[r][i]`): a per-point metric is the mean over
@@ -290,6 +285,7 @@ pub fn summarize_classification(
         )],
         aggregate: BTreeMap::new(),
         per_repetition: BTreeMap::new(),
+        by: ByRepetition::new(used.iter().map(|r| r.repetition).collect()),
     };
     for &l in levels {
         interval_metrics(test, &used, l, &regs, &mut tables)?;
@@ -297,7 +293,7 @@ pub fn summarize_classification(
     for (region, idx) in &regs {
         let agg = tables.aggregate.entry((*region).to_string()).or_default();
         for (name, v) in &tables.per_point {
-            agg.insert(name.clone(), region_aggregate(v, idx));
+            agg.insert(name.clone(), tables.by.region(region, name, v, idx));
         }
     }
     for (name, v) in std::mem::take(&mut tables.per_point) {
@@ -309,11 +305,16 @@ pub fn summarize_classification(
         mut aggregate,
         per_repetition,
         pointwise,
+        mut by,
         ..
     } = tables;
-    labelled.insert_into(&mut aggregate)?;
-    insert_scalars(aggregate.entry(names::ALL.to_string()).or_default(), &used);
-    insert_joint(&mut aggregate, used.iter().map(|r| &r.joint));
+    labelled.insert_into(&mut aggregate, &mut by)?;
+    insert_scalars(
+        aggregate.entry(names::ALL.to_string()).or_default(),
+        &used,
+        &mut by,
+    );
+    insert_joint(&mut aggregate, used.iter().map(|r| &r.joint), &mut by);
     let mut flags: Vec<String> = mixing_flag(used.iter().map(|r| &r.scalars), reps.len());
     if !diverged.is_empty() {
         flags.push(format!(
@@ -334,6 +335,7 @@ pub fn summarize_classification(
             .iter()
             .any(|r| !r.joint.is_empty())
             .then_some(JointKind::Draws),
+        by_repetition: by,
     })
 }
 
@@ -344,6 +346,7 @@ struct Tables {
     pointwise: Vec<(String, PointMetric)>,
     aggregate: BTreeMap<String, BTreeMap<String, Scalar>>,
     per_repetition: BTreeMap<String, Vec<f64>>,
+    by: ByRepetition,
 }
 
 /// The central interval at level `l`: its coverage of the exact probability (per point, per
@@ -405,7 +408,12 @@ fn interval_metrics(
             .or_default()
             .insert(
                 format!("{}_{name}", names::COVERAGE_AT),
-                region_aggregate(&covered, idx),
+                tables.by.region(
+                    region,
+                    &format!("{}_{name}", names::COVERAGE_AT),
+                    &covered,
+                    idx,
+                ),
             );
     }
     let widths: Vec<Vec<f64>> = bounds
@@ -521,16 +529,22 @@ fn label_metrics_of(
 impl Labelled {
     /// Mean ± se over repetitions of every label metric and referral point, and the
     /// reliability diagram over every repetition's test points together.
-    fn insert_into(self, aggregate: &mut BTreeMap<String, BTreeMap<String, Scalar>>) -> Result<()> {
+    fn insert_into(
+        self,
+        aggregate: &mut BTreeMap<String, BTreeMap<String, Scalar>>,
+        by: &mut ByRepetition,
+    ) -> Result<()> {
         for (region, metrics) in self.per_region {
             let agg = aggregate.entry(region.to_string()).or_default();
             for (name, v) in metrics {
-                agg.insert(name, over_reps(&v));
+                agg.insert(name.clone(), over_reps(&v));
+                by.put(region, &name, v);
             }
         }
         let all = aggregate.entry(names::ALL.to_string()).or_default();
         for (name, v) in self.referral {
-            all.insert(name, over_reps(&v));
+            all.insert(name.clone(), over_reps(&v));
+            by.put(names::ALL, &name, v);
         }
         // The reliability diagram over every repetition's test points together ([002] Fig. 29–33,
         // Guo et al. 2017): per non-empty bin of the top-label confidence, its mean confidence,
@@ -564,7 +578,7 @@ impl Labelled {
 /// diagnostics), as mean ± se over the repetitions. As in the regression track, only NaN is
 /// left out: an infinite value (an R̂ that could not be computed) makes the mean infinite
 /// rather than vanish from it.
-fn insert_scalars(all: &mut BTreeMap<String, Scalar>, used: &[&ClassRep]) {
+fn insert_scalars(all: &mut BTreeMap<String, Scalar>, used: &[&ClassRep], by: &mut ByRepetition) {
     let mut scalar_names: Vec<String> = used
         .iter()
         .flat_map(|r| r.scalars.keys().cloned())
@@ -572,6 +586,13 @@ fn insert_scalars(all: &mut BTreeMap<String, Scalar>, used: &[&ClassRep]) {
     scalar_names.sort();
     scalar_names.dedup();
     for name in scalar_names {
+        by.put(
+            names::ALL,
+            &name,
+            used.iter()
+                .map(|r| r.scalars.get(&name).copied().unwrap_or(f64::NAN))
+                .collect(),
+        );
         let v: Vec<f64> = used
             .iter()
             .filter_map(|r| r.scalars.get(&name).copied())

@@ -83,6 +83,21 @@ fn the_exact_probability_is_calibrated_and_covered() {
             "repetition {r}: ECE {ece} above its bound {bound}"
         );
     }
+    // Each repetition's value of every region aggregate is kept (for paired comparisons),
+    // and the aggregate is the mean of the kept values, over every region and metric.
+    let by = &s.by_repetition;
+    assert_eq!(by.repetitions.len(), 20);
+    for name in ["ece", "nll", "accuracy", "abs_error", "coverage_0.9"] {
+        assert!(by.values["all"].contains_key(name), "{name}");
+    }
+    for (region, metrics) in &by.values {
+        for (metric, v) in metrics {
+            let finite: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
+            let mean = finite.iter().sum::<f64>() / finite.len() as f64;
+            let agg = s.aggregate[region][metric].value;
+            assert!((agg - mean).abs() <= 1e-12 * mean.abs().max(1.0), "{region}/{metric}");
+        }
+    }
     // Its reliability diagram lies on the diagonal within the binomial error of each bin.
     for b in 0..ECE_BINS {
         let (Some(c), Some(a), Some(share)) = (

@@ -12,8 +12,8 @@ use uqbench_metrics::coverage::{self, Intervals};
 use super::joint::JointMetrics;
 use super::names;
 use super::types::{
-    level_name, MethodSummary, PointMetric, RepResult, Scalar, SettingSummary, TestInfo, Which,
-    ANCHOR, UNDERFIT_FACTOR,
+    level_name, ByRepetition, MethodSummary, PointMetric, RepResult, Scalar, SettingSummary,
+    TestInfo, Which, ANCHOR, UNDERFIT_FACTOR,
 };
 
 /// Checks one method's repetitions against the test inputs: lengths always, and finite
@@ -119,20 +119,10 @@ pub fn summarize_method(
         .collect();
     let ok: Vec<&RepResult> = reps.iter().filter(|r| !r.diverged).collect();
     let k = ok.len();
-    let mut points: BTreeMap<String, PointMetric> = BTreeMap::new();
-    let aggregate: BTreeMap<String, BTreeMap<String, Scalar>> = BTreeMap::new();
-    let per_repetition: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     if k == 0 {
-        return Ok(MethodSummary {
-            repetitions: 0,
-            diverged,
-            points,
-            aggregate,
-            flags: Vec::new(),
-            per_repetition: BTreeMap::new(),
-            joint_kind: None,
-        });
+        return Ok(MethodSummary::empty(diverged, Vec::new()));
     }
+    let mut points: BTreeMap<String, PointMetric> = BTreeMap::new();
     // Every quantity below is first computed per repetition and test input (`[r][i]`); a
     // per-point metric is its mean over repetitions, a region aggregate the mean over
     // repetitions of each repetition's mean over the region's points, and every standard
@@ -183,9 +173,10 @@ pub fn summarize_method(
     // Pointwise coverage fractions of [004] and widths, per level.
     let mut acc = Acc {
         points,
-        aggregate,
-        per_repetition,
+        aggregate: BTreeMap::new(),
+        per_repetition: BTreeMap::new(),
         per_point,
+        by: ByRepetition::new(ok.iter().map(|r| r.repetition).collect()),
     };
     for &level in levels {
         level_metrics(test, &ok, level, &regs, &mut acc)?;
@@ -195,16 +186,28 @@ pub fn summarize_method(
         mut aggregate,
         per_repetition,
         per_point,
+        mut by,
     } = acc;
 
-    region_aggregates(&regs, &per_point, &covered, &points, &mut aggregate);
+    region_aggregates(
+        &regs,
+        &per_point,
+        &covered,
+        &points,
+        &mut aggregate,
+        &mut by,
+    );
     for (name, v) in per_point {
         points.insert(name, mean_se_per_point(&v, m));
     }
     points.insert(names::COVERAGE.into(), proportions(&hits, k));
     points.insert(names::RMSE.into(), rmse);
-    insert_scalars(aggregate.entry(names::ALL.into()).or_default(), &ok);
-    insert_joint(&mut aggregate, ok.iter().map(|r| &r.joint));
+    insert_scalars(
+        aggregate.entry(names::ALL.into()).or_default(),
+        &ok,
+        &mut by,
+    );
+    insert_joint(&mut aggregate, ok.iter().map(|r| &r.joint), &mut by);
 
     Ok(MethodSummary {
         repetitions: k,
@@ -214,6 +217,7 @@ pub fn summarize_method(
         flags: Vec::new(),
         per_repetition,
         joint_kind: ok.iter().find_map(|r| r.joint_kind),
+        by_repetition: by,
     })
 }
 
@@ -226,13 +230,17 @@ fn region_aggregates(
     covered: &[Vec<f64>],
     points: &BTreeMap<String, PointMetric>,
     aggregate: &mut BTreeMap<String, BTreeMap<String, Scalar>>,
+    by: &mut ByRepetition,
 ) {
     for (region, idx) in regs {
         let entry = aggregate.entry((*region).to_string()).or_default();
         for (name, v) in per_point {
-            entry.insert(name.clone(), region_aggregate(v, idx));
+            entry.insert(name.clone(), by.region(region, name, v, idx));
         }
-        entry.insert(names::COVERAGE.into(), region_aggregate(covered, idx));
+        entry.insert(
+            names::COVERAGE.into(),
+            by.region(region, names::COVERAGE, covered, idx),
+        );
         entry.insert(names::POINTS.into(), Scalar::bare(idx.len() as f64));
         if let Some(ratio) = points.get(names::UNCERTAINTY_RATIO) {
             // The median, not the mean: where every feature vanishes the anchor is certain
@@ -290,6 +298,7 @@ struct Acc {
     aggregate: BTreeMap<String, BTreeMap<String, Scalar>>,
     per_repetition: BTreeMap<String, Vec<f64>>,
     per_point: Vec<(String, Vec<Vec<f64>>)>,
+    by: ByRepetition,
 }
 
 /// [004]'s pointwise coverage fractions (CICF of f, PICF of y), their Brier scores and the
@@ -379,11 +388,13 @@ fn level_metrics(
         // covered (CICP) or its mean PI coverage probability (PICP), over repetitions.
         entry.insert(
             format!("{}_{name}", names::CICP),
-            region_aggregate(&cicf_r, idx),
+            acc.by
+                .region(region, &format!("{}_{name}", names::CICP), &cicf_r, idx),
         );
         entry.insert(
             format!("{}_{name}", names::PICP),
-            region_aggregate(&picf_r, idx),
+            acc.by
+                .region(region, &format!("{}_{name}", names::PICP), &picf_r, idx),
         );
     }
     acc.per_point
@@ -395,11 +406,18 @@ fn level_metrics(
 
 /// Per-repetition scalars (learned rates, objectives, training fit): mean and standard error
 /// over the repetitions that entered the metrics.
-fn insert_scalars(all: &mut BTreeMap<String, Scalar>, ok: &[&RepResult]) {
+fn insert_scalars(all: &mut BTreeMap<String, Scalar>, ok: &[&RepResult], by: &mut ByRepetition) {
     let mut names: Vec<&String> = ok.iter().flat_map(|r| r.scalars.keys()).collect();
     names.sort();
     names.dedup();
     for name in names {
+        by.put(
+            names::ALL,
+            name,
+            ok.iter()
+                .map(|r| r.scalars.get(name).copied().unwrap_or(f64::NAN))
+                .collect(),
+        );
         let v: Vec<f64> = ok
             .iter()
             .filter_map(|r| r.scalars.get(name).copied())
@@ -418,6 +436,7 @@ fn insert_scalars(all: &mut BTreeMap<String, Scalar>, ok: &[&RepResult]) {
 pub(super) fn insert_joint<'a>(
     aggregate: &mut BTreeMap<String, BTreeMap<String, Scalar>>,
     reps: impl Iterator<Item = &'a JointMetrics> + Clone,
+    by: &mut ByRepetition,
 ) {
     let mut keys: Vec<(String, String)> = reps
         .clone()
@@ -432,6 +451,17 @@ pub(super) fn insert_joint<'a>(
     keys.sort();
     keys.dedup();
     for (region, name) in keys {
+        by.put(
+            &region,
+            &name,
+            reps.clone()
+                .map(|j| {
+                    j.get(&region)
+                        .and_then(|m| m.get(&name).copied())
+                        .unwrap_or(f64::NAN)
+                })
+                .collect(),
+        );
         let v: Vec<f64> = reps
             .clone()
             .filter_map(|j| j.get(&region)?.get(&name).copied())
@@ -444,40 +474,6 @@ pub(super) fn insert_joint<'a>(
                 .or_default()
                 .insert(name, Scalar::with_se(s.mean, se));
         }
-    }
-}
-
-/// A region's aggregate of a quantity given per repetition and test input (`v[r][i]`): the
-/// mean over repetitions of each repetition's mean over the region's points `idx`, with its
-/// standard error over the repetitions (sample sd, n − 1, over √K: the repetitions are
-/// independent, the test inputs of one repetition are not), and the spread across the region's
-/// points of the per-point means over repetitions as `points_sd` (descriptive only). NaN values
-/// (an undefined quantity at a point) are left out of a repetition's mean.
-pub(super) fn region_aggregate(v: &[Vec<f64>], idx: &[usize]) -> Scalar {
-    let per_rep: Vec<f64> = v
-        .iter()
-        .filter_map(|r| {
-            let vals: Vec<f64> = idx.iter().map(|&i| r[i]).filter(|x| !x.is_nan()).collect();
-            (!vals.is_empty()).then(|| vals.iter().sum::<f64>() / vals.len() as f64)
-        })
-        .collect();
-    let Ok(s) = coverage::mean_se(&per_rep) else {
-        return Scalar::bare(f64::NAN);
-    };
-    let point_means: Vec<f64> = idx
-        .iter()
-        .filter_map(|&i| {
-            let col: Vec<f64> = v.iter().map(|r| r[i]).filter(|x| !x.is_nan()).collect();
-            (!col.is_empty()).then(|| col.iter().sum::<f64>() / col.len() as f64)
-        })
-        .collect();
-    Scalar {
-        value: s.mean,
-        stderr: if per_rep.len() > 1 { s.se } else { f64::NAN },
-        points_sd: coverage::mean_se(&point_means)
-            .ok()
-            .filter(|_| point_means.len() > 1)
-            .map(|p| p.se * (point_means.len() as f64).sqrt()),
     }
 }
 

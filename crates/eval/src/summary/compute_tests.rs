@@ -163,6 +163,27 @@ fn region_error_bars_are_over_repetitions_by_hand() {
     // The region's CICP: per repetition 1, ½, ½ → 2/3 ± 1/6.
     let c = s.aggregate["in"]["cicp_0.9"];
     assert!(close(c.value, 2.0 / 3.0) && close(c.stderr, 1.0 / 6.0));
+    // Each repetition's region value is kept for paired comparisons: `in` deviation per
+    // repetition as above, and every aggregate that is a mean over repetitions is the mean
+    // of its kept values.
+    let by = &s.by_repetition;
+    assert_eq!(by.repetitions, vec![0, 1, 2]);
+    for (got, want) in by.values["in"]["deviation"].iter().zip([0.25, 0.75, 0.55]) {
+        assert!(close(*got, want));
+    }
+    let mut checked = 0;
+    for (region, metrics) in &by.values {
+        for (metric, v) in metrics {
+            let agg = s.aggregate[region][metric].value;
+            let finite: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
+            let mean = finite.iter().sum::<f64>() / finite.len() as f64;
+            assert!(close(agg, mean), "{region}/{metric}: {agg} vs {mean}");
+            checked += 1;
+        }
+    }
+    // 3 regions × (deviation, uncertainty, crps, coverage, cicp, picp, width, pi_width), and
+    // the scalar `train_mse` in `all`.
+    assert_eq!(checked, 3 * 8 + 1, "{:?}", by.values);
     // The CSV carries the spread in its own column.
     let summary = Summary {
         experiment: "t".into(),
@@ -185,6 +206,14 @@ fn region_error_bars_are_over_repetitions_by_hand() {
         .collect();
     assert!(close(row[0], 1.55 / 3.0) && close(row[1], 0.145_296_631_4));
     assert!(close(row[2], 0.1 / 3.0 / 2f64.sqrt()), "{csv}");
+    // repetitions.csv: one row per region × metric × repetition.
+    let reps_csv = summary.repetitions_csv();
+    assert!(reps_csv.starts_with("setting,method,region,metric,repetition,value\n"));
+    assert!(
+        reps_csv.contains("\n,M,in,deviation,1,0.75\n"),
+        "{reps_csv}"
+    );
+    assert_eq!(reps_csv.lines().count(), 1 + (3 * 8 + 1) * 3);
 }
 
 #[test]

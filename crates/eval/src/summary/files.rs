@@ -30,6 +30,9 @@ pub(crate) fn num(v: f64) -> String {
     }
 }
 
+/// The per-repetition file of a run directory ([`Summary::repetitions_csv`]).
+pub const REPETITIONS_CSV: &str = "repetitions.csv";
+
 /// A CSV document written record by record with the `csv` crate (RFC 4180 quoting: fields
 /// with a comma, quote or line break are quoted).
 struct Csv(csv::Writer<Vec<u8>>);
@@ -155,13 +158,51 @@ impl Summary {
         out.text()
     }
 
+    /// The per-repetition CSV: one row per setting × method × region × metric × repetition,
+    /// each repetition's value of every region aggregate that is a mean over repetitions
+    /// (columns `setting, method, region, metric, repetition, value`; empty where the
+    /// repetition has none). Repetition r of every method saw the same data: this is what
+    /// paired comparisons (`uqbench compare`) read.
+    pub fn repetitions_csv(&self) -> String {
+        let header = [
+            "setting",
+            "method",
+            "region",
+            "metric",
+            "repetition",
+            "value",
+        ]
+        .map(String::from);
+        let mut out = Csv::new(&header);
+        for s in &self.settings {
+            for (method, ms) in &s.methods {
+                let by = &ms.by_repetition;
+                for (region, metrics) in &by.values {
+                    for (metric, values) in metrics {
+                        for (r, v) in by.repetitions.iter().zip(values) {
+                            out.row(&[
+                                s.setting.clone(),
+                                method.clone(),
+                                region.clone(),
+                                metric.clone(),
+                                r.to_string(),
+                                num(*v),
+                            ]);
+                        }
+                    }
+                }
+            }
+        }
+        out.text()
+    }
+
     /// The summary as JSON (non-finite numbers become null).
     pub fn to_json(&self) -> Value {
         json!(self)
     }
 
-    /// Writes summary.json, summary.csv (per test input) and aggregate.csv (per region) into
-    /// `dir`, each atomically.
+    /// Writes summary.json, summary.csv (per test input), aggregate.csv (per region) and
+    /// repetitions.csv (per region and repetition) into `dir`, each atomically.
     pub fn write(&self, dir: &std::path::Path) -> Result<()> {
         for level in &self.levels {
             if !(*level > 0.0 && *level < 1.0) {
@@ -174,6 +215,10 @@ impl Summary {
         )?;
         crate::store::write_atomic(&dir.join("summary.csv"), self.points_csv().as_bytes())?;
         crate::store::write_atomic(&dir.join("aggregate.csv"), self.aggregate_csv().as_bytes())?;
+        crate::store::write_atomic(
+            &dir.join(REPETITIONS_CSV),
+            self.repetitions_csv().as_bytes(),
+        )?;
         Ok(())
     }
 }

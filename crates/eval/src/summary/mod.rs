@@ -5,6 +5,7 @@
 //! - `types`: what a run stores per repetition and what a summary holds, and the intervals
 //!   of each predictive family (normal, Student t, empirical);
 //! - `compute`: the metrics;
+//! - `by_rep`: each repetition's value of every region aggregate (for paired comparisons);
 //! - `empirical`: the intervals and CRPS of an empirical family from its draws;
 //! - `distance`: W2 and KL from a method's predictive of f to the anchor's, per test input;
 //! - `classify`: the classification track's stored repetition and its metrics against the
@@ -13,8 +14,9 @@
 //! - [`joint`]: the joint predictions' KL at τ inputs against the exact posterior and the
 //!   data-generating distribution (spec §10), per repetition and region;
 //! - [`names`]: the metric and region names, in one place;
-//! - `files`: summary.json, summary.csv and aggregate.csv.
+//! - `files`: summary.json, summary.csv, aggregate.csv and repetitions.csv.
 
+mod by_rep;
 mod classify;
 mod compute;
 mod distance;
@@ -31,7 +33,8 @@ pub use classify::{
 };
 pub use compute::{regions, summarize_setting};
 pub use distance::to_anchor;
+pub use files::REPETITIONS_CSV;
 pub use types::{
-    empirical, level_name, with_coverage_level, AnchorRef, NoiseSd, RepContext, RepResult, Scalar,
-    SettingSummary, Summary, TestInfo, ANCHOR, UNDERFIT_FACTOR,
+    empirical, level_name, with_coverage_level, AnchorRef, ByRepetition, NoiseSd, RepContext,
+    RepResult, Scalar, SettingSummary, Summary, TestInfo, ANCHOR, UNDERFIT_FACTOR,
 };

@@ -414,6 +414,36 @@ pub struct MethodSummary {
     /// product of its marginals), when the joint metrics ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub joint_kind: Option<JointKind>,
+    /// Each repetition's value of every region aggregate that is a mean over repetitions
+    /// (not in summary.json: `repetitions.csv` holds it), for paired comparisons.
+    #[serde(skip)]
+    pub by_repetition: ByRepetition,
+}
+
+/// Region → metric → one value per repetition of [`ByRepetition::repetitions`] (NaN where a
+/// repetition has no value: a scalar it does not record, a region mean over undefined points).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ByRepetition {
+    /// The repetitions that entered the metrics, in order.
+    pub repetitions: Vec<u64>,
+    /// Region → metric → values aligned with `repetitions`.
+    pub values: BTreeMap<String, BTreeMap<String, Vec<f64>>>,
+}
+
+impl MethodSummary {
+    /// The summary of a method none of whose repetitions entered the metrics.
+    pub(super) fn empty(diverged: Vec<u64>, flags: Vec<String>) -> MethodSummary {
+        MethodSummary {
+            repetitions: 0,
+            diverged,
+            points: BTreeMap::new(),
+            aggregate: BTreeMap::new(),
+            flags,
+            per_repetition: BTreeMap::new(),
+            joint_kind: None,
+            by_repetition: ByRepetition::default(),
+        }
+    }
 }
 
 /// A method whose mean in-distribution deviation exceeds the anchor's by more than this

@@ -6,6 +6,7 @@ pub mod bench;
 pub mod bench_hmc;
 pub mod bench_method;
 pub mod check;
+pub mod compare;
 pub mod export;
 pub mod merge;
 pub mod metrics;

@@ -298,8 +298,13 @@ impl HmcTrainer<'_> {
         // Each iteration's step is ε·U(0.5, 1.5) from the replica's stream: a fixed ε·L can
         // sit near a multiple of a posterior direction's period, where HMC barely moves
         // (Neal 2011, §5.4.2.2); jittering it breaks that.
-        let jittered = (eps.iter().zip(streams.iter_mut()))
-            .map(|(&e, g)| (if c.jitter { e * (0.5 + g.uniform()) } else { e }) as f32)
+        // With σ sampled, the step is ε·σ (the module's doc says why).
+        let sampled = self.noise.is_none();
+        let jittered = (eps.iter().zip(streams.iter_mut()).zip(&st.s2))
+            .map(|((&e, g), &s2)| {
+                let e = if sampled { e * s2.sqrt() } else { e };
+                (if c.jitter { e * (0.5 + g.uniform()) } else { e }) as f32
+            })
             .collect();
         let step = upload(jittered, [rc, 1, 1], dev);
         // Momenta from each replica's stream.

@@ -234,7 +234,8 @@ impl HmcTrainer<'_> {
         let mut f_train = vec![0.0f32; n];
         for it in 0..c.warmup + c.draws {
             let sampling = it >= c.warmup;
-            let eps = adapt.eps[0];
+            // The step scales with σ when σ is sampled (the module's doc says why).
+            let eps = adapt.eps[0] * if self.noise.is_none() { s2.sqrt() } else { 1.0 };
             let step = (if c.jitter {
                 eps * (0.5 + stream.uniform())
             } else {

@@ -32,6 +32,17 @@ fn run_linear(
     x_test: &[f64],
     own: HmcSettings,
 ) -> Vec<uqbench_core::Prediction> {
+    run_linear_sigma(x, y, x_test, own, Some(0.5))
+}
+
+/// [`run_linear`] with the task's known σ (`None`: σ unknown to the task).
+fn run_linear_sigma(
+    x: &[f64],
+    y: &[Vec<f64>],
+    x_test: &[f64],
+    own: HmcSettings,
+    known_sigma: Option<f64>,
+) -> Vec<uqbench_core::Prediction> {
     let task = Task {
         d: 1,
         x_train: x,
@@ -39,7 +50,7 @@ fn run_linear(
         repetitions: &[0],
         x_test,
         epochs: 1,
-        known_sigma: Some(0.5),
+        known_sigma,
         seeds: SeedBase {
             base: 3,
             experiment: "hmc".into(),
@@ -182,4 +193,128 @@ fn bad_settings_name_the_key() {
     .unwrap_err()
     .to_string();
     assert!(e.contains("every width must be at least 1"), "{e}");
+}
+
+/// The exact posterior of the linear model with σ unknown, by quadrature over σ²: prior
+/// w, b ~ N(0, σ_p²) independent of σ, σ² ~ InvGamma(1, 1) (HMC's), so p(σ² | y) ∝
+/// InvGamma(σ² | 1, 1)·N(y | 0, σ²I + σ_p²ΦΦᵀ) and, given σ², f(x*) is normal with the
+/// conjugate mean m(σ²) and variance v(σ²). Returns (σ² grid, normalised weights, m, v) at
+/// the test input `xs`.
+#[allow(clippy::type_complexity)]
+fn sigma_quadrature(x: &[f64], y: &[f64], xs: f64, sp: f64) -> (Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>) {
+    let n = x.len();
+    let phi = DMatrix::from_fn(n, 2, |i, j| if j == 0 { x[i] } else { 1.0 });
+    let yv = DVector::from_column_slice(y);
+    let p = DVector::from_vec(vec![xs, 1.0]);
+    // A log-spaced grid of 4 000 points over σ² ∈ [0.01, 100] (the weights carry dσ²/dlog σ²).
+    let grid: Vec<f64> = (0..4000)
+        .map(|k| (0.01f64.ln() + (100f64.ln() - 0.01f64.ln()) * k as f64 / 3999.0).exp())
+        .collect();
+    let mut logw = Vec::new();
+    let (mut m, mut v) = (Vec::new(), Vec::new());
+    for &s2 in &grid {
+        let c = DMatrix::identity(n, n) * s2 + &phi * phi.transpose() * (sp * sp);
+        let chol = c.cholesky().unwrap();
+        let alpha = chol.solve(&yv);
+        let logdet: f64 = 2.0 * (0..n).map(|i| chol.l()[(i, i)].ln()).sum::<f64>();
+        let loglik = -0.5 * (yv.dot(&alpha) + logdet);
+        logw.push(loglik - 2.0 * s2.ln() - 1.0 / s2 + s2.ln());
+        let a = phi.transpose() * &phi / s2 + DMatrix::identity(2, 2) / (sp * sp);
+        let ai = a.try_inverse().unwrap();
+        let mu = &ai * (phi.transpose() * &yv / s2);
+        m.push(p.dot(&mu));
+        v.push((p.transpose() * &ai * &p)[(0, 0)]);
+    }
+    let top = logw.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+    let w: Vec<f64> = logw.iter().map(|l| (l - top).exp()).collect();
+    let total: f64 = w.iter().sum();
+    (grid, w.iter().map(|w| w / total).collect(), m, v)
+}
+
+#[test]
+fn hmc_pairs_each_draw_with_its_own_sigma() {
+    // Six points, σ unknown (true σ = 1), prior sd 10, x* = 6 far outside the data: given σ,
+    // f(x*) − m ≈ σ·N(0, c) with c ≈ 13, so f and σ are strongly dependent, and
+    // E[(f − E f)²/σ²] is a quantity that only draws paired with their own σ reproduce:
+    // pairing with another draw's σ gives ≈ c·E[σ²]·E[σ⁻²] = c·a/(a − 1) with a = 1 + N/2 − 1
+    // = 3 here, 50% more (measured below on the draws themselves).
+    let n = 6;
+    let mut rng = Rng::new(5);
+    let x: Vec<f64> = (0..n).map(|_| rng.uniform_in(-1.0, 1.0)).collect();
+    let y: Vec<f64> = x.iter().map(|&v| 0.8 * v - 0.3 + rng.normal()).collect();
+    let xs = 6.0;
+    let out = run_linear_sigma(
+        &x,
+        std::slice::from_ref(&y),
+        &[xs],
+        HmcSettings {
+            chains: 4,
+            warmup: 500,
+            draws: 2500,
+            leapfrog_steps: 10,
+            prior_sd: 10.0,
+            ..HmcSettings::default()
+        },
+        None,
+    );
+    let o = &out[0];
+    // Reference-grade, without a divergent transition: the leapfrog step scales with the
+    // Gibbs-drawn σ. (With one step for every σ, a small σ² made the step adapted to the
+    // typical σ unstable: 547 divergent transitions of 10 000 here, issue 39.)
+    assert!(!o.diverged, "{:?}", o.scalars);
+    assert_eq!(o.scalars["divergent_transitions"], 0.0, "{:?}", o.scalars);
+    assert_eq!(o.scalars["reference_grade"], 1.0, "{:?}", o.scalars);
+    let f: Vec<f64> = o.samples.as_ref().unwrap().iter().map(|r| r[0]).collect();
+    let sigma = o.noise_samples.as_ref().unwrap();
+    assert_eq!(f.len(), sigma.len());
+    let ess = o.scalars["ess_bulk_min"];
+    let (grid, w, m, v) = sigma_quadrature(&x, &y, xs, 10.0);
+    let big_m: f64 = w.iter().zip(&m).map(|(w, m)| w * m).sum();
+    let exact: f64 = (0..grid.len())
+        .map(|k| w[k] * (v[k] + (m[k] - big_m).powi(2)) / grid[k])
+        .sum();
+    let fbar = f.iter().sum::<f64>() / f.len() as f64;
+    let stat = |sig: &dyn Fn(usize) -> f64| -> (f64, f64) {
+        let t: Vec<f64> = (0..f.len()).map(|s| (f[s] - fbar).powi(2) / sig(s).powi(2)).collect();
+        let mean = t.iter().sum::<f64>() / t.len() as f64;
+        let sd = (t.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / t.len() as f64).sqrt();
+        (mean, sd)
+    };
+    let (paired, sd) = stat(&|s| sigma[s]);
+    // Its Monte Carlo error is sd/√ESS (the ESS of the worst test input's f); 5 of those.
+    let bound = 5.0 * sd / ess.sqrt();
+    assert!((paired - exact).abs() < bound, "paired {paired} vs exact {exact} ± {bound}");
+    // The test can fail: each draw paired with another chain's σ (reversed order) misses by
+    // more than twice the bound.
+    let (shuffled, _) = stat(&|s| sigma[sigma.len() - 1 - s]);
+    assert!((shuffled - exact).abs() > 2.0 * bound, "shuffled {shuffled} vs {exact} ± {bound}");
+    // The predictive of y: the mixture over draws of N(f_s, σ_s²) (what the empirical family's
+    // prediction intervals are) against the exact scale mixture, compared by their CDFs at the
+    // exact 0.5%, 2.5%, 97.5% and 99.5% quantiles; the draws' CDF at t has Monte Carlo sd
+    // sd(Φ((t − f_s)/σ_s))/√ESS, 5 of those.
+    let exact_cdf = |t: f64| -> f64 {
+        (0..grid.len())
+            .map(|k| w[k] * normal_cdf((t - m[k]) / (v[k] + grid[k]).sqrt()))
+            .sum()
+    };
+    for level in [0.005, 0.025, 0.975, 0.995] {
+        let (mut lo, mut hi) = (-1e3, 1e3);
+        for _ in 0..200 {
+            let mid = 0.5 * (lo + hi);
+            if exact_cdf(mid) < level { lo = mid } else { hi = mid }
+        }
+        let t = 0.5 * (lo + hi);
+        let phis: Vec<f64> = (0..f.len()).map(|s| normal_cdf((t - f[s]) / sigma[s])).collect();
+        let fhat = phis.iter().sum::<f64>() / phis.len() as f64;
+        let sd = (phis.iter().map(|p| (p - fhat).powi(2)).sum::<f64>() / phis.len() as f64).sqrt();
+        assert!(
+            (fhat - level).abs() < 5.0 * sd / ess.sqrt(),
+            "level {level}: draws' CDF {fhat} at the exact quantile {t} (± {})",
+            5.0 * sd / ess.sqrt()
+        );
+    }
+}
+
+fn normal_cdf(z: f64) -> f64 {
+    0.5 * statrs::function::erf::erfc(-z / std::f64::consts::SQRT_2)
 }

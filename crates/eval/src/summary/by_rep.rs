@@ -1,0 +1,90 @@
+//! Each repetition's value of every region aggregate, kept beside the aggregates so that two
+//! methods can be compared repetition by repetition (`uqbench compare`, issue 40 §7):
+//! repetition r of every method saw the same data, so their differences are paired.
+
+use std::collections::BTreeMap;
+
+use uqbench_metrics::coverage;
+
+use super::types::{ByRepetition, Scalar};
+
+impl ByRepetition {
+    /// An empty table for these repetitions.
+    pub(super) fn new(repetitions: Vec<u64>) -> ByRepetition {
+        ByRepetition {
+            repetitions,
+            values: BTreeMap::new(),
+        }
+    }
+
+    /// Records one value per repetition of `metric` in `region`; a length that does not match
+    /// the repetitions is a bug in the summary, not an input error.
+    pub(super) fn put(&mut self, region: &str, metric: &str, values: Vec<f64>) {
+        debug_assert_eq!(values.len(), self.repetitions.len(), "{region}/{metric}");
+        if values.len() == self.repetitions.len() {
+            self.values
+                .entry(region.to_string())
+                .or_default()
+                .insert(metric.to_string(), values);
+        }
+    }
+
+    /// The region's aggregate of `v[r][i]` ([`region_aggregate`]), recording each
+    /// repetition's mean over the region's points.
+    pub(super) fn region(
+        &mut self,
+        region: &str,
+        metric: &str,
+        v: &[Vec<f64>],
+        idx: &[usize],
+    ) -> Scalar {
+        self.put(region, metric, region_means(v, idx));
+        region_aggregate(v, idx)
+    }
+}
+
+/// Each repetition's mean over the points `idx` of `v[r][i]`, NaN values left out (NaN where
+/// none is left).
+pub(super) fn region_means(v: &[Vec<f64>], idx: &[usize]) -> Vec<f64> {
+    v.iter()
+        .map(|r| {
+            let vals: Vec<f64> = idx.iter().map(|&i| r[i]).filter(|x| !x.is_nan()).collect();
+            if vals.is_empty() {
+                f64::NAN
+            } else {
+                vals.iter().sum::<f64>() / vals.len() as f64
+            }
+        })
+        .collect()
+}
+
+/// A region's aggregate of a quantity given per repetition and test input (`v[r][i]`): the
+/// mean over repetitions of each repetition's mean over the region's points `idx`, with its
+/// standard error over the repetitions (sample sd, n − 1, over √K: the repetitions are
+/// independent, the test inputs of one repetition are not), and the spread across the region's
+/// points of the per-point means over repetitions as `points_sd` (descriptive only). NaN values
+/// (an undefined quantity at a point) are left out of a repetition's mean.
+pub(super) fn region_aggregate(v: &[Vec<f64>], idx: &[usize]) -> Scalar {
+    let per_rep: Vec<f64> = region_means(v, idx)
+        .into_iter()
+        .filter(|x| !x.is_nan())
+        .collect();
+    let Ok(s) = coverage::mean_se(&per_rep) else {
+        return Scalar::bare(f64::NAN);
+    };
+    let point_means: Vec<f64> = idx
+        .iter()
+        .filter_map(|&i| {
+            let col: Vec<f64> = v.iter().map(|r| r[i]).filter(|x| !x.is_nan()).collect();
+            (!col.is_empty()).then(|| col.iter().sum::<f64>() / col.len() as f64)
+        })
+        .collect();
+    Scalar {
+        value: s.mean,
+        stderr: if per_rep.len() > 1 { s.se } else { f64::NAN },
+        points_sd: coverage::mean_se(&point_means)
+            .ok()
+            .filter(|_| point_means.len() > 1)
+            .map(|p| p.se * (point_means.len() as f64).sqrt()),
+    }
+}

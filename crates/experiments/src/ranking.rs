@@ -1,0 +1,117 @@
+//! Paired comparisons as Markdown: the rankings with their ties and the detectable
+//! difference (for `report.md` and `uqbench compare`), and the full pair table.
+
+use std::fmt::Write as _;
+
+use uqbench_eval::compare::{Comparison, Direction, PairRecord};
+use uqbench_metrics::paired::{ALPHA, POWER};
+
+/// A number to 3 significant digits (`–` when not finite).
+fn sig(v: f64) -> String {
+    if !v.is_finite() {
+        return "–".to_string();
+    }
+    if v == 0.0 {
+        return "0".to_string();
+    }
+    let digits = (2 - v.abs().log10().floor() as i32).max(0) as usize;
+    if v.abs() >= 1e-3 && v.abs() < 1e5 {
+        format!("{v:.digits$}")
+    } else {
+        format!("{v:.2e}")
+    }
+}
+
+/// Per setting, the ranking (best first) with each method's mean ± standard error, its rank
+/// (1 + the methods separated from it and better) and the methods the data do not separate
+/// from it; then the median minimum detectable difference over the pairs.
+pub fn rankings_md(c: &Comparison, md: &mut String) {
+    let Some(dir) = c.direction else {
+        let _ = writeln!(
+            md,
+            "`{}` has no better direction (a coverage has a target, an uncertainty or a width \
+             no order): no ranking; the pairs below.\n",
+            c.metric
+        );
+        return;
+    };
+    let better = match dir {
+        Direction::Lower => "lower",
+        Direction::Higher => "higher",
+    };
+    for r in &c.rankings {
+        let title = if r.setting.is_empty() {
+            "(no sweep)"
+        } else {
+            &r.setting
+        };
+        let _ = writeln!(
+            md,
+            "#### `{}` ({better} is better), region `{}`, {title}\n",
+            c.metric, c.region
+        );
+        let _ = writeln!(md, "| rank | method | mean ± se | K | not separated from |");
+        let _ = writeln!(md, "|---|---|---|---|---|");
+        for e in &r.entries {
+            let ties = if e.ties.is_empty() {
+                "—".to_string()
+            } else {
+                e.ties.join(", ")
+            };
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} ± {} | {} | {ties} |",
+                e.rank,
+                e.method,
+                sig(e.mean),
+                sig(e.stderr),
+                e.k
+            );
+        }
+        let mut mdd: Vec<f64> = c
+            .pairs
+            .iter()
+            .filter(|p| p.setting == r.setting && p.mdd.is_finite())
+            .map(|p| p.mdd)
+            .collect();
+        mdd.sort_by(f64::total_cmp);
+        if let Some(mid) = mdd.get(mdd.len() / 2) {
+            let _ = writeln!(
+                md,
+                "\nSeparated: paired t-test over repetitions, Holm-adjusted over the setting's \
+                 pairs, at {:.0}%. The median minimum detectable difference over the pairs \
+                 ({:.0}% power): {}; a smaller true difference is likely to look like a tie.\n",
+                ALPHA * 100.0,
+                POWER * 100.0,
+                sig(*mid)
+            );
+        }
+    }
+}
+
+/// The table of every ordered pair (what `--json` prints as records).
+pub fn pairs_md(pairs: &[PairRecord], md: &mut String) {
+    let _ = writeln!(
+        md,
+        "| setting | A | B | mean A − B | se | 95% t interval | p | p (Holm) | P(A < B) | MDD | K |"
+    );
+    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|");
+    for p in pairs {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {} | [{}, {}] | {} | {} | {:.3} | {} | {} |",
+            p.setting,
+            p.method_a,
+            p.method_b,
+            sig(p.diff),
+            sig(p.stderr),
+            sig(p.t_low),
+            sig(p.t_high),
+            sig(p.p_value),
+            sig(p.p_holm),
+            p.prob_a_lower,
+            sig(p.mdd),
+            p.k
+        );
+    }
+}
