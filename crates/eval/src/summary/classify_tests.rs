@@ -95,7 +95,10 @@ fn the_exact_probability_is_calibrated_and_covered() {
             let finite: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
             let mean = finite.iter().sum::<f64>() / finite.len() as f64;
             let agg = s.aggregate[region][metric].value;
-            assert!((agg - mean).abs() <= 1e-12 * mean.abs().max(1.0), "{region}/{metric}");
+            assert!(
+                (agg - mean).abs() <= 1e-12 * mean.abs().max(1.0),
+                "{region}/{metric}"
+            );
         }
     }
     // Its reliability diagram lies on the diagonal within the binomial error of each bin.

@@ -201,7 +201,12 @@ fn bad_settings_name_the_key() {
 /// conjugate mean m(σ²) and variance v(σ²). Returns (σ² grid, normalised weights, m, v) at
 /// the test input `xs`.
 #[allow(clippy::type_complexity)]
-fn sigma_quadrature(x: &[f64], y: &[f64], xs: f64, sp: f64) -> (Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>) {
+fn sigma_quadrature(
+    x: &[f64],
+    y: &[f64],
+    xs: f64,
+    sp: f64,
+) -> (Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>) {
     let n = x.len();
     let phi = DMatrix::from_fn(n, 2, |i, j| if j == 0 { x[i] } else { 1.0 });
     let yv = DVector::from_column_slice(y);
@@ -275,7 +280,9 @@ fn hmc_pairs_each_draw_with_its_own_sigma() {
         .sum();
     let fbar = f.iter().sum::<f64>() / f.len() as f64;
     let stat = |sig: &dyn Fn(usize) -> f64| -> (f64, f64) {
-        let t: Vec<f64> = (0..f.len()).map(|s| (f[s] - fbar).powi(2) / sig(s).powi(2)).collect();
+        let t: Vec<f64> = (0..f.len())
+            .map(|s| (f[s] - fbar).powi(2) / sig(s).powi(2))
+            .collect();
         let mean = t.iter().sum::<f64>() / t.len() as f64;
         let sd = (t.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / t.len() as f64).sqrt();
         (mean, sd)
@@ -283,11 +290,17 @@ fn hmc_pairs_each_draw_with_its_own_sigma() {
     let (paired, sd) = stat(&|s| sigma[s]);
     // Its Monte Carlo error is sd/√ESS (the ESS of the worst test input's f); 5 of those.
     let bound = 5.0 * sd / ess.sqrt();
-    assert!((paired - exact).abs() < bound, "paired {paired} vs exact {exact} ± {bound}");
+    assert!(
+        (paired - exact).abs() < bound,
+        "paired {paired} vs exact {exact} ± {bound}"
+    );
     // The test can fail: each draw paired with another chain's σ (reversed order) misses by
     // more than twice the bound.
     let (shuffled, _) = stat(&|s| sigma[sigma.len() - 1 - s]);
-    assert!((shuffled - exact).abs() > 2.0 * bound, "shuffled {shuffled} vs {exact} ± {bound}");
+    assert!(
+        (shuffled - exact).abs() > 2.0 * bound,
+        "shuffled {shuffled} vs {exact} ± {bound}"
+    );
     // The predictive of y: the mixture over draws of N(f_s, σ_s²) (what the empirical family's
     // prediction intervals are) against the exact scale mixture, compared by their CDFs at the
     // exact 0.5%, 2.5%, 97.5% and 99.5% quantiles; the draws' CDF at t has Monte Carlo sd
@@ -301,10 +314,16 @@ fn hmc_pairs_each_draw_with_its_own_sigma() {
         let (mut lo, mut hi) = (-1e3, 1e3);
         for _ in 0..200 {
             let mid = 0.5 * (lo + hi);
-            if exact_cdf(mid) < level { lo = mid } else { hi = mid }
+            if exact_cdf(mid) < level {
+                lo = mid
+            } else {
+                hi = mid
+            }
         }
         let t = 0.5 * (lo + hi);
-        let phis: Vec<f64> = (0..f.len()).map(|s| normal_cdf((t - f[s]) / sigma[s])).collect();
+        let phis: Vec<f64> = (0..f.len())
+            .map(|s| normal_cdf((t - f[s]) / sigma[s]))
+            .collect();
         let fhat = phis.iter().sum::<f64>() / phis.len() as f64;
         let sd = (phis.iter().map(|p| (p - fhat).powi(2)).sum::<f64>() / phis.len() as f64).sqrt();
         assert!(
