@@ -47,6 +47,13 @@ fn the_posthoc_study_runs_and_reports_what_it_promises() {
     assert!(all("Ens", "kl_anchor").unwrap() >= 0.0);
     assert!(all("CQR", "kl_anchor").is_none() && all("QR", "kl_anchor").is_none());
     assert!(all("Laplace", "prior_precision").unwrap() > 0.0);
+    // The evidence's δ and the refined MAP alternate to a fixed point in every repetition
+    // (more than one round: the first MAP is refined under a weak prior), so the posterior
+    // uses the δ its MAP was refined under.
+    for m in ["Laplace", "LaplaceAll", "LaplaceKron"] {
+        assert_eq!(all(m, "prior_precision_converged"), Some(1.0), "{m}");
+        assert!(all(m, "prior_precision_rounds").unwrap() > 1.0, "{m}");
+    }
     // Laplace without a noise_sd estimates σ by the MAP fit's in-sample ML residual; the
     // estimate is recorded and is, value for value, the noise sd its intervals use.
     for m in ["Laplace", "LaplaceAll"] {

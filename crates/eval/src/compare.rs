@@ -10,8 +10,9 @@
 //! methods are *separated* when their adjusted p-value is at most 5%.
 //!
 //! The ranking: methods ordered by their mean (best first, by the metric's direction); a
-//! method's rank is 1 + the number of methods separated from it and better, so methods the
-//! data do not tell apart share a rank or overlap.
+//! method's rank is the range from 1 + the number of methods separated from it and better to
+//! the number of methods less those separated from it and worse: every rank the data allow it,
+//! so methods the data do not tell apart share ranks.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -304,8 +305,10 @@ pub struct PairRecord {
 pub struct RankEntry {
     /// Method.
     pub method: String,
-    /// 1 + the number of methods separated from it and better.
+    /// Its best possible rank: 1 + the number of methods separated from it and better.
     pub rank: usize,
+    /// Its worst possible rank: the number of methods less those separated from it and worse.
+    pub rank_worst: usize,
     /// Mean over its repetitions.
     pub mean: f64,
     /// Its standard error.
@@ -517,6 +520,7 @@ fn rank(
             RankEntry {
                 method: m.to_string(),
                 rank: 0,
+                rank_worst: 0,
                 mean: s.map_or(f64::NAN, |s| s.mean),
                 stderr: s.map_or(f64::NAN, |s| s.se),
                 k: x.len(),
@@ -541,7 +545,12 @@ fn rank(
             .iter()
             .filter(|o| separated.contains(&(o.as_str(), me)))
             .count();
+        let worse_and_separated = order[i + 1..]
+            .iter()
+            .filter(|o| separated.contains(&(o.as_str(), me)))
+            .count();
         e.rank = 1 + better_and_separated;
+        e.rank_worst = order.len() - worse_and_separated;
         e.ties = order
             .iter()
             .filter(|o| o.as_str() != me && !separated.contains(&(o.as_str(), me)))

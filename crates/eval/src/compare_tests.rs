@@ -70,6 +70,9 @@ fn pairs_rank_and_mirror() {
         .collect();
     assert_eq!(got[2], ("B", 3));
     assert_eq!((got[0].1, got[1].1), (1, 1));
+    // A and C: first or second; B third and only third.
+    let worst: Vec<usize> = r.entries.iter().map(|e| e.rank_worst).collect();
+    assert_eq!(worst, vec![2, 2, 3]);
     assert_eq!(r.entries[0].ties.len(), 1);
     assert!(r.entries[2].ties.is_empty());
 }

@@ -22,9 +22,10 @@ fn sig(v: f64) -> String {
     }
 }
 
-/// Per setting, the ranking (best first) with each method's mean ± standard error, its rank
-/// (1 + the methods separated from it and better) and the methods the data do not separate
-/// from it; then the median minimum detectable difference over the pairs.
+/// Per setting, the ranking (best first) with each method's mean ± standard error, its ranks
+/// (from 1 + the methods separated from it and better to n − those separated and worse) and
+/// the methods the data do not separate from it; then the median minimum detectable
+/// difference over the pairs.
 pub fn rankings_md(c: &Comparison, md: &mut String) {
     let Some(dir) = c.direction else {
         let _ = writeln!(
@@ -58,10 +59,14 @@ pub fn rankings_md(c: &Comparison, md: &mut String) {
             } else {
                 e.ties.join(", ")
             };
+            let rank = if e.rank == e.rank_worst {
+                e.rank.to_string()
+            } else {
+                format!("{}–{}", e.rank, e.rank_worst)
+            };
             let _ = writeln!(
                 md,
-                "| {} | {} | {} ± {} | {} | {ties} |",
-                e.rank,
+                "| {rank} | {} | {} ± {} | {} | {ties} |",
                 e.method,
                 sig(e.mean),
                 sig(e.stderr),

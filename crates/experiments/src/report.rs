@@ -157,9 +157,10 @@ fn rankings(md: &mut String, summary: &Summary, metrics: &[&str]) {
                 md,
                 "## Which differences are real\n\nRepetition r of every method saw the same \
                  data, so methods are compared by their differences per repetition (paired t \
-                 and bootstrap over repetitions, Holm over each setting's pairs). A rank is 1 + \
-                 the number of methods separated from it and better; methods the data do not \
-                 separate share ranks. Every pair, with its interval, P(A < B) and minimum \
+                 and bootstrap over repetitions, Holm over each setting's pairs). A method's ranks \
+                 run from 1 + the number of methods separated from it and better to n − the \
+                 number separated from it and worse; methods the data do not separate share \
+                 ranks. Every pair, with its interval, P(A < B) and minimum \
                  detectable difference: `uqbench compare <this directory> --metric M`; each \
                  repetition's value: `repetitions.csv`.\n"
             );

@@ -144,7 +144,9 @@ impl RunSettings {
         }
         resources.chunk = args.chunk;
         args.host.apply(&mut resources);
-        let device_name = if args.backend.is_gpu() {
+        let device_name = if args.backend.name() == "cuda" {
+            crate::provenance::cuda_device()
+        } else if args.backend.is_gpu() {
             uqbench_engine::wgpu_status()
                 .map(|a| a.to_string())
                 .unwrap_or_else(|_| args.backend.name().to_string())

@@ -212,9 +212,9 @@ pub fn spectrum(ggn: &DMatrix<f64>, diag: bool) -> Vec<f64> {
     if diag {
         (0..ggn.nrows()).map(|i| ggn[(i, i)]).collect()
     } else {
-        ggn.clone()
-            .symmetric_eigen()
-            .eigenvalues
+        // Eigenvalues only (no vectors): the evidence needs no more, and the refine-then-fit
+        // rounds call this once each.
+        ggn.symmetric_eigenvalues()
             .iter()
             .map(|v| v.max(0.0))
             .collect()

@@ -13,7 +13,11 @@
 //!   maximum-likelihood estimate sqrt(mean (y − f)²) of the MAP fit.
 //! - `refine = true` (default): the last layer is replaced by the exact weighted ridge
 //!   solution given the hidden layers, under the same δ and σ. The optimiser in f32 leaves
-//!   the MAP approximate; a Laplace approximation expands around the exact mode.
+//!   the MAP approximate; a Laplace approximation expands around the exact mode. With
+//!   `"marglik"` the refined MAP depends on δ and δ on the MAP: the two alternate until δ
+//!   changes by less than 1e-4 between rounds (at most 30 rounds; `prior_precision_rounds`,
+//!   and `prior_precision_converged` = 0 where the rounds ran out), and the posterior always
+//!   uses the δ its MAP was refined under.
 //! - The network trains with the optimiser's own weight decay (λ on the weights, as every
 //!   engine method); δ is the Laplace prior, applied in the refinement and the posterior.
 
@@ -358,6 +362,12 @@ fn host_inputs(task: &Task<'_>, standardize: bool) -> (Vec<Vec<f64>>, Vec<Vec<f6
     (rows(task.x_train), rows(task.x_test))
 }
 
+/// The relative change of δ between two rounds below which the evidence's δ counts as a
+/// fixed point of refine-then-fit.
+const PRIOR_PRECISION_TOL: f64 = 1e-4;
+/// At most this many evidence fits per repetition.
+const MAX_PRIOR_ROUNDS: usize = 30;
+
 impl Laplace {
     /// Repetition `k`: refine, fit δ, and predict.
     #[allow(clippy::too_many_arguments)]
@@ -409,10 +419,12 @@ impl Laplace {
         };
         let (mut s_train, mut s_test) = sigmas(&net);
         let bernoulli = task.likelihood == Likelihood::Bernoulli;
-        let mut rounds = 0;
+        // The logistic MAP has no closed form: for labels the optimiser's MAP stays.
+        let refits = c.refine && !bernoulli;
+        let fitted = matches!(c.prior_precision, PriorPrecision::Fitted(_));
+        let (mut rounds, mut converged) = (0, !fitted);
         let (posterior, log_ml) = loop {
-            // The logistic MAP has no closed form: for labels the optimiser's MAP stays.
-            if c.refine && !bernoulli {
+            if refits {
                 net.solve_last_layer(x, y, &s_train, delta)?;
                 (s_train, s_test) = sigmas(&net);
             }
@@ -425,16 +437,21 @@ impl Laplace {
                 (None, Some(k)) => curvature::kron_spectrum(k),
                 (None, None) => unreachable!("one of the two is built"),
             };
-            let fitted = matches!(c.prior_precision, PriorPrecision::Fitted(_));
-            if fitted && rounds < 2 {
+            if fitted && !converged {
+                // The evidence's δ at this MAP. With refinement the MAP depends on δ, so the two
+                // alternate until δ is a fixed point (MacKay's iteration): the posterior must
+                // use the δ its MAP was refined under, never a δ fitted after the last refit.
                 let next = curvature::fit_prior_precision(log_lik, &spectrum, theta_sq);
                 rounds += 1;
-                // Refit the last layer under the fitted δ once, then stop.
-                if c.refine && (next / delta - 1.0).abs() > 1e-6 && rounds < 2 {
+                if !refits {
+                    (delta, converged) = (next, true);
+                } else if (next / delta - 1.0).abs() <= PRIOR_PRECISION_TOL {
+                    converged = true;
+                } else if rounds < MAX_PRIOR_ROUNDS {
                     delta = next;
                     continue;
                 }
-                delta = next;
+                // Out of rounds: δ stays the one this MAP was refined under (flagged below).
             }
             let lml = curvature::log_marginal_likelihood(log_lik, &spectrum, theta_sq, delta);
             let fitted = match (dense, layers) {
@@ -469,6 +486,11 @@ impl Laplace {
         };
         let scalars = [
             ("prior_precision", Some(delta)),
+            ("prior_precision_rounds", fitted.then_some(rounds as f64)),
+            (
+                "prior_precision_converged",
+                fitted.then_some(f64::from(u8::from(converged))),
+            ),
             ("ml_noise_sd", estimate),
             ("log_marginal_likelihood", Some(log_ml)),
             ("laplace_parameters", Some(net.count(subset) as f64)),
