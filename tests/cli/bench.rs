@@ -224,6 +224,36 @@ fn bench_hmc_reports_gradient_evaluations_per_second() {
     );
     assert!(v["accept_rate"].as_f64().unwrap() > 0.9, "{v}");
     assert_eq!(v["diverged"], false, "{v}");
+    // ESS per second at the worst test input: its ESS over the same seconds.
+    for kind in ["bulk", "tail"] {
+        let ess = v[format!("ess_{kind}_min")].as_f64().unwrap();
+        let per_s = v[format!("ess_{kind}_per_s")].as_f64().unwrap();
+        assert!(
+            ess > 0.0 && (per_s * seconds / ess - 1.0).abs() < 1e-9,
+            "{v}"
+        );
+    }
+    // With a warm-up the step adapts and the warm-up's gradients count in the rate.
+    let o = uqbench(&[
+        "bench",
+        "hmc",
+        "--chains",
+        "4",
+        "--width",
+        "5",
+        "--leapfrog",
+        "5",
+        "--iters",
+        "20",
+        "--warmup",
+        "30",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let w: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let evals = w["grad_evals_per_s"].as_f64().unwrap() * w["seconds"].as_f64().unwrap();
+    assert!((evals / (4.0 * 50.0 * 5.0) - 1.0).abs() < 1e-9, "{w}");
+    assert_eq!(w["warmup"], 30, "{w}");
     // On a GPU backend the chains run as tensors (`hmc/chain.rs`): lavapipe in CI, tiny.
     if !skip_wgpu() {
         let o = uqbench(&[

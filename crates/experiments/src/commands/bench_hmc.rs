@@ -2,7 +2,9 @@
 //! workload `../shared/bench/peers.py --which hmc_jax` states: 200 quartic points
 //! (f = 0.5x − 8x² − x³ + 2x⁴ on [−2, 2.5], σ = 1 known), a N(0, 10²) prior on every weight and
 //! bias, leaky ReLU 0.01, a fixed step size (no adaptation, no jitter), L leapfrog steps and a
-//! Metropolis accept per iteration. `grad_evals_per_s` = chains × iterations × L / seconds.
+//! Metropolis accept per iteration. `grad_evals_per_s` = chains × iterations × L / seconds;
+//! `ess_bulk_per_s` and `ess_tail_per_s` are the draws' bulk and tail ESS at the worst of the
+//! 20 test inputs per second (with `--warmup`, the step adapted first and the warm-up timed).
 //! The run is the `HMC` method itself (one repetition of C chains), so it also records every
 //! draw of f at the 200 training and 20 test inputs, which the peer does not.
 
@@ -33,9 +35,13 @@ pub struct HmcBench {
     /// Iterations I per chain (every one kept: no warm-up).
     #[arg(long, default_value_t = 200)]
     iters: usize,
-    /// Step size ε, fixed.
+    /// Step size ε, fixed (with `--warmup`, the start of its adaptation).
     #[arg(long, default_value_t = 1e-3)]
     step: f64,
+    /// Warm-up iterations per chain that adapt ε (dual averaging) and are discarded; 0 (the
+    /// peers' workload) keeps ε fixed. Timed with the rest.
+    #[arg(long, default_value_t = 0)]
+    warmup: usize,
     /// Backend: flex, ndarray or wgpu.
     #[arg(long, default_value = "flex")]
     backend: BackendKind,
@@ -101,7 +107,7 @@ pub fn run(args: &HmcBench) -> Result<()> {
     let config = HmcConfig {
         own: HmcSettings {
             chains: args.chains,
-            warmup: 0,
+            warmup: args.warmup,
             draws: args.iters,
             leapfrog_steps: args.leapfrog,
             step_size: args.step,
@@ -126,10 +132,13 @@ pub fn run(args: &HmcBench) -> Result<()> {
     let start = Instant::now();
     let out = method.run(&task, &res.compute(), false, &|_| {})?;
     let seconds = start.elapsed().as_secs_f64();
-    let evals = (args.chains * args.iters * args.leapfrog) as f64;
+    let evals = (args.chains * (args.warmup + args.iters) * args.leapfrog) as f64;
     let scalar = |k: &str| out[0].scalars.get(k).copied().unwrap_or(f64::NAN);
     let accept = scalar("accept_rate");
     let rhat = scalar("rhat_max");
+    // The draws' effective sample size per second at the worst test input (the smallest bulk
+    // and the smallest tail ESS over the 20 test inputs), warm-up included in the time.
+    let (ess_bulk, ess_tail) = (scalar("ess_bulk_min"), scalar("ess_tail_min"));
     if args.json {
         outln!(
             "{}",
@@ -139,6 +148,7 @@ pub fn run(args: &HmcBench) -> Result<()> {
                 "width": args.width,
                 "leapfrog": args.leapfrog,
                 "iters": args.iters,
+                "warmup": args.warmup,
                 "n": 200,
                 "step": args.step,
                 "threads": res.threads,
@@ -147,13 +157,18 @@ pub fn run(args: &HmcBench) -> Result<()> {
                 "peak_memory_mib": crate::provenance::peak_memory_mib(),
                 "accept_rate": accept,
                 "rhat_max": rhat,
+                "ess_bulk_min": ess_bulk,
+                "ess_tail_min": ess_tail,
+                "ess_bulk_per_s": ess_bulk / seconds,
+                "ess_tail_per_s": ess_tail / seconds,
                 "diverged": out[0].diverged,
             })
         );
     } else {
         outln!(
             "{} chains × {} iterations × {} leapfrog steps, 1-{}-1 network, N = 200, backend {} \
-             ({} threads): {:.2} s, {:.0} gradient evaluations/s, acceptance {:.2}, worst R̂ {:.2}",
+             ({} threads): {:.2} s, {:.0} gradient evaluations/s, acceptance {:.2}, worst R̂ {:.2}, \
+             bulk/tail ESS per second at the worst test input {:.1} / {:.1}",
             args.chains,
             args.iters,
             args.leapfrog,
@@ -163,7 +178,9 @@ pub fn run(args: &HmcBench) -> Result<()> {
             seconds,
             evals / seconds,
             accept,
-            rhat
+            rhat,
+            ess_bulk / seconds,
+            ess_tail / seconds
         );
     }
     Ok(())

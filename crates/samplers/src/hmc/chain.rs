@@ -10,6 +10,7 @@ use burn::tensor::{Device, Tensor};
 use uqbench_anchor::Rng;
 use uqbench_metrics::mcmc;
 
+use super::adapt::{DualAveraging, Welford, Windows};
 use super::HmcConfig;
 use crate::engine::{try_download, upload, ChunkOut, ChunkTrainer, Head};
 use crate::layers::{linear_backward, LeakyRelu};
@@ -19,6 +20,22 @@ use uqbench_core::MethodError;
 /// InvGamma(a₀, b₀) prior on σ² (a₀ = b₀ = 1).
 pub(crate) const PRIOR_A0: f64 = 1.0;
 pub(crate) const PRIOR_B0: f64 = 1.0;
+
+/// A chain's first σ²: the fixed noise's, or the targets' variance (then Gibbs-sampled).
+pub(crate) fn start_s2(noise: Option<f64>, y: &[f32]) -> f64 {
+    match noise {
+        Some(s) => s * s,
+        None => {
+            let n = y.len() as f64;
+            let mean = y.iter().map(|&v| f64::from(v)).sum::<f64>() / n;
+            (y.iter()
+                .map(|&v| (f64::from(v) - mean).powi(2))
+                .sum::<f64>()
+                / n)
+                .max(1e-6)
+        }
+    }
+}
 
 /// What one chain records besides its draws of f: divergent transitions after warm-up, its
 /// acceptance rate after warm-up, its adapted step size, its energy H₀ at the start of every
@@ -67,12 +84,29 @@ impl Params {
 
     /// Σ of squares per replica `[R, 1, 1]`.
     fn norm2(&self) -> Tensor<3> {
+        self.map(|t| t.square()).sum()
+    }
+
+    /// Σ of every entry per replica `[R, 1, 1]`.
+    fn sum(&self) -> Tensor<3> {
         self.w
             .iter()
             .chain(&self.b)
-            .map(|t| t.clone().square().sum_dim(2).sum_dim(1))
+            .map(|t| t.clone().sum_dim(2).sum_dim(1))
             .reduce(|a, b| a + b)
             .expect("at least one layer")
+    }
+
+    /// Every tensor, weights then biases, layer by layer.
+    fn tensors(&self) -> impl Iterator<Item = &Tensor<3>> {
+        self.w.iter().chain(&self.b)
+    }
+
+    /// Params of the same shapes from host values, one vector per tensor in
+    /// [`Params::tensors`]' order.
+    fn from_host(&self, values: Vec<Vec<f32>>, dev: &Device) -> Params {
+        let mut it = values.into_iter();
+        self.map(|t| upload(it.next().expect("one vector per tensor"), t.dims(), dev))
     }
 }
 
@@ -109,49 +143,8 @@ struct Chains {
     grad: Params,
     s2: Vec<f64>,
     inv_s2: Tensor<3>,
-}
-
-/// Nesterov dual averaging of each replica's step size during warm-up (Hoffman & Gelman
-/// 2014, Algorithm 5: γ = 0.05, t₀ = 10, κ = 0.75, μ = ln 10ε₀).
-pub(crate) struct DualAveraging {
-    mu: f64,
-    pub(crate) eps: Vec<f64>,
-    h_bar: Vec<f64>,
-    log_eps_bar: Vec<f64>,
-}
-
-impl DualAveraging {
-    const GAMMA: f64 = 0.05;
-    const T0: f64 = 10.0;
-    const KAPPA: f64 = 0.75;
-
-    pub(crate) fn new(step_size: f64, replicas: usize) -> DualAveraging {
-        DualAveraging {
-            mu: (10.0 * step_size).ln(),
-            eps: vec![step_size; replicas],
-            h_bar: vec![0.0; replicas],
-            log_eps_bar: vec![0.0; replicas],
-        }
-    }
-
-    /// Adapts after warm-up iteration `it` (0-based) with acceptance probabilities `alphas`;
-    /// after the last one (`it + 1 == warmup`) every ε becomes the averaged ε̄.
-    pub(crate) fn update(&mut self, it: usize, alphas: &[f64], target: f64, warmup: usize) {
-        let m_it = (it + 1) as f64;
-        for (r, &alpha) in alphas.iter().enumerate() {
-            let w = 1.0 / (m_it + Self::T0);
-            self.h_bar[r] = (1.0 - w) * self.h_bar[r] + w * (target - alpha);
-            let log_eps = self.mu - m_it.sqrt() / Self::GAMMA * self.h_bar[r];
-            let eta = m_it.powf(-Self::KAPPA);
-            self.log_eps_bar[r] = eta * log_eps + (1.0 - eta) * self.log_eps_bar[r];
-            self.eps[r] = log_eps.exp();
-        }
-        if it + 1 == warmup {
-            for (e, bar) in self.eps.iter_mut().zip(&self.log_eps_bar) {
-                *e = bar.exp();
-            }
-        }
-    }
+    /// The diagonal inverse mass M⁻¹ per parameter (ones until the first slow window ends).
+    inv_mass: Params,
 }
 
 /// What the sampling iterations record per replica of a chunk.
@@ -256,21 +249,13 @@ impl HmcTrainer<'_> {
         let x = upload(self.x_train.clone(), [1, n, d], dev);
         let targets = &self.y[range.start * n..range.end * n];
         let y = upload(targets.to_vec(), [rc, n, 1], dev);
-        let s2: Vec<f64> = match self.noise {
-            Some(s) => vec![s * s; rc],
-            None => (targets.chunks(n))
-                .map(|yr| {
-                    let mean = yr.iter().map(|&v| f64::from(v)).sum::<f64>() / n as f64;
-                    (yr.iter()
-                        .map(|&v| (f64::from(v) - mean).powi(2))
-                        .sum::<f64>()
-                        / n as f64)
-                        .max(1e-6)
-                })
-                .collect(),
-        };
+        let s2: Vec<f64> = targets
+            .chunks(n)
+            .map(|yr| start_s2(self.noise, yr))
+            .collect();
         let inv_s2 = self.inv(&s2);
         let (u, sse, grad) = self.potential(&theta, &x, &y, &inv_s2);
+        let inv_mass = theta.map(|t| t.ones_like());
         Chains {
             x,
             y,
@@ -280,6 +265,7 @@ impl HmcTrainer<'_> {
             grad,
             s2,
             inv_s2,
+            inv_mass,
         }
     }
 
@@ -318,13 +304,17 @@ impl HmcTrainer<'_> {
             }
             upload(v, [rc, a, b], dev)
         });
-        let k0 = momentum.norm2().mul_scalar(0.5);
+        // ρ ~ N(0, M): the standard normals over √m; kinetic energy ½ Σ m·ρ².
+        let momentum = momentum.map2(&st.inv_mass, |z, m| z.div(m.sqrt()));
+        let kinetic = |p: &Params| p.map2(&st.inv_mass, |p, m| p.square().mul(m)).sum();
+        let k0 = kinetic(&momentum).mul_scalar(0.5);
         let half = step.clone().mul_scalar(0.5);
         let mut q = st.theta.clone();
         let mut p = momentum.map2(&st.grad, |p, g| p - g.mul(half.clone()));
         let (mut u1, mut sse1, mut g1) = (st.u.clone(), st.sse.clone(), st.grad.clone());
         for l in 0..c.leapfrog_steps {
-            q = q.map2(&p, |q, p| q + p.mul(step.clone()));
+            let velocity = p.map2(&st.inv_mass, |p, m| p.mul(m));
+            q = q.map2(&velocity, |q, v| q + v.mul(step.clone()));
             (u1, sse1, g1) = self.potential(&q, &st.x, &st.y, &st.inv_s2);
             let scale = if l + 1 < c.leapfrog_steps {
                 step.clone()
@@ -333,7 +323,7 @@ impl HmcTrainer<'_> {
             };
             p = p.map2(&g1, |p, g| p - g.mul(scale.clone()));
         }
-        let k1 = p.norm2().mul_scalar(0.5);
+        let k1 = kinetic(&p).mul_scalar(0.5);
         // H₀ and H₀ − H₁ per replica, read back together.
         let h0 = st.u.clone() + k0;
         let both = download(Tensor::cat(vec![h0.clone(), h0 - (u1.clone() + k1)], 2))?;
@@ -455,6 +445,15 @@ impl ChunkTrainer for HmcTrainer<'_> {
         let mut st = self.start(range.clone());
         let x_test = upload(self.x_test.clone(), [1, m, self.shape.d_in], &self.device);
         let mut adapt = DualAveraging::new(c.step_size, rc);
+        let windows = Windows::new(c.warmup, c.metric);
+        // Per tensor of θ, per replica, the window's running variance.
+        let sizes: Vec<usize> = st
+            .theta
+            .tensors()
+            .map(|t| t.dims()[1] * t.dims()[2])
+            .collect();
+        let mut window: Vec<Vec<Welford>> =
+            sizes.iter().map(|&k| vec![Welford::new(k); rc]).collect();
         let mut draws = Draws {
             accepted: vec![0; rc],
             divergent: vec![0; rc],
@@ -468,10 +467,26 @@ impl ChunkTrainer for HmcTrainer<'_> {
             let record = sampling.then_some(&mut draws);
             let alphas = self.transition(&mut st, &adapt.eps, &mut streams, record)?;
             if !sampling {
-                adapt.update(it, &alphas, c.target_accept, c.warmup);
+                adapt.update(&alphas, c.target_accept, it + 1 == c.warmup);
             }
             if self.noise.is_none() {
                 self.gibbs(&mut st, &mut streams)?;
+            }
+            if windows.collects(it) {
+                self.collect(&st, &sizes, &mut window)?;
+                if windows.ends(it) {
+                    let values = (window.iter_mut().zip(&sizes))
+                        .map(|(per_replica, &k)| {
+                            let mut v = Vec::with_capacity(rc * k);
+                            for w in per_replica.iter_mut() {
+                                v.extend(w.take_inverse_mass());
+                            }
+                            v
+                        })
+                        .collect();
+                    st.inv_mass = st.theta.from_host(values, &self.device);
+                    adapt.restart();
+                }
             }
             if sampling {
                 self.record(&st, &x_test, it - c.warmup, &mut draws)?;
@@ -507,6 +522,24 @@ impl ChunkTrainer for HmcTrainer<'_> {
             uploads: 0,
             reads: 0,
         })
+    }
+}
+
+impl HmcTrainer<'_> {
+    /// Adds every replica's θ to its window's running variance (θ read back once per tensor).
+    fn collect(
+        &self,
+        st: &Chains,
+        sizes: &[usize],
+        window: &mut [Vec<Welford>],
+    ) -> Result<(), MethodError> {
+        for ((t, &k), per_replica) in st.theta.tensors().zip(sizes).zip(window.iter_mut()) {
+            let host = download(t.clone())?;
+            for (w, values) in per_replica.iter_mut().zip(host.chunks(k)) {
+                w.push(values);
+            }
+        }
+        Ok(())
     }
 }
 

@@ -20,7 +20,8 @@ use uqbench_metrics::mcmc;
 use crate::cpu::feature_major::{feature_major, FeatureMajorNet};
 use crate::cpu::simd;
 use crate::engine::ChunkOut;
-use crate::hmc::chain::{ChainRecord, DualAveraging, HmcTrainer, PRIOR_A0, PRIOR_B0};
+use crate::hmc::adapt::{DualAveraging, Welford, Windows};
+use crate::hmc::chain::{start_s2, ChainRecord, HmcTrainer, PRIOR_A0, PRIOR_B0};
 use crate::mlp::xavier_init;
 use uqbench_core::MethodError;
 
@@ -205,23 +206,16 @@ impl HmcTrainer<'_> {
         let c = self.config;
         let (n, m) = (y.len(), self.x_test.len() / self.shape.d_in);
         let dim = chain.net.dim;
-        // σ² fixed, or starting at the targets' variance and then Gibbs-sampled.
-        let mut s2 = match self.noise {
-            Some(s) => s * s,
-            None => {
-                let mean = y.iter().map(|&v| f64::from(v)).sum::<f64>() / n as f64;
-                (y.iter()
-                    .map(|&v| (f64::from(v) - mean).powi(2))
-                    .sum::<f64>()
-                    / n as f64)
-                    .max(1e-6)
-            }
-        };
+        let mut s2 = start_s2(self.noise, y);
         let inv = |s2: f64| f64::from((1.0 / s2) as f32);
         let mut grad = vec![0.0f32; dim];
         let (mut u, mut sse) = chain.potential(theta, inv(s2), &mut grad);
         let (mut q, mut p, mut g1) = (vec![0.0f32; dim], vec![0.0f32; dim], vec![0.0f32; dim]);
         let mut adapt = DualAveraging::new(c.step_size, 1);
+        // The diagonal inverse mass M⁻¹ (identity until the first slow window ends).
+        let windows = Windows::new(c.warmup, c.metric);
+        let mut inv_mass = vec![1.0f32; dim];
+        let mut window = Welford::new(dim);
         let mut record = ChainRecord {
             energy: Vec::with_capacity(c.draws),
             sigma: Vec::with_capacity(c.draws),
@@ -242,12 +236,11 @@ impl HmcTrainer<'_> {
                 eps
             }) as f32;
             let half = 0.5 * step;
-            let mut k0 = 0.0f64;
-            for pi in p.iter_mut() {
-                *pi = stream.normal() as f32;
-                k0 += f64::from(*pi) * f64::from(*pi);
+            // ρ ~ N(0, M): a standard normal over √m.
+            for (pi, &mi) in p.iter_mut().zip(&inv_mass) {
+                *pi = (stream.normal() / f64::from(mi).sqrt()) as f32;
             }
-            k0 *= 0.5;
+            let k0 = kinetic(&p, &inv_mass);
             q.copy_from_slice(theta);
             for (pi, &gi) in p.iter_mut().zip(&grad) {
                 *pi -= gi * half;
@@ -255,8 +248,8 @@ impl HmcTrainer<'_> {
             let (mut u1, mut sse1) = (u, sse);
             g1.copy_from_slice(&grad);
             for l in 0..c.leapfrog_steps {
-                for (qi, &pi) in q.iter_mut().zip(&p) {
-                    *qi += pi * step;
+                for ((qi, &pi), &mi) in q.iter_mut().zip(&p).zip(&inv_mass) {
+                    *qi += pi * mi * step;
                 }
                 (u1, sse1) = chain.potential(&q, inv(s2), &mut g1);
                 let scale = if l + 1 < c.leapfrog_steps { step } else { half };
@@ -264,7 +257,7 @@ impl HmcTrainer<'_> {
                     *pi -= gi * scale;
                 }
             }
-            let k1 = 0.5 * p.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>();
+            let k1 = kinetic(&p, &inv_mass);
             let h0 = u + k0;
             let dh = h0 - (u1 + k1);
             let alpha = if dh.is_finite() {
@@ -287,13 +280,20 @@ impl HmcTrainer<'_> {
                 (u, sse) = (u1, sse1);
             }
             if !sampling {
-                adapt.update(it, &[alpha], c.target_accept, c.warmup);
+                adapt.update(&[alpha], c.target_accept, it + 1 == c.warmup);
             }
             if self.noise.is_none() {
                 let shape = PRIOR_A0 + n as f64 / 2.0;
                 let rate = PRIOR_B0 + sse / 2.0;
                 s2 = rate / stream.gamma(shape);
                 (u, sse) = chain.potential(theta, inv(s2), &mut grad);
+            }
+            if windows.collects(it) {
+                window.push(theta);
+                if windows.ends(it) {
+                    inv_mass = window.take_inverse_mass();
+                    adapt.restart();
+                }
             }
             if sampling {
                 let s = it - c.warmup;
@@ -315,6 +315,16 @@ impl HmcTrainer<'_> {
         // A state that became non-finite shows in its potential: the chain diverged.
         (record, u, draws, train_mean)
     }
+}
+
+/// The kinetic energy ½ Σ m·ρ² of momenta `p` under the inverse mass `inv_mass`.
+#[inline(always)]
+fn kinetic(p: &[f32], inv_mass: &[f32]) -> f64 {
+    0.5 * p
+        .iter()
+        .zip(inv_mass)
+        .map(|(&v, &mi)| f64::from(mi) * f64::from(v) * f64::from(v))
+        .sum::<f64>()
 }
 
 #[cfg(test)]

@@ -28,7 +28,11 @@
 //! resonates with the posterior. Warm-up: the first `warmup` iterations adapt each replica's ε by Nesterov dual averaging
 //! toward an acceptance rate of `target_accept` (Hoffman & Gelman 2014, Algorithm 5:
 //! γ = 0.05, t₀ = 10, κ = 0.75, μ = ln 10ε₀) and are discarded; sampling then uses the
-//! averaged ε̄. A trajectory whose energy error H₁ − H₀ exceeds 1000 or is not finite is a
+//! averaged ε̄. With `metric = "diag"` (the default) the warm-up also adapts a diagonal
+//! mass matrix in Stan's windows ([`adapt`]): momenta ρ ~ N(0, M), kinetic energy ½ρᵀM⁻¹ρ,
+//! and each parameter moves on its own posterior scale (a linear model whose two weights'
+//! posterior sds differ 1 000-fold: worst-input bulk ESS 99 with the identity, 1 475 with
+//! it). A trajectory whose energy error H₁ − H₀ exceeds 1000 or is not finite is a
 //! divergent transition (Stan's rule); it is counted after warm-up per repetition
 //! (`divergent_transitions`). A proposal with a non-finite energy is rejected (the state is
 //! selected, never blended, so no NaN leaks into it); a chain whose state itself becomes
@@ -64,11 +68,13 @@ use uqbench_metrics::mcmc::{self, EBFMI_THRESHOLD};
 
 use crate::config::MethodConfig;
 use crate::engine::{run_chunks, Resources, TrainOutput};
+pub use adapt::Metric;
 use chain::{ChainRecord, HmcTrainer};
 use uqbench_core::noise::{fixed_noise_sd, Tau};
 use uqbench_core::MethodError;
 use uqbench_core::{Compute, Family, Likelihood, Method, Prediction, Task};
 
+mod adapt;
 pub(crate) mod chain;
 mod host;
 
@@ -98,6 +104,9 @@ pub struct HmcSettings {
     /// Jitter every iteration's step to ε·U(0.5, 1.5) (true; see the module docs). `false`
     /// keeps ε fixed, as `uqbench bench hmc` and its JAX peer do.
     pub jitter: bool,
+    /// The warm-up's mass matrix: `"diag"` (adapted in Stan's windows, the default) or
+    /// `"unit"` (the identity).
+    pub metric: Metric,
 }
 
 impl Default for HmcSettings {
@@ -113,6 +122,7 @@ impl Default for HmcSettings {
             noise_sd: None,
             rhat_threshold: 1.01,
             jitter: true,
+            metric: Metric::Diag,
         }
     }
 }
