@@ -254,6 +254,19 @@ fn bench_hmc_reports_gradient_evaluations_per_second() {
     let evals = w["grad_evals_per_s"].as_f64().unwrap() * w["seconds"].as_f64().unwrap();
     assert!((evals / (4.0 * 50.0 * 5.0) - 1.0).abs() < 1e-9, "{w}");
     assert_eq!(w["warmup"], 30, "{w}");
+    // At the worst test input, every chain's mean and sd of f, and their spread's ratio.
+    let means: Vec<f64> = serde_json::from_value(w["chain_means"].clone()).unwrap();
+    let sds: Vec<f64> = serde_json::from_value(w["chain_sds"].clone()).unwrap();
+    assert_eq!((means.len(), sds.len()), (4, 4), "{w}");
+    let grand = means.iter().sum::<f64>() / 4.0;
+    let between = (means.iter().map(|m| (m - grand).powi(2)).sum::<f64>() / 4.0).sqrt();
+    let ratio = w["between_over_within_sd"].as_f64().unwrap();
+    assert!(
+        (ratio - between / (sds.iter().sum::<f64>() / 4.0)).abs() < 1e-9,
+        "{w}"
+    );
+    let x = w["worst_input"].as_f64().unwrap();
+    assert!((-2.0..=2.5).contains(&x), "{w}");
     // On a GPU backend the chains run as tensors (`hmc/chain.rs`): lavapipe in CI, tiny.
     if !skip_wgpu() {
         let o = uqbench(&[

@@ -139,6 +139,11 @@ pub fn run(args: &HmcBench) -> Result<()> {
     // The draws' effective sample size per second at the worst test input (the smallest bulk
     // and the smallest tail ESS over the 20 test inputs), warm-up included in the time.
     let (ess_bulk, ess_tail) = (scalar("ess_bulk_min"), scalar("ess_tail_min"));
+    let modes = worst_input_chains(
+        out[0].samples.as_deref().unwrap_or(&[]),
+        args.iters,
+        &x_test,
+    );
     if args.json {
         outln!(
             "{}",
@@ -161,6 +166,10 @@ pub fn run(args: &HmcBench) -> Result<()> {
                 "ess_tail_min": ess_tail,
                 "ess_bulk_per_s": ess_bulk / seconds,
                 "ess_tail_per_s": ess_tail / seconds,
+                "worst_input": modes.x,
+                "between_over_within_sd": modes.ratio,
+                "chain_means": (args.chains <= 16).then_some(&modes.means),
+                "chain_sds": (args.chains <= 16).then_some(&modes.sds),
                 "diverged": out[0].diverged,
             })
         );
@@ -184,4 +193,52 @@ pub fn run(args: &HmcBench) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// The chains at the test input of the largest R̂: each chain's mean and sd of f there, and
+/// the sd of the chain means over the mean within-chain sd (≫ 1: the chains sit in different
+/// modes of f; ≈ 1/√draws-ish: they agree).
+struct Modes {
+    x: f64,
+    means: Vec<f64>,
+    sds: Vec<f64>,
+    ratio: f64,
+}
+
+fn worst_input_chains(rows: &[Vec<f64>], t: usize, x_test: &[f64]) -> Modes {
+    let mut best = (f64::NEG_INFINITY, 0);
+    for i in 0..x_test.len() {
+        let column: Vec<Vec<f64>> = rows
+            .iter()
+            .map(|r| r[i])
+            .collect::<Vec<_>>()
+            .chunks(t)
+            .map(<[f64]>::to_vec)
+            .collect();
+        let rhat = uqbench_metrics::mcmc::diagnose(&column).map_or(f64::INFINITY, |d| d.rhat);
+        let rhat = if rhat.is_nan() { f64::INFINITY } else { rhat };
+        if rhat > best.0 {
+            best = (rhat, i);
+        }
+    }
+    let i = best.1;
+    let column: Vec<f64> = rows.iter().map(|r| r[i]).collect();
+    let (means, sds): (Vec<f64>, Vec<f64>) = column
+        .chunks(t.max(1))
+        .map(|c| {
+            let mean = c.iter().sum::<f64>() / c.len() as f64;
+            let var = c.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / c.len() as f64;
+            (mean, var.sqrt())
+        })
+        .unzip();
+    let k = means.len().max(1) as f64;
+    let grand = means.iter().sum::<f64>() / k;
+    let between = (means.iter().map(|m| (m - grand).powi(2)).sum::<f64>() / k).sqrt();
+    let within = sds.iter().sum::<f64>() / k;
+    Modes {
+        x: x_test.get(i).copied().unwrap_or(f64::NAN),
+        means,
+        sds,
+        ratio: between / within,
+    }
 }
