@@ -4,17 +4,15 @@ use std::collections::BTreeMap;
 
 use crate::util::*;
 
-/// A cubic.toml run of `methods` (4 repetitions, 40 epochs) into `dir/name`.
+/// A cubic.toml run of `methods` (4 repetitions, 40 epochs) into `dir/name/run`.
 fn cubic_run(dir: &Path, name: &str, methods: &str) -> PathBuf {
-    let text = std::fs::read_to_string(root().join("experiments/cubic.toml")).unwrap();
-    let base = &text[..text.find("\n[run]").unwrap()];
-    let spec = dir.join(format!("{name}.toml"));
-    std::fs::write(
-        &spec,
-        format!("{base}\n[run]\nrepetitions = 4\nepochs = 40\nmethods = {methods}\n"),
-    )
-    .unwrap();
-    let out = dir.join(name);
+    let here = dir.join(name);
+    std::fs::create_dir(&here).unwrap();
+    let spec = cubic_spec(
+        &here,
+        &format!("[run]\nrepetitions = 4\nepochs = 40\nmethods = {methods}\n"),
+    );
+    let out = here.join("run");
     let o = uqbench(&[
         "run",
         spec.to_str().unwrap(),

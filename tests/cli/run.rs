@@ -158,17 +158,11 @@ fn e1_quick_produces_every_output_and_the_anchor_covers() {
 fn the_readme_example_method_runs_on_a_quick_spec() {
     // The "Add your own method" example: an ensemble of MC-dropout networks.
     let tmp = tempfile::tempdir().unwrap();
-    let spec = tmp.path().join("ensmcd.toml");
-    let text = std::fs::read_to_string(root().join("experiments/cubic.toml")).unwrap();
-    let base = &text[..text.find("\n[run]").unwrap()];
-    std::fs::write(
-        &spec,
-        format!(
-            "{base}\n[run]\nrepetitions = 4\nepochs = 40\nmethods = [\"EnsMCD\", \"Ens\"]\n\n\
-             [methods.EnsMCD]\nmembers = 3\npasses = 5\n\n[methods.Ens]\nmembers = 3\n"
-        ),
-    )
-    .unwrap();
+    let spec = cubic_spec(
+        tmp.path(),
+        "[run]\nrepetitions = 4\nepochs = 40\nmethods = [\"EnsMCD\", \"Ens\"]\n\n\
+         [methods.EnsMCD]\nmembers = 3\npasses = 5\n\n[methods.Ens]\nmembers = 3\n",
+    );
     let out = tmp.path().join("run");
     let o = uqbench(&[
         "run",
@@ -188,15 +182,6 @@ fn the_readme_example_method_runs_on_a_quick_spec() {
             .unwrap()
             > 0.0
     );
-}
-
-/// A spec with cubic.toml's problem and the given `[run]` and method tables.
-fn cubic_spec(dir: &Path, rest: &str) -> PathBuf {
-    let text = std::fs::read_to_string(root().join("experiments/cubic.toml")).unwrap();
-    let base = &text[..text.find("\n[run]").unwrap()];
-    let spec = dir.join("spec.toml");
-    std::fs::write(&spec, format!("{base}\n{rest}")).unwrap();
-    spec
 }
 
 fn summary(out: &Path) -> serde_json::Value {

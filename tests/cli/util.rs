@@ -98,3 +98,12 @@ pub fn files_under(dir: &Path) -> Vec<PathBuf> {
     out.sort();
     out
 }
+
+/// A spec `dir/spec.toml` with cubic.toml's problem and the given `[run]` and method tables.
+pub fn cubic_spec(dir: &Path, rest: &str) -> PathBuf {
+    let text = std::fs::read_to_string(root().join("experiments/cubic.toml")).unwrap();
+    let base = &text[..text.find("\n[run]").unwrap()];
+    let spec = dir.join("spec.toml");
+    std::fs::write(&spec, format!("{base}\n{rest}")).unwrap();
+    spec
+}

@@ -25,7 +25,7 @@ use crate::bail;
 use crate::error::{Context, EvalError, Result};
 use crate::spec::{ExperimentSpec, ProblemDecl};
 use crate::store::SPEC_FILE;
-use crate::summary::{names, ANCHOR, REPETITIONS_CSV};
+use crate::summary::{names, ANCHOR, REPETITIONS_COLUMNS, REPETITIONS_CSV};
 
 /// One repetition's value of one region aggregate (a row of `repetitions.csv`).
 #[derive(Debug, Clone, PartialEq)]
@@ -47,14 +47,7 @@ pub struct RepRow {
 /// Reads `repetitions.csv` text; `source` names it in errors.
 pub fn read_repetitions(text: &str, source: &str) -> Result<Vec<RepRow>> {
     let mut reader = csv::Reader::from_reader(text.as_bytes());
-    let want = [
-        "setting",
-        "method",
-        "region",
-        "metric",
-        "repetition",
-        "value",
-    ];
+    let want = REPETITIONS_COLUMNS;
     let csv_error = |e: csv::Error| crate::error::EvalError::Message(format!("{source}: {e}"));
     let header: Vec<String> = reader
         .headers()
@@ -103,27 +96,20 @@ pub fn read_repetitions(text: &str, source: &str) -> Result<Vec<RepRow>> {
 
 /// The rows of a summary (what its `repetitions.csv` holds, without the round trip).
 pub fn rows_of(summary: &crate::summary::Summary) -> Vec<RepRow> {
-    let mut out = Vec::new();
-    for s in &summary.settings {
-        for (method, ms) in &s.methods {
-            let by = &ms.by_repetition;
-            for (region, metrics) in &by.values {
-                for (metric, values) in metrics {
-                    for (&repetition, &value) in by.repetitions.iter().zip(values) {
-                        out.push(RepRow {
-                            setting: s.setting.clone(),
-                            method: method.clone(),
-                            region: region.clone(),
-                            metric: metric.clone(),
-                            repetition,
-                            value,
-                        });
-                    }
-                }
-            }
-        }
-    }
-    out
+    summary
+        .repetition_entries()
+        .into_iter()
+        .map(
+            |(setting, method, region, metric, repetition, value)| RepRow {
+                setting: setting.to_string(),
+                method: method.to_string(),
+                region: region.to_string(),
+                metric: metric.to_string(),
+                repetition,
+                value,
+            },
+        )
+        .collect()
 }
 
 /// The rows of every run, checked to come from the same data and not to repeat a method.

@@ -386,6 +386,13 @@ fn twiddles(n: usize, inverse: bool) -> Twiddles {
     })
 }
 
+/// The draws at input `i` split by chain (`rows`: chain-major draws of f, t per chain, so
+/// chain c's are rows c·t .. (c + 1)·t).
+pub fn chains_at(rows: &[Vec<f64>], i: usize, t: usize) -> Vec<Vec<f64>> {
+    let column: Vec<f64> = rows.iter().map(|r| r[i]).collect();
+    column.chunks(t.max(1)).map(<[f64]>::to_vec).collect()
+}
+
 /// A sampler's diagnostics at its worst test input, each taken separately: the largest
 /// R̂ and the smallest bulk and tail ESS over the inputs (`rows`: chain-major draws of f at the
 /// m inputs, t per chain). An input whose draws are not finite counts as not mixed.
@@ -399,9 +406,7 @@ pub fn worst_over_inputs(rows: &[Vec<f64>], m: usize, t: usize) -> Diagnostics {
         mcse_mean: 0.0,
     };
     for i in 0..m {
-        // Draws are chain-major: chain c's t draws are rows c·t .. (c + 1)·t.
-        let column: Vec<f64> = rows.iter().map(|r| r[i]).collect();
-        let per_chain: Vec<Vec<f64>> = column.chunks(t).map(<[f64]>::to_vec).collect();
+        let per_chain = chains_at(rows, i, t);
         // A NaN (e.g. draws constant within every chain at an input) is no evidence of
         // mixing: it counts as the worst value, never skipped the way f64::max skips NaN.
         let high = |v: f64| if v.is_nan() { f64::INFINITY } else { v };

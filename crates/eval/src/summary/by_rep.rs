@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use uqbench_metrics::coverage;
 
-use super::types::{ByRepetition, Scalar};
+use super::types::{ByRepetition, Scalar, Summary};
 
 impl ByRepetition {
     /// An empty table for these repetitions.
@@ -40,6 +40,48 @@ impl ByRepetition {
     ) -> Scalar {
         self.put(region, metric, region_means(v, idx));
         region_aggregate(v, idx)
+    }
+}
+
+/// The columns of `repetitions.csv`, one per field of a [`RepetitionEntry`].
+pub const REPETITIONS_COLUMNS: [&str; 6] = [
+    "setting",
+    "method",
+    "region",
+    "metric",
+    "repetition",
+    "value",
+];
+
+/// One repetition's value of one region aggregate: setting, method, region, metric,
+/// repetition, value (NaN where the repetition has none).
+pub type RepetitionEntry<'a> = (&'a str, &'a str, &'a str, &'a str, u64, f64);
+
+impl Summary {
+    /// Every repetition's value of every region aggregate of every setting and method, in
+    /// the order of `repetitions.csv`.
+    pub fn repetition_entries(&self) -> Vec<RepetitionEntry<'_>> {
+        let mut out = Vec::new();
+        for s in &self.settings {
+            for (method, ms) in &s.methods {
+                let by = &ms.by_repetition;
+                for (region, metrics) in &by.values {
+                    for (metric, values) in metrics {
+                        for (&r, &v) in by.repetitions.iter().zip(values) {
+                            out.push((
+                                s.setting.as_str(),
+                                method.as_str(),
+                                region.as_str(),
+                                metric.as_str(),
+                                r,
+                                v,
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        out
     }
 }
 

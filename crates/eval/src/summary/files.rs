@@ -5,6 +5,7 @@ use crate::bail;
 use crate::error::Result;
 use serde_json::{json, Value};
 
+use super::by_rep::REPETITIONS_COLUMNS;
 use super::names;
 use super::types::Summary;
 
@@ -164,34 +165,16 @@ impl Summary {
     /// repetition has none). Repetition r of every method saw the same data: this is what
     /// paired comparisons (`uqbench compare`) read.
     pub fn repetitions_csv(&self) -> String {
-        let header = [
-            "setting",
-            "method",
-            "region",
-            "metric",
-            "repetition",
-            "value",
-        ]
-        .map(String::from);
-        let mut out = Csv::new(&header);
-        for s in &self.settings {
-            for (method, ms) in &s.methods {
-                let by = &ms.by_repetition;
-                for (region, metrics) in &by.values {
-                    for (metric, values) in metrics {
-                        for (r, v) in by.repetitions.iter().zip(values) {
-                            out.row(&[
-                                s.setting.clone(),
-                                method.clone(),
-                                region.clone(),
-                                metric.clone(),
-                                r.to_string(),
-                                num(*v),
-                            ]);
-                        }
-                    }
-                }
-            }
+        let mut out = Csv::new(&REPETITIONS_COLUMNS.map(String::from));
+        for (setting, method, region, metric, r, v) in self.repetition_entries() {
+            out.row(&[
+                setting.to_string(),
+                method.to_string(),
+                region.to_string(),
+                metric.to_string(),
+                r.to_string(),
+                num(v),
+            ]);
         }
         out.text()
     }

@@ -28,6 +28,7 @@ mod levels;
 pub mod names;
 mod types;
 
+pub use by_rep::{RepetitionEntry, REPETITIONS_COLUMNS};
 pub use classify::{
     referral_fractions, summarize_classification, test_labels, ClassRep, ECE_BINS, TEST_LABELS,
 };

@@ -18,6 +18,7 @@ use uqbench_core::noise::Tau;
 use uqbench_core::{Likelihood, Method, SeedBase, Task};
 use uqbench_engine::engine::Resources;
 use uqbench_engine::{open_device, BackendKind, NetConfig};
+use uqbench_metrics::mcmc;
 use uqbench_samplers::{Hmc, HmcConfig, HmcSettings};
 
 /// Arguments of `uqbench bench hmc`.
@@ -139,12 +140,13 @@ pub fn run(args: &HmcBench) -> Result<()> {
     // The draws' effective sample size per second at the worst test input (the smallest bulk
     // and the smallest tail ESS over the 20 test inputs), warm-up included in the time.
     let (ess_bulk, ess_tail) = (scalar("ess_bulk_min"), scalar("ess_tail_min"));
-    let modes = worst_input_chains(
-        out[0].samples.as_deref().unwrap_or(&[]),
-        args.iters,
-        &x_test,
-    );
     if args.json {
+        // Only the JSON reports the chains at the worst input (R̂ of every input: costly).
+        let modes = worst_input_chains(
+            out[0].samples.as_deref().unwrap_or(&[]),
+            args.iters,
+            &x_test,
+        );
         outln!(
             "{}",
             json!({
@@ -208,23 +210,15 @@ struct Modes {
 fn worst_input_chains(rows: &[Vec<f64>], t: usize, x_test: &[f64]) -> Modes {
     let mut best = (f64::NEG_INFINITY, 0);
     for i in 0..x_test.len() {
-        let column: Vec<Vec<f64>> = rows
-            .iter()
-            .map(|r| r[i])
-            .collect::<Vec<_>>()
-            .chunks(t)
-            .map(<[f64]>::to_vec)
-            .collect();
-        let rhat = uqbench_metrics::mcmc::diagnose(&column).map_or(f64::INFINITY, |d| d.rhat);
+        let rhat = mcmc::diagnose(&mcmc::chains_at(rows, i, t)).map_or(f64::INFINITY, |d| d.rhat);
         let rhat = if rhat.is_nan() { f64::INFINITY } else { rhat };
         if rhat > best.0 {
             best = (rhat, i);
         }
     }
     let i = best.1;
-    let column: Vec<f64> = rows.iter().map(|r| r[i]).collect();
-    let (means, sds): (Vec<f64>, Vec<f64>) = column
-        .chunks(t.max(1))
+    let (means, sds): (Vec<f64>, Vec<f64>) = mcmc::chains_at(rows, i, t)
+        .iter()
         .map(|c| {
             let mean = c.iter().sum::<f64>() / c.len() as f64;
             let var = c.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / c.len() as f64;

@@ -454,12 +454,12 @@ impl Laplace {
                 // Out of rounds: δ stays the one this MAP was refined under (flagged below).
             }
             let lml = curvature::log_marginal_likelihood(log_lik, &spectrum, theta_sq, delta);
-            let fitted = match (dense, layers) {
+            let posterior = match (dense, layers) {
                 (Some(g), _) => Fitted::Dense(Posterior::new(&g, delta, diag)?),
                 (None, Some(k)) => Fitted::Kron(k, delta),
                 (None, None) => unreachable!("one of the two is built"),
             };
-            break (fitted, lml);
+            break (posterior, lml);
         };
         let (mean, variances, joint) = linearised(&posterior, &net, x_test, subset)?;
         let std: Vec<f64> = variances.iter().map(|v| v.sqrt()).collect();

@@ -45,39 +45,68 @@ fn run_linear_sigma(
     own: HmcSettings,
     known_sigma: Option<f64>,
 ) -> Vec<uqbench_core::Prediction> {
-    let task = Task {
+    let data = Linear {
         d: 1,
-        x_train: x,
-        y_train: y,
-        repetitions: &[0],
+        x,
+        y,
         x_test,
-        epochs: 1,
         known_sigma,
-        seeds: SeedBase {
-            base: 3,
-            experiment: "hmc".into(),
-            setting: String::new(),
-        },
-        features: None,
-        noise: Default::default(),
-        likelihood: uqbench_core::Likelihood::Gaussian,
+        seeds: (3, "hmc"),
+        host_loops: true,
     };
-    let config = HmcConfig {
-        net: NetConfig {
-            hidden: vec![],
-            ..NetConfig::default()
-        },
-        own,
-        ..HmcConfig::default()
-    };
-    let res = Resources::new(
-        BackendKind::Flex,
-        open_device(BackendKind::Flex, true).unwrap(),
-    );
-    Hmc::new("HMC", config)
-        .unwrap()
-        .run(&task, &res.compute(), false, &|_| {})
-        .unwrap()
+    data.run(own)
+}
+
+/// A network linear in its `d` inputs (no hidden layer) under HMC on flex.
+struct Linear<'a> {
+    d: usize,
+    x: &'a [f64],
+    y: &'a [Vec<f64>],
+    x_test: &'a [f64],
+    known_sigma: Option<f64>,
+    /// The seeds' base and experiment name.
+    seeds: (u64, &'a str),
+    /// Host loops (true) or tensors.
+    host_loops: bool,
+}
+
+impl Linear<'_> {
+    fn run(&self, own: HmcSettings) -> Vec<uqbench_core::Prediction> {
+        let task = Task {
+            d: self.d,
+            x_train: self.x,
+            y_train: self.y,
+            repetitions: &[0],
+            x_test: self.x_test,
+            epochs: 1,
+            known_sigma: self.known_sigma,
+            seeds: SeedBase {
+                base: self.seeds.0,
+                experiment: self.seeds.1.into(),
+                setting: String::new(),
+            },
+            features: None,
+            noise: Default::default(),
+            likelihood: uqbench_core::Likelihood::Gaussian,
+        };
+        let config = HmcConfig {
+            net: NetConfig {
+                hidden: vec![],
+                ..NetConfig::default()
+            },
+            own,
+            ..HmcConfig::default()
+        };
+        let mut res = Resources::new(
+            BackendKind::Flex,
+            open_device(BackendKind::Flex, true).unwrap(),
+        );
+        res.host_loops = self.host_loops;
+        Hmc::new("HMC", config)
+            .unwrap()
+            .run(&task, &res.compute(), false, &|_| {})
+            .unwrap()
+    }
 }
 
 #[test]
@@ -353,50 +382,25 @@ fn run_anisotropic(metric: uqbench_samplers::Metric, host_loops: bool) -> BTreeM
         .map(|r| 30.0 * r[0] + 0.3 * r[1] + 0.5 * rng.normal())
         .collect();
     let x_test = [0.01, 10.0, -0.01, 5.0];
-    let task = Task {
+    let data = Linear {
         d: 2,
-        x_train: &x,
-        y_train: std::slice::from_ref(&y),
-        repetitions: &[0],
+        x: &x,
+        y: std::slice::from_ref(&y),
         x_test: &x_test,
-        epochs: 1,
         known_sigma: Some(0.5),
-        seeds: SeedBase {
-            base: 4,
-            experiment: "hmc-metric".into(),
-            setting: String::new(),
-        },
-        features: None,
-        noise: Default::default(),
-        likelihood: uqbench_core::Likelihood::Gaussian,
+        seeds: (4, "hmc-metric"),
+        host_loops,
     };
-    let config = HmcConfig {
-        net: NetConfig {
-            hidden: vec![],
-            standardize: false,
-            ..NetConfig::default()
-        },
-        own: HmcSettings {
-            chains: 4,
-            warmup: 500,
-            draws: 500,
-            leapfrog_steps: 10,
-            prior_sd: 100.0,
-            noise_sd: Some(toml::Value::String("known".into()).try_into().unwrap()),
-            metric,
-            ..HmcSettings::default()
-        },
-        ..HmcConfig::default()
-    };
-    let mut res = Resources::new(
-        BackendKind::Flex,
-        open_device(BackendKind::Flex, true).unwrap(),
-    );
-    res.host_loops = host_loops;
-    let out = Hmc::new("HMC", config)
-        .unwrap()
-        .run(&task, &res.compute(), false, &|_| {})
-        .unwrap();
+    let out = data.run(HmcSettings {
+        chains: 4,
+        warmup: 500,
+        draws: 500,
+        leapfrog_steps: 10,
+        prior_sd: 100.0,
+        noise_sd: Some(toml::Value::String("known".into()).try_into().unwrap()),
+        metric,
+        ..HmcSettings::default()
+    });
     out[0].scalars.clone()
 }
 
