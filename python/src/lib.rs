@@ -249,7 +249,9 @@ impl PyProblem {
 
     /// Repetition `k`: the data a method gets and the truth it is judged by.
     fn repetition<'py>(&self, py: Python<'py>, k: u64) -> PyResult<Bound<'py, PyDict>> {
-        let p = &self.problem;
+        // A random design's repetition has its own inputs.
+        let p = self.problem.at_repetition(k).map_err(value_error)?;
+        let p = p.as_ref();
         let draw = p.draw(k);
         let d = PyDict::new(py);
         let inputs = |x: &uqbench_anchor::Inputs| matrix(py, x.len(), x.d(), x.as_slice().to_vec());
@@ -288,12 +290,20 @@ impl PyProblem {
         }
         let (post, condition) = py
             .detach(|| {
+                if self.problem.is_random_design() {
+                    // Repetition k's own inputs, so its own fit.
+                    let own = self.problem.at_repetition(k).map_err(|e| e.to_string())?;
+                    let anchor = uqbench_anchor::Anchor::fit(&own).map_err(|e| e.to_string())?;
+                    let post = anchor
+                        .posterior(&own.draw(k).train_y)
+                        .map_err(|e| e.to_string())?;
+                    return Ok((post, anchor.condition()));
+                }
+                let y = self.problem.draw(k).train_y;
                 let anchor = self
                     .fitted()?
                     .ok_or("this problem has no anchor (a surrogate or classification problem)")?;
-                let post = anchor
-                    .posterior(&self.problem.draw(k).train_y)
-                    .map_err(|e| e.to_string())?;
+                let post = anchor.posterior(&y).map_err(|e| e.to_string())?;
                 Ok::<_, String>((post, anchor.condition()))
             })
             .map_err(value_error)?;

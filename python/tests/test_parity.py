@@ -18,6 +18,7 @@ from uqbench import _frame
         ("experiments/e1.toml", {"f_main": 2}, 3),  # normal posterior, σ known
         ("experiments/quartic_gap.toml", None, 1),  # Student-t, σ estimated
         ("experiments/cubic_hetero.toml", None, 0),  # σ(x), a validation set
+        ("experiments/conformal_design.toml", None, 2),  # design = "random": own inputs
     ],
 )
 def test_anchor_and_data_equal_the_cli(root, cli, spec, setting, rep):
@@ -48,6 +49,19 @@ def test_anchor_and_data_equal_the_cli(root, cli, spec, setting, rep):
         np.testing.assert_array_equal(r.y_valid, np.asarray(expected["validation_y"]))
         np.testing.assert_array_equal(r.valid_sigma, np.asarray(expected["validation_sigma"]))
         np.testing.assert_array_equal(r.valid_truth, np.asarray(expected["validation_truth"]))
+
+
+def test_a_random_design_gives_every_repetition_its_own_inputs(root):
+    problem = uqbench.Problem(root / "experiments/conformal_design.toml")
+    fixed = uqbench.Problem(root / "experiments/conformal_design.toml", profile="fixed")
+    a, b = problem.repetition(0), problem.repetition(1)
+    assert not np.array_equal(a.x_train, b.x_train)
+    assert not np.array_equal(a.x_test, b.x_test)
+    assert np.all(np.diff(b.x_test[:, 0]) >= 0)  # sorted along x
+    np.testing.assert_array_equal(fixed.repetition(0).x_test, fixed.repetition(1).x_test)
+    # The anchor of repetition 1 is fitted to its own inputs: its mean is at its test points.
+    assert problem.anchor(1).mean.shape == (b.x_test.shape[0],)
+    assert not np.array_equal(problem.anchor(1).mean, problem.anchor(0).mean)
 
 
 def test_classification_data_and_no_anchor(root, cli):

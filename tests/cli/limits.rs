@@ -282,3 +282,60 @@ fn ensemble_plus_members_are_posterior_draws(dir: &Path, anchor: &[Value]) {
     let (flat, prior) = (column(&anchor[0], "std"), column(&gaussian[0], "std"));
     assert!(flat.iter().zip(&prior).any(|(f, p)| p / f < 0.9));
 }
+
+#[test]
+fn split_conformal_keeps_its_guarantee_around_the_anchor_and_a_linear_network() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = uqbench(&[
+        "run",
+        "experiments/limits.toml",
+        "--profile",
+        "guarantee",
+        "--quiet",
+        "--out",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let s: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("summary.json")).unwrap())
+            .unwrap();
+    let methods = &s["settings"][0]["methods"];
+    let all = |m: &str, k: &str| -> (f64, f64) {
+        let v = &methods[m]["aggregate"]["all"][k];
+        (v["value"].as_f64().unwrap(), v["stderr"].as_f64().unwrap())
+    };
+    for m in ["BLR+conformal", "Linear+conformal"] {
+        let n = all(m, "calibration_points").0;
+        assert_eq!(n, 30.0, "{m}");
+        for level in [0.5_f64, 0.9, 0.95] {
+            let (picp, se) = all(m, &format!("picp_{level}"));
+            // Every repetition draws its 60 training and 20 test inputs from the same design
+            // (`design = "random"`), so the held-out scores and a test point's are
+            // exchangeable and P(y ∈ C(x)) = ⌈(n + 1)·level⌉/(n + 1) exactly for continuous
+            // scores (Lei et al. 2018): 16/31, 28/31, 30/31, inside the guarantee's window
+            // [level, level + 1/(n + 1)). Each repetition's PICP is the exact probability of
+            // covering a new y, averaged over its test points; the mean over 400 independent
+            // repetitions is within 4 standard errors of its expectation except with
+            // probability 6·10⁻⁵ (normal approximation). The standard error, ≈ √(level(1 −
+            // level)/(n + 2))/√400 ≈ 0.003 at 0.9, is bounded so the check can fail.
+            let exact = ((n + 1.0) * level).ceil() / (n + 1.0);
+            assert!(se > 0.0 && se < 0.01, "{m} at {level}: se {se}");
+            assert!(
+                (picp - exact).abs() <= 4.0 * se,
+                "{m} at {level}: PICP {picp} ± {se}, exact {exact}"
+            );
+            assert!(
+                picp >= level - 4.0 * se && picp <= level + 1.0 / (n + 1.0) + 4.0 * se,
+                "{m} at {level}: PICP {picp} ± {se} outside the guarantee's window"
+            );
+        }
+    }
+    // The network base is in its linear limit: trained to the least-squares fit on its 30
+    // points, as the anchor's base is, so their mean deviations from f agree (each an
+    // average over 400 repetitions with a 2% standard error; 10% is 3.5 joint sd).
+    let (blr, lin) = (
+        all("BLR+conformal", "deviation").0,
+        all("Linear+conformal", "deviation").0,
+    );
+    assert!((lin / blr - 1.0).abs() < 0.1, "deviation {lin} vs {blr}");
+}

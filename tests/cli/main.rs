@@ -8,6 +8,7 @@ mod backends;
 mod bad_specs;
 mod bench;
 mod compare;
+mod design;
 mod export_and_score;
 mod host;
 mod limits;

@@ -9,7 +9,9 @@
 //! - **Which points are held out.** A fixed random subset of round(fraction·N) training
 //!   inputs, the same in every repetition of a setting (the inputs are shared by the
 //!   repetitions of a task; the targets, hence the residuals, are fresh in each). It is drawn
-//!   from the seed of (experiment, setting, purpose `NAME/calibration`).
+//!   from the seed of (experiment, setting, purpose `NAME/calibration`). Under
+//!   `design = "random"` every repetition's inputs are its own, so its held-out points are
+//!   fresh draws too.
 //! - **The scale s(x).** `score = "absolute"` uses s = 1 (the residual |y − μ|, MAPIE's
 //!   default); `"normalized"` and both recalibrations use the base's predictive sd of y:
 //!   its own when it has one (a mean–variance mixture, or sqrt(std² + noise²) with its noise

@@ -25,6 +25,39 @@ pub fn predict(
     compute: &Compute,
     progress: &(dyn Fn(f64) + Sync),
 ) -> Result<Vec<Stored>> {
+    if !problem.is_random_design() {
+        return predict_block(spec, setting, problem, method, reps, compute, progress);
+    }
+    // With `design = "random"` every repetition has its own inputs, so each is its own task
+    // (its members still train as one program). Seeds are per repetition, so a repetition's
+    // numbers do not depend on the block it ran in.
+    let n = reps.len() as f64;
+    let mut out = Vec::with_capacity(reps.len());
+    for (i, &r) in reps.iter().enumerate() {
+        let own = problem.at_repetition(r)?;
+        out.extend(predict_block(
+            spec,
+            setting,
+            &own,
+            method,
+            &[r],
+            compute,
+            &|f| progress((i as f64 + f) / n),
+        )?);
+    }
+    Ok(out)
+}
+
+/// [`predict`] for repetitions that share their inputs.
+fn predict_block(
+    spec: &ExperimentSpec,
+    setting: &Setting,
+    problem: &Problem,
+    method: &dyn Method,
+    reps: &[u64],
+    compute: &Compute,
+    progress: &(dyn Fn(f64) + Sync),
+) -> Result<Vec<Stored>> {
     let track = Track::of(problem);
     let classification = track == Track::Classification;
     // A spec without [run] (scored, not run) has no levels, the known noise, and no training.

@@ -48,7 +48,7 @@ pub fn score_setting(
     let labels = label_source(spec, problem);
     track.summarize_setting(
         &setting.label(),
-        TestInfo::of(problem),
+        TestInfo::for_repetitions(problem, &reps)?,
         methods,
         levels,
         &labels,
@@ -152,6 +152,29 @@ impl JointScoring {
     }
 }
 
+/// The square roots of a covariance matrix's diagonal (NaN where a row is too short).
+fn diagonal_sd(cov: &[Vec<f64>]) -> Vec<f64> {
+    cov.iter()
+        .enumerate()
+        .map(|(i, r)| r.get(i).copied().unwrap_or(f64::NAN).max(0.0).sqrt())
+        .collect()
+}
+
+/// Repetition `rep`'s view of `problem`, with its own anchor fit where it has its own inputs
+/// (a random design) and `fit` asks for one.
+fn own_inputs(
+    problem: &Problem,
+    rep: u64,
+    fit: bool,
+) -> Result<(std::borrow::Cow<'_, Problem>, Option<Anchor>)> {
+    let own = problem.at_repetition(rep)?;
+    let fitted = match &own {
+        std::borrow::Cow::Owned(p) if fit => Some(Anchor::fit(p)?),
+        _ => None,
+    };
+    Ok((own, fitted))
+}
+
 /// Repetition `rep` of external regression predictions for `problem`, checked against its
 /// test inputs, in stored form with intervals at `levels` (and 0.95), the distances to the
 /// anchor and (with `joint`) the joint metrics: the same path as a native method's
@@ -166,6 +189,9 @@ pub fn regression_rep(
     levels: &[f64],
     joint: Option<&JointScoring>,
 ) -> Result<RepResult> {
+    let (problem, own_fit) = own_inputs(problem, rep, anchor.is_some())?;
+    let anchor = own_fit.as_ref().or(anchor);
+    let problem = problem.as_ref();
     let m = problem.test.truth.len();
     let (mean, std, noise_std, samples, noise_samples, cov) = match prediction {
         External::Gaussian {
@@ -176,11 +202,7 @@ pub fn regression_rep(
         } => {
             let std = match (std, &cov) {
                 (Some(s), _) => s,
-                (None, Some(c)) => c
-                    .iter()
-                    .enumerate()
-                    .map(|(i, r)| r.get(i).copied().unwrap_or(f64::NAN).max(0.0).sqrt())
-                    .collect(),
+                (None, Some(c)) => diagonal_sd(c),
                 (None, None) => bail!("`std` or `cov` is needed with `mean`"),
             };
             (mean, std, noise_std, None, None, cov)

@@ -13,7 +13,10 @@ use crate::seed::{purpose, Rng, SeedPath};
 use crate::surrogate::{self, SurrogateSpec, Table};
 use crate::tcc::{ClassificationSpec, Tcc};
 
+mod random;
 mod sources;
+
+pub use random::{DesignMode, RandomInputs};
 
 /// The parameters γ as written in a spec.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -86,6 +89,11 @@ pub struct ProblemSpec {
     /// Extra test points at which results are reported.
     #[serde(default)]
     pub report: Vec<ReportPoint>,
+    /// `"fixed"` (default): the inputs are drawn once per setting and every repetition redraws
+    /// only y, so every result is conditional on those inputs. `"random"`: every repetition
+    /// draws its training, validation and test inputs afresh ([`DesignMode`]).
+    #[serde(default)]
+    pub design: DesignMode,
 }
 
 fn default_true() -> bool {
@@ -236,6 +244,9 @@ pub struct Problem {
     pub test: TestSet,
     /// Validation inputs with σ and truth there.
     pub validation: Option<(Inputs, Vec<f64>, Vec<f64>)>,
+    /// With `design = "random"`, the designs every repetition redraws its inputs from (the
+    /// problem itself holds repetition 0's); `None` for a fixed design.
+    pub random: Option<Box<RandomInputs>>,
 }
 
 /// One repetition's data.
@@ -317,25 +328,12 @@ impl Problem {
             }
         }
 
-        let train = spec.train.resolve(
-            d,
-            &vars,
-            "problem.train",
-            &mut rng_for(purpose::TRAIN_DESIGN),
-        )?;
-        let test_design =
-            spec.test
-                .resolve(d, &vars, "problem.test", &mut rng_for(purpose::TEST_DESIGN))?;
-        let validation = match &spec.validation {
-            Some(v) => Some(v.resolve(
-                d,
-                &vars,
-                "problem.validation",
-                &mut rng_for(purpose::VALIDATION_DESIGN),
-            )?),
-            None => None,
+        let train = Design {
+            inputs: Inputs::new(d, Vec::new()),
+            coord: None,
+            support: Vec::new(),
+            diagonal: None,
         };
-
         let mut problem = Problem {
             name: name.to_string(),
             seed,
@@ -356,14 +354,20 @@ impl Problem {
                 sigma: Vec::new(),
             },
             validation: None,
+            random: None,
         };
-        problem.train_sigma = problem.sigma_at(&problem.train.inputs, "training")?;
-        problem.train_truth = problem.truth_at(&problem.train.inputs)?;
-        problem.test = problem.test_set(test_design, &spec.report)?;
-        if let Some(v) = validation {
-            let sigma = problem.sigma_at(&v.inputs, "validation")?;
-            let truth = problem.truth_at(&v.inputs)?;
-            problem.validation = Some((v.inputs, sigma, truth));
+        let inputs = RandomInputs {
+            train: spec.train.clone(),
+            test: spec.test.clone(),
+            validation: spec.validation.clone(),
+            report: spec.report.clone(),
+            vars,
+            held: 0,
+        };
+        // Repetition 0's inputs in both modes: a fixed design's are every repetition's.
+        problem.place_inputs(&inputs, 0, spec.design)?;
+        if spec.design == DesignMode::Random {
+            problem.random = Some(Box::new(inputs));
         }
         Ok(problem)
     }
@@ -553,6 +557,14 @@ impl Problem {
     /// The data of repetition `r`: y = G(x)ᵀγ + σ(x)·ε with ε drawn from the seed of
     /// (experiment, setting, r, purpose "noise").
     pub fn draw(&self, repetition: u64) -> Draw {
+        if let Some(r) = &self.random {
+            assert_eq!(
+                r.held, repetition,
+                "{}: a random design draws repetition {repetition}'s targets at its own inputs \
+                 (Problem::at_repetition), not at repetition {}'s",
+                self.name, r.held
+            );
+        }
         let label = self.setting.label();
         let path = |what| SeedPath {
             base: self.seed,

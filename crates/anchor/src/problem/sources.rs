@@ -83,6 +83,7 @@ impl Problem {
             train_truth,
             test,
             validation,
+            random: None,
         })
     }
 
@@ -128,6 +129,7 @@ impl Problem {
                 sigma: Vec::new(),
             },
             validation: None,
+            random: None,
         };
         problem.train_truth = problem.truth_at(&problem.train.inputs)?;
         problem.train_sigma = problem.sigma_at(&problem.train.inputs, "training")?;

@@ -36,10 +36,30 @@ impl ByRepetition {
         region: &str,
         metric: &str,
         v: &[Vec<f64>],
-        idx: &[usize],
+        idx: Points<'_>,
     ) -> Scalar {
         self.put(region, metric, region_means(v, idx));
         region_aggregate(v, idx)
+    }
+}
+
+/// A region's points in each repetition: the same in all (a fixed design), or each
+/// repetition's own (a random design, where a test slot's point moves between regions).
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Points<'a> {
+    /// The same points in every repetition.
+    Shared(&'a [usize]),
+    /// Per repetition (in the order of the values), its own points.
+    PerRep(&'a [Vec<usize>]),
+}
+
+impl<'a> Points<'a> {
+    /// The points of the repetition at position `r`.
+    pub(super) fn at(self, r: usize) -> &'a [usize] {
+        match self {
+            Points::Shared(idx) => idx,
+            Points::PerRep(per) => &per[r],
+        }
     }
 }
 
@@ -85,12 +105,18 @@ impl Summary {
     }
 }
 
-/// Each repetition's mean over the points `idx` of `v[r][i]`, NaN values left out (NaN where
+/// Each repetition's mean over its points `idx` of `v[r][i]`, NaN values left out (NaN where
 /// none is left).
-pub(super) fn region_means(v: &[Vec<f64>], idx: &[usize]) -> Vec<f64> {
+pub(super) fn region_means(v: &[Vec<f64>], idx: Points<'_>) -> Vec<f64> {
     v.iter()
-        .map(|r| {
-            let vals: Vec<f64> = idx.iter().map(|&i| r[i]).filter(|x| !x.is_nan()).collect();
+        .enumerate()
+        .map(|(r, row)| {
+            let vals: Vec<f64> = idx
+                .at(r)
+                .iter()
+                .map(|&i| row[i])
+                .filter(|x| !x.is_nan())
+                .collect();
             if vals.is_empty() {
                 f64::NAN
             } else {
@@ -104,9 +130,10 @@ pub(super) fn region_means(v: &[Vec<f64>], idx: &[usize]) -> Vec<f64> {
 /// mean over repetitions of each repetition's mean over the region's points `idx`, with its
 /// standard error over the repetitions (sample sd, n − 1, over √K: the repetitions are
 /// independent, the test inputs of one repetition are not), and the spread across the region's
-/// points of the per-point means over repetitions as `points_sd` (descriptive only). NaN values
-/// (an undefined quantity at a point) are left out of a repetition's mean.
-pub(super) fn region_aggregate(v: &[Vec<f64>], idx: &[usize]) -> Scalar {
+/// points of the per-point means over repetitions as `points_sd` (descriptive only; with a
+/// random design a point is a test slot, pooled over the repetitions where it lies in the
+/// region). NaN values (an undefined quantity at a point) are left out of a repetition's mean.
+pub(super) fn region_aggregate(v: &[Vec<f64>], idx: Points<'_>) -> Scalar {
     let per_rep: Vec<f64> = region_means(v, idx)
         .into_iter()
         .filter(|x| !x.is_nan())
@@ -114,12 +141,21 @@ pub(super) fn region_aggregate(v: &[Vec<f64>], idx: &[usize]) -> Scalar {
     let Ok(s) = coverage::mean_se(&per_rep) else {
         return Scalar::bare(f64::NAN);
     };
-    let point_means: Vec<f64> = idx
+    let width = v.first().map_or(0, Vec::len);
+    let (mut sum, mut count) = (vec![0.0; width], vec![0usize; width]);
+    for (r, row) in v.iter().enumerate() {
+        for &i in idx.at(r) {
+            if !row[i].is_nan() {
+                sum[i] += row[i];
+                count[i] += 1;
+            }
+        }
+    }
+    let point_means: Vec<f64> = sum
         .iter()
-        .filter_map(|&i| {
-            let col: Vec<f64> = v.iter().map(|r| r[i]).filter(|x| !x.is_nan()).collect();
-            (!col.is_empty()).then(|| col.iter().sum::<f64>() / col.len() as f64)
-        })
+        .zip(&count)
+        .filter(|(_, &c)| c > 0)
+        .map(|(s, &c)| s / c as f64)
         .collect();
     Scalar {
         value: s.mean,

@@ -25,9 +25,11 @@ use uqbench_metrics::classification::{
 };
 use uqbench_metrics::ranking::{referral_curve, roc_auc};
 
-use super::compute::{insert_joint, mean_se_per_point, mixing_flag, proportions, regions};
+use super::by_rep::Points;
+use super::compute::{insert_joint, mean_se_per_point, mixing_flag, proportions};
 use super::joint::{JointKind, JointMetrics};
 use super::names;
+use super::regions::regions;
 use super::types::{
     level_name, nullable_vec, ByRepetition, MethodSummary, PointMetric, Scalar, TestInfo,
 };
@@ -293,6 +295,7 @@ pub fn summarize_classification(
     for (region, idx) in &regs {
         let agg = tables.aggregate.entry((*region).to_string()).or_default();
         for (name, v) in &tables.per_point {
+            let idx = Points::Shared(idx);
             agg.insert(name.clone(), tables.by.region(region, name, v, idx));
         }
     }
@@ -412,7 +415,7 @@ fn interval_metrics(
                     region,
                     &format!("{}_{name}", names::COVERAGE_AT),
                     &covered,
-                    idx,
+                    Points::Shared(idx),
                 ),
             );
     }

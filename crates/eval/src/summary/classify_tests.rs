@@ -17,6 +17,8 @@ fn test_info(m: usize) -> TestInfo {
         label: vec![None; m],
         sigma: truth.iter().map(|p| (p * (1.0 - p)).sqrt()).collect(),
         truth,
+        design: None,
+        repetitions: None,
     }
 }
 
@@ -158,6 +160,8 @@ fn region_error_bars_are_over_repetitions_by_hand() {
         label: vec![None; 4],
         truth: vec![0.2, 0.5, 0.7, 0.9],
         sigma: vec![0.0; 4],
+        design: None,
+        repetitions: None,
     };
     let draws = [
         [[0.1, 0.5, 0.6, 0.9], [0.3, 0.5, 0.8, 0.9]],

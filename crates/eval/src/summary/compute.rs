@@ -5,12 +5,12 @@ use std::collections::BTreeMap;
 
 use crate::bail;
 use crate::error::Result;
-use uqbench_anchor::Region;
 use uqbench_core::Family;
 use uqbench_metrics::coverage::{self, Intervals};
 
 use super::joint::JointMetrics;
 use super::names;
+use super::regions::{points_of, region_points, RegionPoints};
 use super::types::{
     level_name, ByRepetition, MethodSummary, PointMetric, RepResult, Scalar, SettingSummary,
     TestInfo, Which, ANCHOR, UNDERFIT_FACTOR,
@@ -148,7 +148,7 @@ pub fn summarize_method(
         };
         points.insert(names::UNCERTAINTY_RATIO.into(), ratio);
     }
-    let regs = regions(test);
+    let regs = region_points(test, &ok)?;
     let mut per_point: Vec<(String, Vec<Vec<f64>>)> = vec![
         (names::DEVIATION.into(), deviation),
         (names::UNCERTAINTY.into(), uncertainty),
@@ -225,14 +225,15 @@ pub fn summarize_method(
 /// repetition's region mean, with their standard errors), coverage, point count and the
 /// median uncertainty ratio.
 fn region_aggregates(
-    regs: &[(&str, Vec<usize>)],
+    regs: &RegionPoints,
     per_point: &[(String, Vec<Vec<f64>>)],
     covered: &[Vec<f64>],
     points: &BTreeMap<String, PointMetric>,
     aggregate: &mut BTreeMap<String, BTreeMap<String, Scalar>>,
     by: &mut ByRepetition,
 ) {
-    for (region, idx) in regs {
+    for (region, nominal, per) in regs {
+        let idx = points_of(nominal, per);
         let entry = aggregate.entry((*region).to_string()).or_default();
         for (name, v) in per_point {
             entry.insert(name.clone(), by.region(region, name, v, idx));
@@ -241,8 +242,14 @@ fn region_aggregates(
             names::COVERAGE.into(),
             by.region(region, names::COVERAGE, covered, idx),
         );
-        entry.insert(names::POINTS.into(), Scalar::bare(idx.len() as f64));
-        if let Some(ratio) = points.get(names::UNCERTAINTY_RATIO) {
+        // Points per repetition (with a random design, the mean over repetitions).
+        let count = match per {
+            Some(per) => per.iter().map(Vec::len).sum::<usize>() as f64 / per.len() as f64,
+            None => nominal.len() as f64,
+        };
+        entry.insert(names::POINTS.into(), Scalar::bare(count));
+        let idx = nominal;
+        if let (Some(ratio), false) = (points.get(names::UNCERTAINTY_RATIO), idx.is_empty()) {
             // The median, not the mean: where every feature vanishes the anchor is certain
             // and the ratio unbounded (E1: where f_main·x ∈ {…, −5, 10, 25, …}, e.g.
             // x = −5 at f_main = 1 or x = 2 at f_main = 5).
@@ -267,26 +274,25 @@ fn per_repetition_errors(
     let in_context = |r: &RepResult, e: crate::error::EvalError| {
         e.context(format!("repetition {}", r.repetition))
     };
-    let deviation: Vec<Vec<f64>> = ok
-        .iter()
-        .map(|r| {
-            r.mean
-                .iter()
-                .zip(&test.truth)
-                .map(|(p, t)| (p - t).abs())
-                .collect()
-        })
-        .collect();
+    let mut deviation = Vec::with_capacity(k);
     let mut covered = Vec::with_capacity(k);
     let mut crps = Vec::with_capacity(k);
     for r in ok {
+        let truth = test.truth_of(r.repetition)?;
+        deviation.push(
+            r.mean
+                .iter()
+                .zip(truth)
+                .map(|(p, t)| (p - t).abs())
+                .collect::<Vec<f64>>(),
+        );
         let (lo, hi) = r.coverage_interval().map_err(|e| in_context(r, e))?;
         covered.push(
             (0..m)
-                .map(|i| f64::from(u8::from(lo[i] < test.truth[i] && test.truth[i] < hi[i])))
+                .map(|i| f64::from(u8::from(lo[i] < truth[i] && truth[i] < hi[i])))
                 .collect::<Vec<f64>>(),
         );
-        crps.push(r.crps(&test.truth).map_err(|e| in_context(r, e))?);
+        crps.push(r.crps(truth).map_err(|e| in_context(r, e))?);
     }
     Ok((deviation, covered, crps))
 }
@@ -307,7 +313,7 @@ fn level_metrics(
     test: &TestInfo,
     ok: &[&RepResult],
     level: f64,
-    regs: &[(&'static str, Vec<usize>)],
+    regs: &RegionPoints,
     acc: &mut Acc,
 ) -> Result<()> {
     let (m, k) = (test.truth.len(), ok.len());
@@ -318,12 +324,13 @@ fn level_metrics(
     let mut ci = Vec::with_capacity(k);
     let mut pi = Vec::with_capacity(k);
     for r in ok {
+        let sigma = test.sigma_of(r.repetition)?;
         ci.push(
-            r.interval(level, Which::Ci, &test.sigma)
+            r.interval(level, Which::Ci, sigma)
                 .map_err(|e| in_context(r, e))?,
         );
         pi.push(
-            r.interval(level, Which::Pi, &test.sigma)
+            r.interval(level, Which::Pi, sigma)
                 .map_err(|e| in_context(r, e))?,
         );
     }
@@ -336,21 +343,22 @@ fn level_metrics(
     // covers a new y (exact from the known noise).
     let mut cicf_r = Vec::with_capacity(k);
     let mut picf_r = Vec::with_capacity(k);
-    for ((cl, cu), (pl, pu)) in ci.iter().zip(&pi) {
+    for (((cl, cu), (pl, pu)), r) in ci.iter().zip(&pi).zip(ok) {
+        let (truth, sigma) = (test.truth_of(r.repetition)?, test.sigma_of(r.repetition)?);
         cicf_r.push(coverage::cicf(
             &[Intervals {
                 lower: cl,
                 upper: cu,
             }],
-            &test.truth,
+            truth,
         )?);
         picf_r.push(coverage::picf(
             &[Intervals {
                 lower: pl,
                 upper: pu,
             }],
-            &test.truth,
-            &test.sigma,
+            truth,
+            sigma,
         )?);
     }
     // Each repetition's marginal coverage over all test inputs ([004]'s histograms).
@@ -374,16 +382,21 @@ fn level_metrics(
     );
     let cicf = acc.points[&format!("{}_{name}", names::CICF)].value.clone();
     let picf = acc.points[&format!("{}_{name}", names::PICF)].value.clone();
-    for (region, idx) in regs {
+    for (region, nominal, per) in regs {
+        let idx = points_of(nominal, per);
         let entry = acc.aggregate.entry((*region).to_string()).or_default();
-        entry.insert(
-            format!("{}_{name}", names::CICF_BRIER),
-            brier_over_reps(&cicf_r, &cicf, idx, level)?,
-        );
-        entry.insert(
-            format!("{}_{name}", names::PICF_BRIER),
-            brier_over_reps(&picf_r, &picf, idx, level)?,
-        );
+        // [004]'s Brier scores judge each point's coverage fraction over repetitions: they
+        // need the same points in every repetition (not a random design's).
+        if per.is_none() {
+            entry.insert(
+                format!("{}_{name}", names::CICF_BRIER),
+                brier_over_reps(&cicf_r, &cicf, nominal, level)?,
+            );
+            entry.insert(
+                format!("{}_{name}", names::PICF_BRIER),
+                brier_over_reps(&picf_r, &picf, nominal, level)?,
+            );
+        }
         // Marginal coverage of the region: each repetition's fraction of the region
         // covered (CICP) or its mean PI coverage probability (PICP), over repetitions.
         entry.insert(
@@ -572,20 +585,6 @@ pub(super) fn mixing_flag<'a>(
         ));
     }
     flags
-}
-
-/// Index sets per region: `all`, then each region that occurs.
-pub fn regions(test: &TestInfo) -> Vec<(&'static str, Vec<usize>)> {
-    let mut out = vec![(names::ALL, (0..test.truth.len()).collect::<Vec<_>>())];
-    for r in [Region::In, Region::Gap, Region::Out] {
-        let idx: Vec<usize> = (0..test.truth.len())
-            .filter(|&i| test.region[i] == r)
-            .collect();
-        if !idx.is_empty() {
-            out.push((r.as_str(), idx));
-        }
-    }
-    out
 }
 
 /// The region whose deviation judges the training fit: `in` where the test set has one,

@@ -8,7 +8,7 @@ use uqbench_core::Method;
 
 use super::*;
 use crate::spec::ExperimentSpec;
-use crate::summary::types::Summary;
+use crate::summary::types::{RepInputs, Summary};
 
 fn rep(r: u64, mean: [f64; 2], std: [f64; 2]) -> RepResult {
     RepResult {
@@ -38,6 +38,8 @@ fn two_points() -> TestInfo {
         label: vec![None, None],
         truth: vec![0.0, 1.0],
         sigma: vec![1.0, 1.0],
+        design: None,
+        repetitions: None,
     }
 }
 
@@ -111,6 +113,8 @@ fn region_error_bars_are_over_repetitions_by_hand() {
         label: vec![None; 4],
         truth: vec![0.0, 1.0, 2.0, 3.0],
         sigma: vec![1.0; 4],
+        design: None,
+        repetitions: None,
     };
     let rep4 = |r: u64, mean: [f64; 4], std: [f64; 4]| RepResult {
         repetition: r,
@@ -311,4 +315,51 @@ test = { kind = "grid", n = 9, low = -2, high = 2.5 }
     // matters for the intervals, the ratio uses the true σ = 1).
     let fit = s.aggregate["all"]["fit_ratio"].value;
     assert!((fit - 7.0 / 12.0).abs() < 4.0 * 0.0070, "fit_ratio {fit}");
+}
+
+#[test]
+fn a_random_design_judges_each_repetition_at_its_own_inputs_by_hand() {
+    // Two test slots and two repetitions with their own inputs: repetition 0 has truth
+    // [0, 1] with regions [in, out], repetition 1 truth [2, 3] with regions [out, in]. The
+    // nominal fields (slot means) would give other numbers.
+    let own = |truth: [f64; 2], region: [Region; 2]| RepInputs {
+        x: vec![vec![truth[0]], vec![truth[1]]],
+        region: region.to_vec(),
+        truth: truth.to_vec(),
+        sigma: vec![1.0; 2],
+        coord: None,
+    };
+    let test = TestInfo {
+        x: vec![vec![1.0], vec![2.0]],
+        coord: None,
+        region: vec![Region::Out, Region::Out],
+        label: vec![None; 2],
+        truth: vec![1.0, 2.0],
+        sigma: vec![1.0; 2],
+        design: Some(crate::summary::RANDOM.into()),
+        repetitions: Some(BTreeMap::from([
+            (0, own([0.0, 1.0], [Region::In, Region::Out])),
+            (1, own([2.0, 3.0], [Region::Out, Region::In])),
+        ])),
+    };
+    let reps = vec![rep(0, [0.5, 1.0], [0.1; 2]), rep(1, [2.0, 4.0], [0.1; 2])];
+    let s = summarize_method(&test, &reps, &[0.9], None).unwrap();
+    let close = |a: f64, b: f64| (a - b).abs() < 1e-12;
+    // Deviations: repetition 0 [0.5, 0], repetition 1 [0, 1]. `in`: 0.5 (rep 0, slot 0) and
+    // 1 (rep 1, slot 1); `out`: 0 and 0.
+    assert!(close(s.aggregate["in"]["deviation"].value, 0.75));
+    assert!(close(s.aggregate["out"]["deviation"].value, 0.0));
+    assert!(close(s.aggregate["all"]["deviation"].value, 0.375));
+    // One point of each region per repetition.
+    assert!(close(s.aggregate["in"]["points"].value, 1.0));
+    // Per slot, pooled over repetitions: slot 0's deviations 0.5 and 0.
+    assert!(close(s.points["deviation"].value[0], 0.25));
+    // Coverage of f by ±1.96·0.1: only repetition 0's slot 1 and repetition 1's slot 0.
+    assert!(close(s.aggregate["out"]["coverage"].value, 1.0));
+    assert!(close(s.aggregate["in"]["coverage"].value, 0.0));
+    // The per-point Brier scores need fixed points: left out.
+    assert!(!s.aggregate["all"].contains_key("cicf_brier_0.9"));
+    // A repetition missing from the random design's inputs is an error naming it.
+    let err = summarize_method(&test, &[rep(7, [0.0; 2], [0.1; 2])], &[0.9], None).unwrap_err();
+    assert!(err.to_string().contains("repetition 7"), "{err}");
 }

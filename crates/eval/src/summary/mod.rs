@@ -14,6 +14,8 @@
 //! - [`joint`]: the joint predictions' KL at τ inputs against the exact posterior and the
 //!   data-generating distribution (spec §10), per repetition and region;
 //! - [`names`]: the metric and region names, in one place;
+//! - `regions`: each region's test inputs, shared or per repetition;
+//! - `random`: the test inputs of a random-design setting (each repetition's own);
 //! - `files`: summary.json, summary.csv, aggregate.csv and repetitions.csv.
 
 mod by_rep;
@@ -26,16 +28,20 @@ mod grouped;
 pub mod joint;
 mod levels;
 pub mod names;
+mod random;
+mod regions;
 mod types;
 
 pub use by_rep::{RepetitionEntry, REPETITIONS_COLUMNS};
 pub use classify::{
     referral_fractions, summarize_classification, test_labels, ClassRep, ECE_BINS, TEST_LABELS,
 };
-pub use compute::{regions, summarize_setting};
+pub use compute::summarize_setting;
 pub use distance::to_anchor;
 pub use files::REPETITIONS_CSV;
+pub use random::RANDOM;
+pub use regions::regions;
 pub use types::{
     empirical, level_name, with_coverage_level, AnchorRef, ByRepetition, NoiseSd, RepContext,
-    RepResult, Scalar, SettingSummary, Summary, TestInfo, ANCHOR, UNDERFIT_FACTOR,
+    RepInputs, RepResult, Scalar, SettingSummary, Summary, TestInfo, ANCHOR, UNDERFIT_FACTOR,
 };

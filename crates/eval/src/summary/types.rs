@@ -470,10 +470,34 @@ pub struct TestInfo {
     pub truth: Vec<f64>,
     /// σ(x).
     pub sigma: Vec<f64>,
+    /// `"random"` when every repetition drew its own test inputs (`design = "random"`): the
+    /// fields above are then each test slot's mean over the repetitions, and the per-point
+    /// metrics pool each slot's points (see [`TestInfo::for_repetitions`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub design: Option<String>,
+    /// With a random design, each repetition's own test inputs (not written to files: they
+    /// follow from the spec's seeds).
+    #[serde(skip)]
+    pub repetitions: Option<BTreeMap<u64, RepInputs>>,
+}
+
+/// One repetition's own test inputs under a random design.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RepInputs {
+    /// Coordinates, one row per test input.
+    pub x: Vec<Vec<f64>>,
+    /// `in`, `gap` or `out`.
+    pub region: Vec<Region>,
+    /// The noise-free truth.
+    pub truth: Vec<f64>,
+    /// σ(x).
+    pub sigma: Vec<f64>,
+    /// The position along a 1-D or diagonal design.
+    pub coord: Option<Vec<f64>>,
 }
 
 impl TestInfo {
-    /// The test inputs of a resolved problem.
+    /// The test inputs of a resolved problem (a fixed design's, or repetition 0's).
     pub fn of(problem: &Problem) -> TestInfo {
         TestInfo {
             x: problem.test.inputs.to_rows(),
@@ -482,6 +506,8 @@ impl TestInfo {
             label: problem.test.label.clone(),
             truth: problem.test.truth.clone(),
             sigma: problem.test.sigma.clone(),
+            design: None,
+            repetitions: None,
         }
     }
 }

@@ -34,7 +34,11 @@ pub struct AnchorArgs {
 pub fn run(args: &AnchorArgs) -> Result<()> {
     let spec = ExperimentSpec::load(&args.spec)?;
     let setting = spec.parse_setting(&args.settings)?;
-    let problem = spec.resolve(&setting)?;
+    // With a random design the repetition's own inputs (a fixed design's are every one's).
+    let problem = spec
+        .resolve(&setting)?
+        .at_repetition(args.rep)?
+        .into_owned();
     let Some((features, gamma)) = problem.linear() else {
         return no_anchor(args, &spec, &setting, &problem);
     };

@@ -58,8 +58,10 @@ pub fn run(args: &ExportArgs) -> Result<()> {
     for setting in &settings {
         let problem = spec.resolve(setting)?;
         let dir = args.out.join(setting_dir(&setting.label()));
-        let test_csv = csv(&problem.test.inputs, None)?;
         for r in 0..args.reps {
+            // A random design's repetitions have their own inputs.
+            let problem = problem.at_repetition(r)?;
+            let test_csv = csv(&problem.test.inputs, None)?;
             let draw = problem.draw(r);
             let stem = rep_stem(r);
             write_atomic(

@@ -30,9 +30,10 @@ pub fn summarize_dir(dir: &Path, plan: &Plan) -> Result<(Summary, Vec<Resolved>)
         }
         {
             let labels = label_source(&plan.spec, &resolved.problem);
+            let reps: Vec<u64> = (0..run.repetitions).collect();
             settings.push(track.summarize_setting(
                 &setting.label(),
-                TestInfo::of(&resolved.problem),
+                TestInfo::for_repetitions(&resolved.problem, &reps)?,
                 methods,
                 &run.levels,
                 &labels,
@@ -59,7 +60,9 @@ fn figure_settings(dir: &Path, plan: &Plan, resolved: &[Resolved]) -> Result<Vec
         .iter()
         .zip(resolved)
         .map(|(setting, res)| {
-            let problem = &res.problem;
+            // The band repetition's own inputs (a random design draws them per repetition).
+            let problem = res.problem.at_repetition(band_rep)?;
+            let problem = problem.as_ref();
             let test = &problem.test;
             let mut bands = Vec::new();
             if let Some((_, coord)) = &test.coord {
