@@ -86,13 +86,17 @@ pub fn kron_spectrum(layers: &[KronLayer]) -> Vec<f64> {
         .collect()
 }
 
-/// The linearised predictive variance under (A ⊗ G + δI)⁻¹ per layer at every test input,
-/// from its factors: Σ over layers and eigenpairs of ((qᵃᵢ·ā)(qᵍⱼ·δ))² / (λᵃᵢλᵍⱼ + δ).
-pub fn kron_variances(
+/// The linearised joint of f under (A ⊗ G + δI)⁻¹ per layer at every test input, from its
+/// factors: a factor F (`[m, rank]`, row-major, rank = Σ over layers of its parameter count)
+/// with Cov f = F Fᵀ. Each layer's posterior covariance is (Qᵃ ⊗ Qᵍ) diag(1/(λᵃᵢλᵍⱼ + δ))
+/// (Qᵃ ⊗ Qᵍ)ᵀ and the layers are independent, so F's row for a point is, layer after layer,
+/// (qᵃᵢ·ā)(qᵍⱼ·δ)/√(λᵃᵢλᵍⱼ + δ) over the eigenpairs (i, j); its squared norm is the point's
+/// linearised variance.
+pub fn kron_factor(
     layers: &[KronLayer],
     delta: f64,
     factors: &[Vec<LayerFactors>],
-) -> Result<Vec<f64>, MethodError> {
+) -> Result<(Vec<f64>, usize), MethodError> {
     if delta <= 0.0 {
         let spectrum = kron_spectrum(layers);
         let top = spectrum.iter().fold(0.0, |m: f64, x| x.max(m));
@@ -103,27 +107,21 @@ pub fn kron_variances(
             ));
         }
     }
-    Ok(factors
-        .iter()
-        .map(|point| {
-            layers
-                .iter()
-                .zip(point)
-                .map(|(k, (x, d))| {
-                    let xa = DVector::from_iterator(k.la.len(), x.iter().copied().chain([1.0]));
-                    let pa = k.qa.transpose() * xa;
-                    let pg = k.qg.transpose() * DVector::from_column_slice(d);
-                    let mut v = 0.0;
-                    for (i, la) in k.la.iter().enumerate() {
-                        for (j, lg) in k.lg.iter().enumerate() {
-                            v += (pa[i] * pg[j]).powi(2) / (la * lg + delta);
-                        }
-                    }
-                    v
-                })
-                .sum()
-        })
-        .collect())
+    let rank: usize = layers.iter().map(|k| k.la.len() * k.lg.len()).sum();
+    let mut out = Vec::with_capacity(factors.len() * rank);
+    for point in factors {
+        for (k, (x, d)) in layers.iter().zip(point) {
+            let xa = DVector::from_iterator(k.la.len(), x.iter().copied().chain([1.0]));
+            let pa = k.qa.transpose() * xa;
+            let pg = k.qg.transpose() * DVector::from_column_slice(d);
+            for (i, la) in k.la.iter().enumerate() {
+                for (j, lg) in k.lg.iter().enumerate() {
+                    out.push(pa[i] * pg[j] / (la * lg + delta).sqrt());
+                }
+            }
+        }
+    }
+    Ok((out, rank))
 }
 
 /// The posterior of the subset's parameters, N(θ*, (GGN + δI)⁻¹), full or diagonal.

@@ -311,9 +311,9 @@ fn build_ggn(
     }
 }
 
-/// The MAP's output and the linearised predictive variance at every test input.
-/// The linearised predictive of f at the test inputs: mean, variances and, for a dense or
-/// diagonal posterior, the joint's factor (spec §10; the Kronecker posterior gives marginals).
+/// The linearised predictive of f at the test inputs: the MAP's output, the variances and the
+/// joint's factor F with Cov f = F Fᵀ (spec §10), for the dense, diagonal and Kronecker
+/// posteriors alike.
 fn linearised(
     posterior: &Fitted,
     net: &TrainedNet,
@@ -334,7 +334,12 @@ fn linearised(
         Fitted::Kron(layers, d) => {
             let (mean, factors): (Vec<f64>, Vec<_>) =
                 x_test.iter().map(|xi| net.factors(xi, subset)).unzip();
-            (mean, curvature::kron_variances(layers, *d, &factors)?, None)
+            let (factor, rank) = curvature::kron_factor(layers, *d, &factors)?;
+            let var = factor
+                .chunks(rank.max(1))
+                .map(|r| r.iter().map(|v| v * v).sum())
+                .collect();
+            (mean, var, Some(FactorJoint { factor, rank }))
         }
     })
 }
