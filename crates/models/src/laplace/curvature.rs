@@ -272,16 +272,30 @@ mod tests {
             .map(|p| [p[0].0.clone(), vec![1.0]].concat())
             .collect();
         let full = ggn(&jac, &[0.5; 3]);
-        let test = vec![vec![(vec![0.5, 0.5], vec![1.0])]];
-        let kv = kron_variances(&layers, 0.1, &test).unwrap();
+        // The joint at two test points: K-FAC's factor and the dense posterior's give the
+        // same covariance F Fᵀ, entry by entry (variances and the covariance between them).
+        let test = vec![
+            vec![(vec![0.5, 0.5], vec![1.0])],
+            vec![(vec![-1.5, 0.2], vec![1.0])],
+        ];
+        let (kf, kr) = kron_factor(&layers, 0.1, &test).unwrap();
         let (f, rank) = Posterior::new(&full, 0.1, false)
             .unwrap()
-            .factor(&[vec![0.5, 0.5, 1.0]]);
-        let fv: Vec<f64> = f
-            .chunks(rank)
-            .map(|r| r.iter().map(|v| v * v).sum())
-            .collect();
-        assert!((kv[0] / fv[0] - 1.0).abs() < 1e-10, "{kv:?} vs {fv:?}");
+            .factor(&[vec![0.5, 0.5, 1.0], vec![-1.5, 0.2, 1.0]]);
+        let cov = |f: &[f64], r: usize, i: usize, j: usize| -> f64 {
+            f[i * r..(i + 1) * r]
+                .iter()
+                .zip(&f[j * r..(j + 1) * r])
+                .map(|(a, b)| a * b)
+                .sum()
+        };
+        for (i, j) in [(0, 0), (1, 1), (0, 1)] {
+            let (k, d) = (cov(&kf, kr, i, j), cov(&f, rank, i, j));
+            assert!(
+                (k - d).abs() < 1e-10 * d.abs().max(1e-3),
+                "({i}, {j}): {k} vs {d}"
+            );
+        }
         let mut a = kron_spectrum(&layers);
         let mut b = spectrum(&full, false);
         a.sort_by(f64::total_cmp);
