@@ -27,7 +27,7 @@ design = "random"
 
 [run]
 repetitions = {repetitions}
-epochs = 100
+epochs = 1000
 levels = [0.5, 0.9]
 methods = ["Ens+conformal"]
 block = 50
@@ -98,6 +98,8 @@ fn split_conformal_around_an_engine_trained_ensemble_keeps_its_marginal_guarante
     // A random design's summary says so, and leaves out [004]'s per-point Brier scores,
     // which need the same test points in every repetition.
     assert_eq!(s["settings"][0]["test"]["design"], "random");
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(report.contains("Inputs: random"), "{report}");
     assert!(all.get("picf_brier_0.9").is_none());
 }
 

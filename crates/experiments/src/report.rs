@@ -93,6 +93,24 @@ pub fn write(
             }
         );
     }
+    let random = summary
+        .settings
+        .iter()
+        .any(|s| s.test.design.as_deref() == Some(uqbench_eval::summary::RANDOM));
+    let _ = writeln!(
+        md,
+        "{}\n",
+        if random {
+            "Inputs: random (`design = \"random\"`). Every repetition drew its own training and \
+             test inputs, so a mean over repetitions is marginal over x and y. Per-point \
+             metrics pool each test slot over repetitions (quantile bins along x, at the slot's \
+             mean position), and [004]'s per-point Brier scores are left out."
+        } else {
+            "Inputs: fixed. Each setting drew its inputs once and the repetitions redraw only the \
+             targets, so every mean over repetitions is conditional on those inputs, and its ± \
+             covers the noise draws only (`design = \"random\"` measures the marginal)."
+        }
+    );
     let _ = writeln!(md, "## Figures\n");
     for f in figures {
         let png = f.svg.with_extension("png");
