@@ -592,9 +592,26 @@ fn compare<'py>(
 }
 
 /// The native module.
+/// The method kinds a spec may name: one dict per kind with its `name`, `room` (`exact`,
+/// `network`, `sampler` or `post-hoc`) and a one-line `summary` (the registry's catalogue).
+#[pyfunction]
+fn method_kinds<'py>(py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+    uqbench_eval::kinds::METHOD_KINDS
+        .iter()
+        .map(|k| {
+            let d = PyDict::new(py);
+            d.set_item("name", k.name)?;
+            d.set_item("room", k.room)?;
+            d.set_item("summary", k.summary)?;
+            Ok(d)
+        })
+        .collect()
+}
+
 #[pymodule]
 fn _uqbench(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyProblem>()?;
+    m.add_function(wrap_pyfunction!(method_kinds, m)?)?;
     m.add_function(wrap_pyfunction!(metrics, m)?)?;
     m.add_function(wrap_pyfunction!(compare, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

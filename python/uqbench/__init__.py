@@ -46,6 +46,7 @@ from ._arrays import as_float_array, as_int, as_levels
 from ._uqbench import Problem as _NativeProblem
 from ._uqbench import __version__
 from ._uqbench import compare as _native_compare
+from ._uqbench import method_kinds
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -60,6 +61,7 @@ __all__ = [
     "evaluate",
     "read_run",
     "metrics",
+    "method_kinds",
     "__version__",
 ]
 

@@ -44,6 +44,8 @@ def metrics(
     tace_threshold: float = 0.01,
 ) -> Dict[str, Any]: ...
 
+def method_kinds() -> List[Dict[str, str]]: ...
+
 def compare(
     repetitions: Optional[str] = None,
     runs: Optional[List[str]] = None,

@@ -3,6 +3,8 @@
 //!
 //! - [`compare`]: every pair of methods compared repetition by repetition (paired t,
 //!   bootstrap, Holm) and rankings whose ties the data do not separate;
+//! - [`kinds`]: the catalogue of method kinds a spec may name (burn-free, for the Python
+//!   package too);
 //! - [`spec`]: experiment specs (the TOML files in `experiments/`), profiles, settings, the
 //!   run's noise source;
 //! - [`metrics`]: every metric of one input of predictions (`uqbench metrics`);
@@ -19,6 +21,7 @@
 
 pub mod compare;
 pub mod error;
+pub mod kinds;
 pub mod metrics;
 pub mod predict;
 pub mod score;

@@ -57,6 +57,8 @@ enum Command {
     Check(commands::check::CheckArgs),
     /// List the backends of this build and whether a wgpu adapter is present.
     Backends,
+    /// List the method kinds a spec may name, by room.
+    Methods(commands::methods::MethodsArgs),
     /// Measure the speed of batched training.
     Bench(commands::bench::BenchArgs),
     /// Print every applicable metric of a JSON file of predictions.
@@ -81,6 +83,7 @@ fn main() -> ExitCode {
         Command::Anchor(args) => commands::anchor::run(args),
         Command::Check(args) => commands::check::run(args),
         Command::Backends => commands::backends::run(),
+        Command::Methods(args) => commands::methods::run(args),
         Command::Bench(args) => commands::bench::run(args),
         Command::Metrics(args) => commands::metrics::run(args),
         Command::Export(args) => commands::export::run(args),

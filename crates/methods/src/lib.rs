@@ -374,4 +374,27 @@ mod tests {
         }
         assert_eq!(kind_names().len(), KINDS.len() + POSTHOC.len());
     }
+
+    #[test]
+    fn the_burn_free_catalogue_names_exactly_the_registrys_kinds() {
+        // `uqbench methods` and Python's `uqbench.method_kinds()` read the catalogue; a kind
+        // added here and not there (or the reverse) fails.
+        let mut registry: Vec<&str> = KINDS
+            .iter()
+            .map(|(k, _)| *k)
+            .chain(POSTHOC.iter().copied())
+            .collect();
+        let mut catalogue: Vec<&str> = uqbench_eval::kinds::METHOD_KINDS
+            .iter()
+            .map(|k| k.name)
+            .collect();
+        registry.sort_unstable();
+        catalogue.sort_unstable();
+        assert_eq!(registry, catalogue);
+        for k in uqbench_eval::kinds::METHOD_KINDS {
+            let posthoc = POSTHOC.contains(&k.name);
+            assert_eq!(k.room == "post-hoc", posthoc, "{}", k.name);
+            assert!(["exact", "network", "sampler", "post-hoc"].contains(&k.room));
+        }
+    }
 }

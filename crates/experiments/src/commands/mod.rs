@@ -9,6 +9,7 @@ pub mod check;
 pub mod compare;
 pub mod export;
 pub mod merge;
+pub mod methods;
 pub mod metrics;
 pub mod report;
 pub mod run;
