@@ -123,6 +123,9 @@ validation = { kind = "uniform", n = 10, low = -2, high = 2 }"#,
         assert!(o.status.success(), "{}", stderr(&o));
         serde_json::from_slice(&o.stdout).unwrap()
     };
+    let o = uqbench(&["check", spec.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("inputs drawn per repetition"));
     let (a, b) = (anchor("0"), anchor("1"));
     assert_ne!(a["train_x"], b["train_x"]);
     assert_ne!(a["test_x"], b["test_x"]);

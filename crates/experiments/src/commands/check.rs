@@ -60,6 +60,12 @@ pub fn run(args: &CheckArgs) -> Result<()> {
                 );
                 let names: Vec<String> = features.terms().iter().map(|t| t.name()).collect();
                 outln!("      G = ({})", names.join(", "));
+                if problem.is_random_design() {
+                    outln!(
+                        "      inputs drawn per repetition (design = \"random\"): the counts \
+                         and the anchor above are repetition 0's"
+                    );
+                }
                 outln!(
                     "      γ = ({})",
                     gamma
