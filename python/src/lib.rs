@@ -290,20 +290,18 @@ impl PyProblem {
         }
         let (post, condition) = py
             .detach(|| {
-                if self.problem.is_random_design() {
-                    // Repetition k's own inputs, so its own fit.
-                    let own = self.problem.at_repetition(k).map_err(|e| e.to_string())?;
-                    let anchor = uqbench_anchor::Anchor::fit(&own).map_err(|e| e.to_string())?;
-                    let post = anchor
-                        .posterior(&own.draw(k).train_y)
-                        .map_err(|e| e.to_string())?;
-                    return Ok((post, anchor.condition()));
-                }
-                let y = self.problem.draw(k).train_y;
-                let anchor = self
-                    .fitted()?
-                    .ok_or("this problem has no anchor (a surrogate or classification problem)")?;
-                let post = anchor.posterior(&y).map_err(|e| e.to_string())?;
+                // A random design's repetition k has its own inputs, so its own fit.
+                let (own, own_fit) = uqbench_eval::score::own_inputs(&self.problem, k, true)
+                    .map_err(|e| e.to_string())?;
+                let anchor = match &own_fit {
+                    Some(a) => a,
+                    None => self.fitted()?.ok_or(
+                        "this problem has no anchor (a surrogate or classification problem)",
+                    )?,
+                };
+                let post = anchor
+                    .posterior(&own.draw(k).train_y)
+                    .map_err(|e| e.to_string())?;
                 Ok::<_, String>((post, anchor.condition()))
             })
             .map_err(value_error)?;

@@ -61,14 +61,7 @@ fn split_conformal_around_an_engine_trained_ensemble_keeps_its_marginal_guarante
         r#"test = { kind = "uniform", n = 40, low = -2, high = 2 }"#,
     );
     let out = dir.path().join("out");
-    let o = uqbench(&[
-        "run",
-        spec.to_str().unwrap(),
-        "--quiet",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    run_spec(&spec, &out, &[]);
     let s = summary(&out);
     let all = &s["settings"][0]["methods"]["Ens+conformal"]["aggregate"]["all"];
     assert_eq!(all["calibration_points"]["value"].as_f64(), Some(50.0));
@@ -173,14 +166,7 @@ validation = { kind = "uniform", n = 10, low = -2, high = 2 }"#,
             text.replace("block = 50", &format!("block = {block}")),
         )
         .unwrap();
-        let o = uqbench(&[
-            "run",
-            own.to_str().unwrap(),
-            "--quiet",
-            "--out",
-            out.to_str().unwrap(),
-        ]);
-        assert!(o.status.success(), "{}", stderr(&o));
+        run_spec(&own, out, &[]);
     };
     let (one, four) = (dir.path().join("one"), dir.path().join("four"));
     run("1", &one);

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use crate::util::{stderr, uqbench};
+use crate::util::{run_spec, stderr, uqbench};
 
 fn reps(dir: &Path, method: &str) -> Vec<Value> {
     (0..10)
@@ -306,16 +306,11 @@ fn ensemble_plus_members_are_posterior_draws(dir: &Path, anchor: &[Value]) {
 #[test]
 fn split_conformal_keeps_its_guarantee_around_the_anchor_and_a_linear_network() {
     let dir = tempfile::tempdir().unwrap();
-    let o = uqbench(&[
-        "run",
-        "experiments/limits.toml",
-        "--profile",
-        "guarantee",
-        "--quiet",
-        "--out",
-        dir.path().to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    run_spec(
+        Path::new("experiments/limits.toml"),
+        dir.path(),
+        &["--profile", "guarantee"],
+    );
     let s: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("summary.json")).unwrap())
             .unwrap();

@@ -64,6 +64,20 @@ pub fn run_quick(out: &Path, extra: &[&str]) -> Output {
     uqbench(&args)
 }
 
+/// `uqbench run SPEC --quiet --out OUT` with `extra`, asserting that it succeeds.
+pub fn run_spec(spec: &Path, out: &Path, extra: &[&str]) {
+    let mut args = vec![
+        "run",
+        spec.to_str().unwrap(),
+        "--quiet",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let o = uqbench(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
 /// Files under `dir`, recursively (0 for a missing directory).
 pub fn count_files(dir: &Path) -> usize {
     let Ok(entries) = std::fs::read_dir(dir) else {

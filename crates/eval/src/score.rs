@@ -161,8 +161,8 @@ fn diagonal_sd(cov: &[Vec<f64>]) -> Vec<f64> {
 }
 
 /// Repetition `rep`'s view of `problem`, with its own anchor fit where it has its own inputs
-/// (a random design) and `fit` asks for one.
-fn own_inputs(
+/// (a random design) and `fit` asks for one; otherwise the problem's own fit serves.
+pub fn own_inputs(
     problem: &Problem,
     rep: u64,
     fit: bool,

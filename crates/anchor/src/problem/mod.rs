@@ -262,11 +262,23 @@ pub struct Draw {
 
 /// The generator of a per-setting draw (γ, a design) for `purpose`: repetition and member 0.
 pub(crate) fn setting_rng(seed: u64, name: &str, label: &str, purpose: &str) -> Rng {
+    repetition_rng(seed, name, label, 0, purpose)
+}
+
+/// The generator of repetition `repetition`'s draw for `purpose` (member 0): a random
+/// design's inputs; repetition 0 is the per-setting draw.
+pub(crate) fn repetition_rng(
+    seed: u64,
+    name: &str,
+    label: &str,
+    repetition: u64,
+    purpose: &str,
+) -> Rng {
     SeedPath {
         base: seed,
         experiment: name,
         setting: label,
-        repetition: 0,
+        repetition,
         member: 0,
         purpose,
     }

@@ -87,15 +87,7 @@ impl Problem {
     ) -> Result<(), AnchorError> {
         let (name, label, seed, d) = (self.name.clone(), self.setting.label(), self.seed, self.d);
         let draw = |spec: &DesignSpec, field: &str, what: &str, sort: bool| {
-            let mut rng = SeedPath {
-                base: seed,
-                experiment: &name,
-                setting: &label,
-                repetition,
-                member: 0,
-                purpose: what,
-            }
-            .rng();
+            let mut rng = repetition_rng(seed, &name, &label, repetition, what);
             match mode {
                 DesignMode::Fixed => spec.resolve(d, &inputs.vars, field, &mut rng),
                 DesignMode::Random => drawn(spec, d, &inputs.vars, field, &mut rng, sort),

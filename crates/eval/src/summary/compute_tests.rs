@@ -323,7 +323,7 @@ fn a_random_design_judges_each_repetition_at_its_own_inputs_by_hand() {
     // [0, 1] with regions [in, out], repetition 1 truth [2, 3] with regions [out, in]. The
     // nominal fields (slot means) would give other numbers.
     let own = |truth: [f64; 2], region: [Region; 2]| RepInputs {
-        x: vec![vec![truth[0]], vec![truth[1]]],
+        x: truth.to_vec(),
         region: region.to_vec(),
         truth: truth.to_vec(),
         sigma: vec![1.0; 2],

@@ -37,7 +37,7 @@ impl TestInfo {
             own.insert(
                 r,
                 RepInputs {
-                    x: p.test.inputs.to_rows(),
+                    x: p.test.inputs.as_slice().to_vec(),
                     region: p.test.region.clone(),
                     truth: p.test.truth.clone(),
                     sigma: p.test.sigma.clone(),
@@ -47,8 +47,9 @@ impl TestInfo {
         }
         let mut out = TestInfo::of(problem);
         let k = own.len() as f64;
+        // Each slot's mean over the repetitions of a per-slot quantity.
         let mean_of = |f: &dyn Fn(&RepInputs) -> &Vec<f64>| -> Vec<f64> {
-            let mut sum = vec![0.0; out.truth.len()];
+            let mut sum = vec![0.0; own.values().next().map_or(0, |r| f(r).len())];
             for r in own.values() {
                 for (s, v) in sum.iter_mut().zip(f(r)) {
                     *s += v;
@@ -56,16 +57,11 @@ impl TestInfo {
             }
             sum.into_iter().map(|s| s / k).collect()
         };
-        let truth = mean_of(&|r| &r.truth);
-        let sigma = mean_of(&|r| &r.sigma);
-        let mut x = vec![vec![0.0; problem.d()]; out.truth.len()];
-        for r in own.values() {
-            for (row, v) in x.iter_mut().zip(&r.x) {
-                for (a, b) in row.iter_mut().zip(v) {
-                    *a += b / k;
-                }
-            }
-        }
+        let x: Vec<Vec<f64>> = mean_of(&|r| &r.x)
+            .chunks(problem.d())
+            .map(<[f64]>::to_vec)
+            .collect();
+        let (truth, sigma) = (mean_of(&|r| &r.truth), mean_of(&|r| &r.sigma));
         if let Some((_, values)) = out.coord.as_mut() {
             // x along a 1-D design, λ along a diagonal: each slot's mean over repetitions.
             *values = mean_of(&|r| {

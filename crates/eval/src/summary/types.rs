@@ -484,8 +484,8 @@ pub struct TestInfo {
 /// One repetition's own test inputs under a random design.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RepInputs {
-    /// Coordinates, one row per test input.
-    pub x: Vec<Vec<f64>>,
+    /// Coordinates, row-major: d values per test input.
+    pub x: Vec<f64>,
     /// `in`, `gap` or `out`.
     pub region: Vec<Region>,
     /// The noise-free truth.

@@ -319,29 +319,25 @@ fn linearised(
     net: &TrainedNet,
     x_test: &[Vec<f64>],
     subset: Subset,
-) -> Result<(Vec<f64>, Vec<f64>, Option<FactorJoint>), MethodError> {
-    Ok(match posterior {
+) -> Result<(Vec<f64>, Vec<f64>, FactorJoint), MethodError> {
+    let (mean, (factor, rank)) = match posterior {
         Fitted::Dense(p) => {
             let (mean, jac): (Vec<f64>, Vec<Vec<f64>>) =
                 x_test.iter().map(|xi| net.jacobian(xi, subset)).unzip();
-            let (factor, rank) = p.factor(&jac);
-            let var = factor
-                .chunks(rank.max(1))
-                .map(|r| r.iter().map(|v| v * v).sum())
-                .collect();
-            (mean, var, Some(FactorJoint { factor, rank }))
+            (mean, p.factor(&jac))
         }
         Fitted::Kron(layers, d) => {
             let (mean, factors): (Vec<f64>, Vec<_>) =
                 x_test.iter().map(|xi| net.factors(xi, subset)).unzip();
-            let (factor, rank) = curvature::kron_factor(layers, *d, &factors)?;
-            let var = factor
-                .chunks(rank.max(1))
-                .map(|r| r.iter().map(|v| v * v).sum())
-                .collect();
-            (mean, var, Some(FactorJoint { factor, rank }))
+            (mean, curvature::kron_factor(layers, *d, &factors)?)
         }
-    })
+    };
+    // Each row's squared norm is its test input's linearised variance.
+    let var = factor
+        .chunks(rank.max(1))
+        .map(|r| r.iter().map(|v| v * v).sum())
+        .collect();
+    Ok((mean, var, FactorJoint { factor, rank }))
 }
 
 fn count_all(dims: &[usize]) -> usize {
@@ -473,7 +469,7 @@ impl Laplace {
         let mut pred = Prediction {
             noise_std: (!bernoulli).then_some(s_test),
             train_mean: Some(fit(&net)),
-            joint: joint.filter(|_| !bernoulli),
+            joint: (!bernoulli).then_some(joint),
             ..Prediction::normal(mean, std, samples)
         };
         let scalars = [
