@@ -22,7 +22,7 @@ test = { kind = "grid", n = 21, low = -1.5, high = 1.5 }
 [run]
 repetitions = 2
 epochs = 30
-methods = ["EnsPrior", "EnsBetaNLL", "DER", "SGLD", "SGHMC", "CyclicalSGMCMC"]
+methods = ["EnsPrior", "EnsBetaNLL", "Epinet", "DER", "SGLD", "SGHMC", "CyclicalSGMCMC"]
 
 [methods.EnsPrior]
 members = 3
@@ -36,6 +36,12 @@ members = 3
 hidden = [8]
 heteroscedastic = true
 beta_nll = 0.5
+
+[methods.Epinet]
+hidden = [8]
+epinet_hidden = [4]
+index_dim = 3
+passes = 12
 
 [methods.DER]
 hidden = [8]
@@ -93,6 +99,7 @@ fn check_run(dir: &Path) {
     for m in [
         "EnsPrior",
         "EnsBetaNLL",
+        "Epinet",
         "DER",
         "SGLD",
         "SGHMC",
@@ -136,6 +143,33 @@ fn every_agent_runs_on_wgpu() {
     check_run(dir.path());
 }
 
+/// The epinet's draws are functions: one index per pass, kept as joint draws; and a
+/// repetition's numbers do not depend on the chunk it trained in (one replica per chunk
+/// against the default plan), nor on the other methods of the run.
+#[test]
+fn the_epinet_draws_functions_whatever_its_chunk() {
+    let (o, dir) = run_spec(SPEC, &["--methods", "Epinet"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (o1, one) = run_spec(SPEC, &["--methods", "Epinet", "--chunk", "1"]);
+    assert!(o1.status.success(), "{}", stderr(&o1));
+    for r in 0..2 {
+        let (a, b) = (rep(dir.path(), "Epinet", r), rep(one.path(), "Epinet", r));
+        assert_eq!(a["mean"], b["mean"], "repetition {r}");
+        assert_eq!(a["std"], b["std"], "repetition {r}");
+    }
+    let r = rep(dir.path(), "Epinet", 0);
+    assert_eq!(r["joint_kind"], "draws", "{}", r["joint_kind"]);
+    let s: Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("run/summary.json")).unwrap(),
+    )
+    .unwrap();
+    let agg = &s["settings"][0]["methods"]["Epinet"]["aggregate"]["all"];
+    assert!(
+        agg["joint_kl_10"]["value"].as_f64().unwrap().is_finite(),
+        "{agg}"
+    );
+}
+
 #[test]
 fn agent_tables_refuse_what_they_cannot_do() {
     // Only `method` runs (`--methods`); `table` is added to its table, or `from` replaced by
@@ -159,6 +193,19 @@ fn agent_tables_refuse_what_they_cannot_do() {
         &["target_noise", "-0.1"],
     );
     assert_clean_error(&with("DER", "lambda = -1.0"), &["DER.lambda", "-1"]);
+    assert_clean_error(
+        &replaced("Epinet", "index_dim = 3", "index_dim = 0"),
+        &["Epinet.index_dim", "at least 1"],
+    );
+    assert_clean_error(
+        &with("Epinet", "batch_size = 8"),
+        &["Epinet.batch_size", "full"],
+    );
+    assert_clean_error(
+        &with("Epinet", "index_samples = 0"),
+        &["Epinet.index_samples"],
+    );
+    assert_clean_error(&with("Epinet", "prior_scal = 1.0"), &["prior_scal"]);
     assert_clean_error(
         &with("SGLD", "weight_decay = 0.01"),
         &["SGLD.weight_decay", "prior"],

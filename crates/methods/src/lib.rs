@@ -18,7 +18,7 @@ use uqbench_eval::spec::ExperimentSpec;
 use uqbench_gp::Gp;
 use uqbench_models::{
     BootstrapScheme, Der, DropoutKind, DropoutMethod, EnsMcd, EnsPrior, Ensemble, EnsembleConfig,
-    EnsembleKind, Laplace, QuantileNet, SgKind, SgMcmc, Swag,
+    EnsembleKind, Epinet, Laplace, QuantileNet, SgKind, SgMcmc, Swag,
 };
 use uqbench_samplers::{Hmc, Mfvi};
 
@@ -198,6 +198,7 @@ pub const KINDS: &[(&str, Builder)] = &[
     ("Det", deterministic),
     ("EnsMCD", |n, s| Ok(Box::new(EnsMcd::new(n, config(n, s)?)?))),
     ("EnsPrior", |n, s| Ok(Box::new(EnsPrior::new(n, config(n, s)?)?))),
+    ("Epinet", |n, s| Ok(Box::new(Epinet::new(n, config(n, s)?)?))),
     ("GP", |n, s| Ok(Box::new(Gp::new(n, config(n, s)?)?))),
     ("MFVI", |n, s| Ok(Box::new(Mfvi::new(n, config(n, s)?)?))),
     ("HMC", |n, s| Ok(Box::new(Hmc::new(n, config(n, s)?)?))),

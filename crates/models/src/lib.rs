@@ -1,7 +1,7 @@
 //! The trained-network methods of uqbench, one file each, all on the engine
 //! (`uqbench-engine`): deep ensembles (plain, adversarial, bootstrap, mean–variance), the
 //! dropout family (MC, concrete, variational), the ensemble of MC dropout, ensemble+ with
-//! randomized prior functions, SWAG and
+//! randomized prior functions, the epinet, SWAG and
 //! MultiSWAG, SG-MCMC (the engine's replicas as chains), deep evidential regression, the Laplace approximation, quantile networks (CQR's base) and the
 //! jackknife+-after-bootstrap. No file IO: methods take data as host arrays and return
 //! per-point predictions as host arrays.
@@ -11,6 +11,7 @@ pub mod dropout_method;
 pub mod ens_mcd;
 pub mod ens_prior;
 pub mod ensemble;
+pub mod epinet;
 pub mod host_net;
 pub mod jackknife;
 pub mod laplace;
@@ -26,6 +27,7 @@ pub use dropout_method::{DropoutConfig, DropoutKind, DropoutMethod, DropoutSetti
 pub use ens_mcd::{EnsMcd, EnsMcdConfig, EnsMcdSettings};
 pub use ens_prior::{EnsPrior, EnsPriorConfig, EnsPriorSettings, TargetNoise};
 pub use ensemble::{BootstrapScheme, Ensemble, EnsembleConfig, EnsembleKind, EnsembleSettings};
+pub use epinet::{Epinet, EpinetConfig, EpinetSettings};
 pub use laplace::{Laplace, LaplaceConfig, LaplaceSettings};
 pub use quantile::{QuantileConfig, QuantileNet, QuantileSettings};
 pub use sgmcmc::{CyclicalDynamics, SgKind, SgMcmc, SgMcmcConfig, SgMcmcSettings};

@@ -21,10 +21,13 @@ use crate::mlp::xavier_init;
 use uqbench_core::MethodError;
 
 /// The purposes of a replica's device streams (see [`DeviceRng::new`]).
-pub(crate) const PURPOSE_NOISE: u64 = 1;
+/// The training noise (dropout masks; an epinet's training indices).
+pub const PURPOSE_NOISE: u64 = 1;
 pub(crate) const PURPOSE_BATCH: u64 = 2;
-pub(crate) const PURPOSE_PREDICT: u64 = 3;
-pub(crate) const PURPOSE_FIT: u64 = 4;
+/// The prediction passes at the test inputs.
+pub const PURPOSE_PREDICT: u64 = 3;
+/// The passes at the training inputs (the training fit).
+pub const PURPOSE_FIT: u64 = 4;
 pub(crate) const PURPOSE_LANGEVIN: u64 = 5;
 
 /// The parameter slots SG-MCMC draws noise for per step: every layer's weights and biases.

@@ -41,7 +41,8 @@ impl Job<'_> {
         self.replica_targets.len()
     }
 
-    pub(crate) fn validate(&self) -> Result<(), MethodError> {
+    /// Checks the job's shapes: inputs, targets and seeds against the network and replicas.
+    pub fn validate(&self) -> Result<(), MethodError> {
         self.shape.validate()?;
         let d = self.shape.d_in;
         if self.x_train.is_empty() || !self.x_train.len().is_multiple_of(d) {

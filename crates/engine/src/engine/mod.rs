@@ -43,6 +43,7 @@ pub mod pool;
 mod probe;
 pub mod settings;
 
+pub use chunk::{PURPOSE_FIT, PURPOSE_NOISE, PURPOSE_PREDICT};
 pub use head::Head;
 pub use job::Job;
 pub use langevin::{Dynamics, Langevin, StepSchedule};

@@ -1,0 +1,281 @@
+//! The epinet (Osband, Wen, Asghari, Dwaracherla, Ibrahimi, Lu & Van Roy 2023, "Epistemic
+//! neural networks"), spec §11: one base network μ(x) and a small epinet beside it, which
+//! together give a function f(x, z) for every index z ∼ N(0, I_D); one z is one function, so
+//! its draws are joint across inputs. Network and training: [`net`].
+//!
+//! **The reference implementation's convention** (the Neural Testbed's `epinet` agent on
+//! `enn`'s `make_mlp_epinet`), and where uqbench departs from it:
+//! - the epinet's input is (z, φ(x)) with φ(x) = sg[(x, h_L(x))], the inputs and the base's
+//!   last hidden layer, gradients stopped (`ExposedMLP` with `expose_layers` on the last
+//!   hidden layer); its D outputs are dotted with z (`ProjectedMLP`), ReLU hidden layers
+//!   of widths `epinet_hidden` (15, 15);
+//! - the prior: the Testbed's agent sets the epinet-shaped prior's scale to 0 and adds
+//!   β·Σ_d z_d p_d(x), D fixed random ReLU MLPs of widths `prior_hidden` (5, 5) on the
+//!   inputs (`make_mlp_ensemble_prior_fns`, `combine_functions_linear_in_index`), β =
+//!   `prior_scale` 0.3 (the agent's 0.3 divided by the Testbed's temperature, 1 for
+//!   regression). uqbench takes that form. p_d's weights are N(0, 1/fan_in) with zero biases:
+//!   haiku's default initialiser, a truncated normal rescaled to variance 1/fan_in;
+//! - the loss is the data loss averaged over K index samples per step, K = `index_samples`
+//!   (the agent's `average_single_index_loss(…, index_dim)`: K = D);
+//! - D = `index_dim` 8;
+//! - departures, for uqbench's shared conventions: the base network, its initialiser
+//!   (Glorot), its leaky ReLU, the optimiser (Adam with the method's `lr`) and the L2 term
+//!   (λ on the weights of the base and the epinet, not the biases, 1/N unless set; the
+//!   Testbed's 0.2·(d/N)^0.7 on every trainable parameter) are those of every network method
+//!   here, so that Epinet differs from Ens by its epinet only; training is full-batch (the
+//!   Testbed draws mini-batches of 100), `batch_size` is refused.
+//!
+//! Prediction: T = `passes` indices per repetition, each a function at every test input;
+//! the uncertainty of f is the sd over them, the intervals from `intervals` (normal or their
+//! empirical quantiles), the joint from the draws themselves.
+
+pub mod net;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::MethodConfig;
+use crate::engine::{Job, Resources};
+use crate::host_net::{self, TrainedNet};
+use net::EpinetParts;
+use uqbench_core::{
+    combine_members, par_map, Compute, IntervalSetting, Method, MethodError, Prediction, Rng, Task,
+};
+use uqbench_engine::mlp::MlpShape;
+
+/// The epinet's own settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EpinetSettings {
+    /// Index dimension D (8).
+    pub index_dim: usize,
+    /// The epinet's hidden widths (15, 15).
+    pub epinet_hidden: Vec<usize>,
+    /// β, the additive prior's scale (0.3; 0: no prior).
+    pub prior_scale: f64,
+    /// The prior networks' hidden widths (5, 5).
+    pub prior_hidden: Vec<usize>,
+    /// Index samples K per training step; D when unset.
+    pub index_samples: Option<usize>,
+    /// Index samples T at prediction (100).
+    pub passes: usize,
+    /// Intervals from mean ± z·std of the index samples (`normal`) or their quantiles.
+    pub intervals: IntervalSetting,
+}
+
+impl Default for EpinetSettings {
+    fn default() -> Self {
+        EpinetSettings {
+            index_dim: 8,
+            epinet_hidden: vec![15, 15],
+            prior_scale: 0.3,
+            prior_hidden: vec![5, 5],
+            index_samples: None,
+            passes: 100,
+            intervals: IntervalSetting::Normal,
+        }
+    }
+}
+
+/// Settings of the epinet: the base network, the optimiser and [`EpinetSettings`].
+pub type EpinetConfig = MethodConfig<EpinetSettings>;
+
+/// The method.
+#[derive(Debug, Clone)]
+pub struct Epinet {
+    name: String,
+    config: EpinetConfig,
+}
+
+impl Epinet {
+    /// Checks the settings up front.
+    pub fn new(name: &str, config: EpinetConfig) -> Result<Epinet, MethodError> {
+        let c = &config;
+        let positive = |key: &str, v: usize| {
+            if v == 0 {
+                Err(MethodError::invalid(
+                    format!("{name}.{key}"),
+                    0,
+                    "at least 1",
+                ))
+            } else {
+                Ok(())
+            }
+        };
+        positive("index_dim", c.index_dim)?;
+        positive("passes", c.passes)?;
+        positive("index_samples", c.index_samples.unwrap_or(1))?;
+        if !(c.prior_scale.is_finite() && c.prior_scale >= 0.0) {
+            return Err(MethodError::invalid(
+                format!("{name}.prior_scale"),
+                c.prior_scale,
+                "a number ≥ 0 (0: no prior)",
+            ));
+        }
+        if c.net.hidden.is_empty() {
+            return Err(MethodError::invalid(
+                format!("{name}.hidden"),
+                "[]",
+                "at least one hidden layer: the epinet reads the base's last hidden layer",
+            ));
+        }
+        for (key, widths) in [
+            ("epinet_hidden", &c.epinet_hidden),
+            ("prior_hidden", &c.prior_hidden),
+        ] {
+            if widths.contains(&0) {
+                return Err(MethodError::invalid(
+                    format!("{name}.{key}"),
+                    format!("{widths:?}"),
+                    "positive widths (or [] for a linear map)",
+                ));
+            }
+        }
+        if let Some(b) = c.optim.batch_size {
+            return Err(MethodError::invalid(
+                format!("{name}.batch_size"),
+                b,
+                "unset: the epinet trains on full batches",
+            ));
+        }
+        c.net.shape(1, 1).validate()?;
+        Ok(Epinet {
+            name: name.to_string(),
+            config,
+        })
+    }
+
+    /// The epinet's shape for `d` inputs.
+    fn epi_shape(&self, d: usize) -> MlpShape {
+        let c = &self.config;
+        let h = *c.net.hidden.last().expect("checked in new");
+        MlpShape {
+            d_in: c.index_dim + d + h,
+            hidden: c.epinet_hidden.clone(),
+            d_out: c.index_dim,
+            negative_slope: 0.0,
+        }
+    }
+
+    /// Prior network p_d of one repetition: ReLU, weights N(0, 1/fan_in), biases 0.
+    fn prior_net(&self, d: usize, seed: u64) -> TrainedNet {
+        let shape = MlpShape {
+            d_in: d,
+            hidden: self.config.prior_hidden.clone(),
+            d_out: 1,
+            negative_slope: 0.0,
+        };
+        let mut rng = Rng::new(seed);
+        let (w, b) = shape
+            .layers()
+            .iter()
+            .map(|&(i, o)| {
+                let sd = (i as f64).recip().sqrt();
+                let w = (0..i * o).map(|_| sd * rng.normal()).collect();
+                (w, vec![0.0; o])
+            })
+            .unzip();
+        TrainedNet {
+            dims: shape.widths(),
+            w,
+            b,
+            slope: 0.0,
+        }
+    }
+}
+
+impl Method for Epinet {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn replicas_per_repetition(&self) -> usize {
+        1
+    }
+
+    fn parameters(&self, task: &Task<'_>) -> Option<usize> {
+        let base = self.config.net.shape(task.d, 1).parameters();
+        Some(base + self.epi_shape(task.d).parameters())
+    }
+
+    fn run(
+        &self,
+        task: &Task<'_>,
+        compute: &Compute,
+        keep_samples: bool,
+        progress: &(dyn Fn(usize) + Sync),
+    ) -> Result<Vec<Prediction>, MethodError> {
+        task.validate()?;
+        let c = &self.config;
+        let resources = &Resources::of(compute)?;
+        let (n, mt, dz) = (task.n_train(), task.n_test(), c.index_dim);
+        let shape = c.net.shape(task.d, 1);
+        let settings = crate::engine::TrainSettings {
+            likelihood: task.likelihood,
+            ..c.optim.settings(task.epochs, n)
+        };
+        let replicas = task.replicas(&self.name, 1);
+        let (x_train, x_test) = task.inputs_f32(c.net.standardize);
+        let (rows_train, rows_test) = (
+            host_net::inputs(&x_train, task.d),
+            host_net::inputs(&x_test, task.d),
+        );
+        // Per repetition: the epinet's seed and the D prior functions at the training and
+        // test inputs, `[points, D]` row-major.
+        let (epi_purpose, prior_purpose) = (
+            format!("{}/epinet", self.name),
+            format!("{}/prior", self.name),
+        );
+        let epi_seeds: Vec<u64> = task
+            .repetitions
+            .iter()
+            .map(|&rep| task.seeds.seed(rep, 0, &epi_purpose))
+            .collect();
+        let priors: Vec<(Vec<f32>, Vec<f32>)> = par_map(task.repetitions.len(), |k| {
+            let rep = task.repetitions[k];
+            let (mut train, mut test) = (vec![0.0f32; n * dz], vec![0.0f32; mt * dz]);
+            if c.prior_scale > 0.0 {
+                for j in 0..dz {
+                    let net =
+                        self.prior_net(task.d, task.seeds.seed(rep, j as u64, &prior_purpose));
+                    for (out, rows) in [(&mut train, &rows_train), (&mut test, &rows_test)] {
+                        for (i, v) in net.forward_batch(rows).into_iter().enumerate() {
+                            out[i * dz + j] = v as f32;
+                        }
+                    }
+                }
+            }
+            (train, test)
+        });
+        let prior_train: Vec<f32> = priors.iter().flat_map(|p| p.0.iter().copied()).collect();
+        let prior_test: Vec<f32> = priors.iter().flat_map(|p| p.1.iter().copied()).collect();
+        let targets = task.y_train_f32();
+        let job = Job {
+            shape: &shape,
+            x_train: &x_train,
+            targets: &targets,
+            replica_targets: &replicas.targets,
+            init_seeds: &replicas.init,
+            stream_seeds: &replicas.stream,
+            replica_ids: &replicas.ids,
+            x_test: &x_test,
+        };
+        job.validate()?;
+        settings.validate(n, &shape)?;
+        let parts = EpinetParts {
+            epi: self.epi_shape(task.d),
+            epi_seeds: &epi_seeds,
+            prior_train: &prior_train,
+            prior_test: &prior_test,
+            prior_scale: c.prior_scale,
+            index_samples: c.index_samples.unwrap_or(dz),
+            passes: c.passes,
+        };
+        let out = net::train(&job, &parts, &settings, resources, progress)?;
+        Ok((0..task.repetitions.len())
+            .map(|k| {
+                let member = out.member(k, mt, n);
+                combine_members(&[member], c.intervals.family(), keep_samples)
+            })
+            .collect())
+    }
+}
