@@ -531,7 +531,7 @@ mod tests {
             };
             let grads = out.square().sum().backward();
             let g = net.base[0].weight.val().grad(&grads).expect("a gradient");
-            g.into_data().to_vec::<f32>().unwrap()
+            try_download(g, "gradient").unwrap()
         };
         let (free, held) = (grad_of_hidden(false), grad_of_hidden(true));
         for (a, b) in free.iter().zip(&held) {
