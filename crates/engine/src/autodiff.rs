@@ -27,7 +27,7 @@ use crate::engine::{
 };
 use crate::layers::{BatchedLinear, BatchedLinearConfig, LeakyRelu, StochasticLinear};
 use crate::mlp::{xavier_init, MlpShape};
-use crate::optim::{AdamConfig, AdamState};
+use crate::optim::AdamState;
 use crate::stochastic::StochasticLayer;
 use uqbench_core::MethodError;
 
@@ -163,8 +163,7 @@ impl ChunkTrainer for AutodiffTrainer<'_> {
     }
 
     fn points(&self) -> (usize, usize) {
-        let d = self.job.shape.d_in;
-        (self.job.x_train.len() / d, self.job.x_test.len() / d)
+        (self.job.n_train(), self.job.n_test())
     }
 
     fn outputs(&self) -> (usize, usize) {
@@ -200,12 +199,7 @@ impl ChunkTrainer for AutodiffTrainer<'_> {
         let init = &job.init_seeds[range.clone()];
         let mut model = McdNet::init(shape, self.layer.clone(), init, &device);
         let decay = model.decay_mask();
-        let adam = AdamConfig {
-            lr: st.lr,
-            beta1: st.beta1,
-            beta2: st.beta2,
-            eps: st.eps,
-        };
+        let adam = st.adam();
         let mut optim = AdamState::new();
         let x = upload(job.x_train.to_vec(), [1, n, d], &device);
         let mut y_host = Vec::with_capacity(rc * n);

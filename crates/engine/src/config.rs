@@ -11,6 +11,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::engine::{Batching, TrainSettings};
 use crate::mlp::MlpShape;
+use crate::optim::AdamConfig;
 use uqbench_core::MethodError;
 
 /// A method's settings: the shared network and optimiser parts and the method's own keys
@@ -110,6 +111,16 @@ impl OptimConfig {
     /// The keys of this part of a flat method table.
     pub const KEYS: &'static [&'static str] =
         &["lr", "beta1", "beta2", "eps", "weight_decay", "batch_size"];
+
+    /// Adam's settings.
+    pub fn adam(&self) -> AdamConfig {
+        AdamConfig {
+            lr: self.lr,
+            beta1: self.beta1,
+            beta2: self.beta2,
+            eps: self.eps,
+        }
+    }
 
     /// λ for N training points.
     pub fn lambda(&self, n_train: usize) -> f64 {

@@ -191,30 +191,19 @@ impl EnsPrior {
     /// Member `seed`'s prior network: weights N(0, σ_p²) under `prior_sd`, else the engine's
     /// Glorot initialisation; biases 0.
     fn prior_net(&self, shape: &MlpShape, seed: u64) -> TrainedNet {
-        let dims = shape.widths();
-        let (w, b) = match self.config.prior_sd {
-            Some(sd) => {
-                let mut rng = Rng::new(seed);
-                shape
-                    .layers()
-                    .iter()
-                    .map(|&(i, o)| {
-                        let w = (0..i * o).map(|_| sd * rng.normal()).collect();
-                        (w, vec![0.0; o])
-                    })
-                    .unzip()
-            }
-            None => xavier_init(shape, &[seed])
-                .layers
-                .into_iter()
-                .map(|(w, b)| {
-                    let wide = |v: Vec<f32>| v.into_iter().map(f64::from).collect::<Vec<_>>();
-                    (wide(w), wide(b))
-                })
-                .unzip(),
-        };
+        if let Some(sd) = self.config.prior_sd {
+            return TrainedNet::gaussian(shape, seed, |_| sd);
+        }
+        let (w, b) = xavier_init(shape, &[seed])
+            .layers
+            .into_iter()
+            .map(|(w, b)| {
+                let wide = |v: Vec<f32>| v.into_iter().map(f64::from).collect::<Vec<_>>();
+                (wide(w), wide(b))
+            })
+            .unzip();
         TrainedNet {
-            dims,
+            dims: shape.widths(),
             w,
             b,
             slope: shape.negative_slope,

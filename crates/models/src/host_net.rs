@@ -5,7 +5,8 @@
 
 use nalgebra::{DMatrix, DVector};
 
-use uqbench_core::MethodError;
+use uqbench_core::{MethodError, Rng};
+use uqbench_engine::mlp::MlpShape;
 
 /// The engine's f32 inputs (row-major, `d` per point) as a `[points, d]` matrix in f64, what
 /// [`TrainedNet::forward_batch`] takes.
@@ -39,6 +40,27 @@ pub enum Subset {
 }
 
 impl TrainedNet {
+    /// A fixed random network of `shape` (a prior function): layer by layer the weights
+    /// N(0, sd(fan_in)²) row-major from one stream seeded `seed`, the biases 0.
+    pub fn gaussian(shape: &MlpShape, seed: u64, sd: impl Fn(usize) -> f64) -> TrainedNet {
+        let mut rng = Rng::new(seed);
+        let (w, b) = shape
+            .layers()
+            .iter()
+            .map(|&(i, o)| {
+                let s = sd(i);
+                let w = (0..i * o).map(|_| s * rng.normal()).collect();
+                (w, vec![0.0; o])
+            })
+            .unzip();
+        TrainedNet {
+            dims: shape.widths(),
+            w,
+            b,
+            slope: shape.negative_slope,
+        }
+    }
+
     /// The engine's flat parameters of one replica (layer by layer W then b) for a network of
     /// widths `dims` (input, hidden…, 1).
     pub fn from_flat(flat: &[f32], dims: &[usize], slope: f64) -> TrainedNet {

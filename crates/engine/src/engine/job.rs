@@ -29,11 +29,13 @@ pub struct Job<'a> {
 }
 
 impl Job<'_> {
-    pub(crate) fn n_train(&self) -> usize {
+    /// Training points N.
+    pub fn n_train(&self) -> usize {
         self.x_train.len() / self.shape.d_in
     }
 
-    pub(crate) fn n_test(&self) -> usize {
+    /// Test points M.
+    pub fn n_test(&self) -> usize {
         self.x_test.len() / self.shape.d_in
     }
 

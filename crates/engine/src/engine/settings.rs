@@ -6,6 +6,7 @@ use super::langevin::Langevin;
 use std::sync::Arc;
 
 use crate::mlp::MlpShape;
+use crate::optim::AdamConfig;
 use crate::stochastic::StochasticLayer;
 use uqbench_core::Likelihood;
 use uqbench_core::MethodError;
@@ -112,6 +113,16 @@ impl TrainSettings {
             own_head: None,
             langevin: None,
             collectors: Vec::new(),
+        }
+    }
+
+    /// Adam's settings of this job.
+    pub fn adam(&self) -> AdamConfig {
+        AdamConfig {
+            lr: self.lr,
+            beta1: self.beta1,
+            beta2: self.beta2,
+            eps: self.eps,
         }
     }
 

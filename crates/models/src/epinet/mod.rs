@@ -38,7 +38,7 @@ use crate::engine::{Job, Resources};
 use crate::host_net::{self, TrainedNet};
 use net::EpinetParts;
 use uqbench_core::{
-    combine_members, par_map, Compute, IntervalSetting, Method, MethodError, Prediction, Rng, Task,
+    combine_members, par_map, Compute, IntervalSetting, Method, MethodError, Prediction, Task,
 };
 use uqbench_engine::mlp::MlpShape;
 
@@ -164,22 +164,7 @@ impl Epinet {
             d_out: 1,
             negative_slope: 0.0,
         };
-        let mut rng = Rng::new(seed);
-        let (w, b) = shape
-            .layers()
-            .iter()
-            .map(|&(i, o)| {
-                let sd = (i as f64).recip().sqrt();
-                let w = (0..i * o).map(|_| sd * rng.normal()).collect();
-                (w, vec![0.0; o])
-            })
-            .unzip();
-        TrainedNet {
-            dims: shape.widths(),
-            w,
-            b,
-            slope: 0.0,
-        }
+        TrainedNet::gaussian(&shape, seed, |fan_in| (fan_in as f64).recip().sqrt())
     }
 }
 
@@ -259,8 +244,6 @@ impl Method for Epinet {
             replica_ids: &replicas.ids,
             x_test: &x_test,
         };
-        job.validate()?;
-        settings.validate(n, &shape)?;
         let parts = EpinetParts {
             epi: self.epi_shape(task.d),
             epi_seeds: &epi_seeds,

@@ -35,7 +35,7 @@ use uqbench_engine::cpu::kernels::KernelPath;
 use uqbench_engine::device_rng::DeviceRng;
 use uqbench_engine::layers::{BatchedLinear, BatchedLinearConfig, LeakyRelu};
 use uqbench_engine::mlp::{xavier_init, MlpShape};
-use uqbench_engine::optim::{AdamConfig, AdamState};
+use uqbench_engine::optim::AdamState;
 
 /// R replicas of the base network and the trainable epinet.
 #[derive(Module, Debug)]
@@ -183,6 +183,8 @@ pub fn train(
     res: &Resources,
     progress: &(dyn Fn(usize) + Sync),
 ) -> Result<TrainOutput, MethodError> {
+    job.validate()?;
+    settings.validate(job.n_train(), job.shape)?;
     let trainer = EpinetTrainer {
         job,
         parts,
@@ -263,8 +265,7 @@ impl ChunkTrainer for EpinetTrainer<'_> {
     }
 
     fn points(&self) -> (usize, usize) {
-        let d = self.job.shape.d_in;
-        (self.job.x_train.len() / d, self.job.x_test.len() / d)
+        (self.job.n_train(), self.job.n_test())
     }
 
     fn outputs(&self) -> (usize, usize) {
@@ -310,12 +311,7 @@ impl ChunkTrainer for EpinetTrainer<'_> {
             &device,
         );
         let decay = model.decay_mask();
-        let adam = AdamConfig {
-            lr: st.lr,
-            beta1: st.beta1,
-            beta2: st.beta2,
-            eps: st.eps,
-        };
+        let adam = st.adam();
         let mut optim = AdamState::new();
         let x = upload(job.x_train.to_vec(), [1, n, d], &device);
         let y = self.targets(&range, k, &device);

@@ -42,7 +42,7 @@ use crate::cpu::kernels::KernelPath;
 use crate::engine::{run_chunks, try_download, ChunkOut, ChunkTrainer, Head, Resources};
 use crate::layers::LeakyRelu;
 use crate::mlp::{xavier_init, MlpShape};
-use crate::optim::{AdamConfig, AdamState};
+use crate::optim::AdamState;
 use uqbench_core::noise::{fixed_noise_sd, Tau};
 use uqbench_core::MethodError;
 use uqbench_core::{
@@ -489,12 +489,7 @@ impl ChunkTrainer for MfviTrainer<'_> {
         );
         // No weight decay on any slot: the prior is in the objective.
         let decay: Vec<bool> = Vec::new();
-        let adam = AdamConfig {
-            lr: c.optim.lr,
-            beta1: c.optim.beta1,
-            beta2: c.optim.beta2,
-            eps: c.optim.eps,
-        };
+        let adam = c.optim.adam();
         let mut optim = AdamState::new();
         let x = Tensor::<3>::from_data(TensorData::new(self.x_train.clone(), [1, n, d]), &device);
         let y = Tensor::<3>::from_data(
