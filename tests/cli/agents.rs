@@ -22,7 +22,7 @@ test = { kind = "grid", n = 21, low = -1.5, high = 1.5 }
 [run]
 repetitions = 2
 epochs = 30
-methods = ["EnsPrior", "EnsBetaNLL", "Epinet", "DER", "SGLD", "SGHMC", "CyclicalSGMCMC"]
+methods = ["EnsPrior", "EnsBetaNLL", "Epinet", "BatchEnsemble", "DER", "SGLD", "SGHMC", "CyclicalSGMCMC"]
 
 [methods.EnsPrior]
 members = 3
@@ -42,6 +42,10 @@ hidden = [8]
 epinet_hidden = [4]
 index_dim = 3
 passes = 12
+
+[methods.BatchEnsemble]
+hidden = [8]
+members = 3
 
 [methods.DER]
 hidden = [8]
@@ -100,6 +104,7 @@ fn check_run(dir: &Path) {
         "EnsPrior",
         "EnsBetaNLL",
         "Epinet",
+        "BatchEnsemble",
         "DER",
         "SGLD",
         "SGHMC",
@@ -170,6 +175,52 @@ fn the_epinet_draws_functions_whatever_its_chunk() {
     );
 }
 
+/// BatchEnsemble's members are its joint draws and train to different functions; with unit
+/// fast weights they are one network and stay one (every member's gradient is the same), so
+/// their spread is rounding only; a repetition does not depend on its chunk.
+#[test]
+fn batch_ensemble_members_differ_unless_their_fast_weights_are_one() {
+    let (o, dir) = run_spec(SPEC, &["--methods", "BatchEnsemble"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (o1, one) = run_spec(SPEC, &["--methods", "BatchEnsemble", "--chunk", "1"]);
+    assert!(o1.status.success(), "{}", stderr(&o1));
+    let unit = SPEC.replace(
+        "members = 3\n\n[methods.DER]",
+        "members = 3\nfast_init_sd = 0.0\n\n[methods.DER]",
+    );
+    assert_ne!(unit, SPEC);
+    let (o0, zero) = run_spec(&unit, &["--methods", "BatchEnsemble"]);
+    assert!(o0.status.success(), "{}", stderr(&o0));
+    let sd = |r: &Value| -> Vec<f64> {
+        r["std"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect()
+    };
+    for r in 0..2 {
+        let (a, b) = (
+            rep(dir.path(), "BatchEnsemble", r),
+            rep(one.path(), "BatchEnsemble", r),
+        );
+        assert_eq!(a["mean"], b["mean"], "repetition {r}");
+        assert_eq!(a["std"], b["std"], "repetition {r}");
+        assert_eq!(a["joint_kind"], "draws", "{}", a["joint_kind"]);
+        // Trained members differ: the smallest sd over the 21 test inputs is well above f32
+        // rounding of outputs of size ~1 (the unit case below bounds that at 1e-5).
+        let trained = sd(&a);
+        let least = trained.iter().copied().fold(f64::INFINITY, f64::min);
+        assert!(least > 1e-3, "repetition {r}: members agree: {trained:?}");
+        let one_net = sd(&rep(zero.path(), "BatchEnsemble", r));
+        let most = one_net.iter().copied().fold(0.0, f64::max);
+        assert!(
+            most < 1e-5,
+            "repetition {r}: unit fast weights spread {most}"
+        );
+    }
+}
+
 #[test]
 fn agent_tables_refuse_what_they_cannot_do() {
     // Only `method` runs (`--methods`); `table` is added to its table, or `from` replaced by
@@ -206,6 +257,26 @@ fn agent_tables_refuse_what_they_cannot_do() {
         &["Epinet.index_samples"],
     );
     assert_clean_error(&with("Epinet", "prior_scal = 1.0"), &["prior_scal"]);
+    assert_clean_error(
+        &replaced(
+            "BatchEnsemble",
+            "members = 3\n\n[methods.DER]",
+            "members = 1\n\n[methods.DER]",
+        ),
+        &["BatchEnsemble.members", "at least 2"],
+    );
+    assert_clean_error(
+        &with("BatchEnsemble", "fast_init_sd = -0.5"),
+        &["BatchEnsemble.fast_init_sd", "-0.5"],
+    );
+    assert_clean_error(
+        &with("BatchEnsemble", "batch_size = 8"),
+        &["BatchEnsemble.batch_size", "full"],
+    );
+    assert_clean_error(
+        &with("BatchEnsemble", "fast_weight = 1.0"),
+        &["fast_weight"],
+    );
     assert_clean_error(
         &with("SGLD", "weight_decay = 0.01"),
         &["SGLD.weight_decay", "prior"],

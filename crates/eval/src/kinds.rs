@@ -44,6 +44,7 @@ pub const METHOD_KINDS: &[KindInfo] = &[
     kind("EnsMCD", "network", "an ensemble of MC-dropout networks"),
     kind("EnsPrior", "network", "ensemble+ with randomized prior functions (Osband et al. 2018)"),
     kind("Epinet", "network", "a base network with an epinet: one index z ~ N(0, I) gives one function (Osband et al. 2023)"),
+    kind("BatchEnsemble", "network", "M members sharing one weight matrix per layer, rank-1 fast weights each (Wen et al. 2020)"),
     kind("DER", "network", "deep evidential regression: a Normal–Inverse-Gamma head (Amini et al. 2020)"),
     kind("SWAG", "network", "SWA-Gaussian: a low-rank plus diagonal Gaussian over the weights (Maddox et al. 2019)"),
     kind("MultiSWAG", "network", "an ensemble of SWAG members"),

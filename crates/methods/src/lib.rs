@@ -17,8 +17,8 @@ use uqbench_core::Method;
 use uqbench_eval::spec::ExperimentSpec;
 use uqbench_gp::Gp;
 use uqbench_models::{
-    BootstrapScheme, Der, DropoutKind, DropoutMethod, EnsMcd, EnsPrior, Ensemble, EnsembleConfig,
-    EnsembleKind, Epinet, Laplace, QuantileNet, SgKind, SgMcmc, Swag,
+    BatchEnsemble, BootstrapScheme, Der, DropoutKind, DropoutMethod, EnsMcd, EnsPrior, Ensemble,
+    EnsembleConfig, EnsembleKind, Epinet, Laplace, QuantileNet, SgKind, SgMcmc, Swag,
 };
 use uqbench_samplers::{Hmc, Mfvi};
 
@@ -199,6 +199,7 @@ pub const KINDS: &[(&str, Builder)] = &[
     ("EnsMCD", |n, s| Ok(Box::new(EnsMcd::new(n, config(n, s)?)?))),
     ("EnsPrior", |n, s| Ok(Box::new(EnsPrior::new(n, config(n, s)?)?))),
     ("Epinet", |n, s| Ok(Box::new(Epinet::new(n, config(n, s)?)?))),
+    ("BatchEnsemble", |n, s| Ok(Box::new(BatchEnsemble::new(n, config(n, s)?)?))),
     ("GP", |n, s| Ok(Box::new(Gp::new(n, config(n, s)?)?))),
     ("MFVI", |n, s| Ok(Box::new(Mfvi::new(n, config(n, s)?)?))),
     ("HMC", |n, s| Ok(Box::new(Hmc::new(n, config(n, s)?)?))),

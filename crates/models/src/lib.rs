@@ -1,11 +1,12 @@
 //! The trained-network methods of uqbench, one file each, all on the engine
 //! (`uqbench-engine`): deep ensembles (plain, adversarial, bootstrap, mean–variance), the
 //! dropout family (MC, concrete, variational), the ensemble of MC dropout, ensemble+ with
-//! randomized prior functions, the epinet, SWAG and
+//! randomized prior functions, the epinet, BatchEnsemble, SWAG and
 //! MultiSWAG, SG-MCMC (the engine's replicas as chains), deep evidential regression, the Laplace approximation, quantile networks (CQR's base) and the
 //! jackknife+-after-bootstrap. No file IO: methods take data as host arrays and return
 //! per-point predictions as host arrays.
 
+pub mod batch_ensemble;
 pub mod der;
 pub mod dropout_method;
 pub mod ens_mcd;
@@ -22,6 +23,7 @@ pub mod swag;
 // The engine's modules under the paths the method files use (`crate::engine::…`).
 use uqbench_engine::{config, engine, stochastic};
 
+pub use batch_ensemble::{BatchEnsemble, BatchEnsembleConfig, BatchEnsembleSettings};
 pub use der::{Der, DerConfig, DerSettings};
 pub use dropout_method::{DropoutConfig, DropoutKind, DropoutMethod, DropoutSettings};
 pub use ens_mcd::{EnsMcd, EnsMcdConfig, EnsMcdSettings};
