@@ -126,6 +126,25 @@ fn check_run(dir: &Path) {
         assert!(r["scalars"]["ess_bulk_min"].as_f64().unwrap() > 0.0, "{m}");
     }
     let der = rep(dir, "DER", 0);
+    // DER's intervals are its per-input t's (2α dof, scale √(β/(να))): the stored 95% CI's
+    // half-width over its epistemic sd √(β/(ν(α−1))) is t_{2α, 0.975}·√((α−1)/α), which
+    // varies with α and is 1.96 (the normal's) for no finite α in practice; the formula
+    // itself is checked in `summary::empirical`'s tests.
+    assert_eq!(
+        der["family"]["kind"], "student_t_per_input",
+        "{}",
+        der["family"]
+    );
+    let (mean, std) = (
+        der["mean"].as_array().unwrap(),
+        der["std"].as_array().unwrap(),
+    );
+    let upper = der["intervals"]["0.95"]["ci_upper"].as_array().unwrap();
+    for i in 0..mean.len() {
+        let ratio =
+            (upper[i].as_f64().unwrap() - mean[i].as_f64().unwrap()) / std[i].as_f64().unwrap();
+        assert!(ratio > 0.0 && (ratio - 1.96).abs() > 1e-6, "{i}: {ratio}");
+    }
     assert!(der["scalars"]["evidential_epistemic_var"].as_f64().unwrap() > 0.0);
     assert!(der["scalars"]["evidential_alpha"].as_f64().unwrap() > 1.0);
 }

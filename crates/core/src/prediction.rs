@@ -26,6 +26,24 @@ pub enum Family {
     /// The empirical distribution of the method's samples (members, MC passes or MCMC
     /// draws): intervals are their quantiles; the samples must be returned.
     Empirical,
+    /// A Student t at every input with degrees of freedom and scales of its own
+    /// ([`TMarginals`] in `Prediction::marginals_t`; location `mean`): deep evidential
+    /// regression's 2α(x). Its intervals and CRPS are the t's, computed when the repetition
+    /// is stored.
+    StudentTPerInput,
+}
+
+/// Student-t marginals whose degrees of freedom differ between inputs (deep evidential
+/// regression): at test input i, f ∼ t_{ν_i}(mean_i, `f_scale`_i²) and a new y ∼
+/// t_{ν_i}(mean_i, `y_scale`_i²). Their product is the method's joint (spec §10).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct TMarginals {
+    /// ν_i per test input (> 0).
+    pub dof: Vec<f64>,
+    /// The scale of f's t per test input.
+    pub f_scale: Vec<f64>,
+    /// The scale of y's t per test input.
+    pub y_scale: Vec<f64>,
 }
 
 /// How a method reports its intervals, as a spec setting (`intervals = "normal"` or
@@ -76,11 +94,11 @@ pub struct Prediction {
     /// own (a mean–variance ensemble's members, σ_m(x)): the joint predictive of y is then the
     /// mixture of Π_i N(sample_i, σ_m(x_i)²) (spec §10).
     pub sample_noise: Option<Vec<Vec<f64>>>,
-    /// The predictive of a new y at every test input as a Student t (location, scale,
-    /// degrees of freedom), when the method's marginals are t's whose degrees of freedom differ
-    /// between inputs (deep evidential regression): its joint is their product (spec §10),
-    /// whatever its samples, which then only give its intervals.
-    pub marginals_t: Option<Vec<[f64; 3]>>,
+    /// Student-t marginals of f and y per test input, when their degrees of freedom differ
+    /// between inputs (deep evidential regression, family [`Family::StudentTPerInput`]): its
+    /// intervals, CRPS and joint (their product, spec §10) come from them, whatever its
+    /// samples, which then only give its W2 to the anchor.
+    pub marginals_t: Option<TMarginals>,
     /// The predictive distribution's family: where the intervals come from.
     pub family: Family,
     /// Member predictions or Monte-Carlo samples, one row per member or sample: when asked,

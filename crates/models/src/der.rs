@@ -8,21 +8,18 @@
 //! Var[μ] = β/(ν(α − 1)) as the uncertainty of f (`std`), which the report sets beside the
 //! exact posterior's sd like every method's. Its predictive of y is Student t with 2α degrees
 //! of freedom, location γ and scale² β(1 + ν)/(να), and of μ the t with the same degrees of
-//! freedom and scale² β/(να). The degrees of freedom differ between inputs, which uqbench's
-//! Student-t family (one ν per repetition) cannot hold, so the intervals come from `draws`
-//! draws of the NIG itself: σ²_s ∼ InvGamma(α, β), μ_s ∼ N(γ, σ²_s/ν) at every input
-//! (independently between inputs: the NIG has no joint), the CI from the μ_s' quantiles and
-//! the PI from the mixture of N(μ_s, σ²_s), whose limit is the t above. The empirical 95%
-//! quantile of 1 000 draws has a relative standard error of about 4%. Its joint (spec §10) is
-//! the product of its exact t marginals (`Prediction::marginals_t`), not the mixture of its
-//! draws' rows: the draws are independent between inputs, and a mixture of S such rows is a
-//! poor estimate of a product in τ dimensions.
+//! freedom and scale² β/(να). The degrees of freedom differ between inputs: the family
+//! [`Family::StudentTPerInput`] carries them with both scales ([`TMarginals`]), and its CI,
+//! PI and CRPS are those t's in closed form. Its joint (spec §10) is their product. `draws`
+//! draws of the NIG itself (σ²_s ∼ InvGamma(α, β), μ_s ∼ N(γ, σ²_s/ν) at every input,
+//! independently between inputs: the NIG has no joint) give only its W2 to the exact
+//! posterior, which has no closed form between a t of per-input ν and the anchor's marginal.
 
 use serde::{Deserialize, Serialize};
 
 use crate::config::MethodConfig;
 use crate::engine::{self, nig, Head, Resources};
-use uqbench_core::{Compute, Family, Method, MethodError, Prediction, Rng, Task};
+use uqbench_core::{Compute, Family, Method, MethodError, Prediction, Rng, TMarginals, Task};
 
 /// DER's own settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -30,8 +27,9 @@ use uqbench_core::{Compute, Family, Method, MethodError, Prediction, Rng, Task};
 pub struct DerSettings {
     /// λ, the evidential regulariser's coefficient (0.01, the reference's regression example).
     pub lambda: f64,
-    /// Draws of the NIG per input for the intervals (1 000: a block of 20 repetitions at
-    /// M = 1 000 test inputs then holds 320 MB of draws and their noise sds until stored).
+    /// Draws of the NIG per input for W2 to the anchor (1 000: a block of 20 repetitions at
+    /// M = 1 000 test inputs then holds 320 MB of draws and their noise sds until stored);
+    /// the intervals are the exact t's.
     pub draws: usize,
 }
 
@@ -176,24 +174,27 @@ impl Der {
                 noise.push(var.sqrt());
             }
         }
-        // Its predictive of y per input: t with 2α dof, location γ, scale² β(1 + ν)/(να).
-        let marginals_t = nig
-            .iter()
-            .map(|&[gamma, nu, alpha_m1, beta]| {
-                let alpha = 1.0 + alpha_m1;
-                [
-                    gamma,
-                    (beta * (1.0 + nu) / (nu * alpha)).sqrt(),
-                    2.0 * alpha,
-                ]
-            })
-            .collect();
+        // Its marginals per input: f (its μ) is t with 2α dof, location γ and scale²
+        // β/(να); a new y the same t with scale² β(1 + ν)/(να).
+        let marginals_t = TMarginals {
+            dof: nig.iter().map(|v| 2.0 * (1.0 + v[2])).collect(),
+            f_scale: nig
+                .iter()
+                .map(|&[_, nu, alpha_m1, beta]| (beta / (nu * (1.0 + alpha_m1))).sqrt())
+                .collect(),
+            y_scale: nig
+                .iter()
+                .map(|&[_, nu, alpha_m1, beta]| {
+                    (beta * (1.0 + nu) / (nu * (1.0 + alpha_m1))).sqrt()
+                })
+                .collect(),
+        };
         let mut p = Prediction {
             marginals_t: Some(marginals_t),
             mean: nig.iter().map(|v| v[0]).collect(),
             std: epistemic.iter().map(|v| v.sqrt()).collect(),
             noise_std: Some(aleatoric.iter().map(|v| v.sqrt()).collect()),
-            family: Family::Empirical,
+            family: Family::StudentTPerInput,
             // A diverged repetition is left out of the metrics: no draws.
             samples: finite.then_some(samples),
             sample_noise: finite.then_some(sample_noise),

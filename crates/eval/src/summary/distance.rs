@@ -32,7 +32,8 @@ pub fn to_anchor(
     };
     let m = anchor.mean.len();
     match (out.family, columns) {
-        (Family::Empirical, Some(columns)) => {
+        // A t per input (DER) has no closed-form W2 to the anchor's marginal: its draws'.
+        (Family::Empirical | Family::StudentTPerInput, Some(columns)) => {
             let w = uqbench_core::par_map(m, |i| {
                 let mut sorted = columns[i].clone();
                 sorted.sort_by(f64::total_cmp);
@@ -40,7 +41,7 @@ pub fn to_anchor(
             });
             (w, None)
         }
-        (Family::Empirical, None) => (vec![f64::NAN; m], None),
+        (Family::Empirical | Family::StudentTPerInput, None) => (vec![f64::NAN; m], None),
         (family, _) => {
             let dof = match family {
                 Family::StudentT { dof } => Some(dof),

@@ -1,12 +1,16 @@
-//! The intervals and sample CRPS of an empirical predictive family, from a method's draws:
-//! the CI from the draws' quantiles, the PI from the mixture of N(draw, noise²).
+//! The intervals and CRPS a repetition stores when no single formula gives them later: an
+//! empirical predictive family's, from a method's draws (the CI from the draws' quantiles,
+//! the PI from the mixture of N(draw, noise²)), and a Student t per input's
+//! ([`per_input_t`]), in closed form.
 
 use std::collections::BTreeMap;
 
 use crate::bail;
 use crate::error::Result;
+use uqbench_core::{central_quantile, TMarginals};
 use uqbench_metrics::regression::{
-    crps_sample, normal_mixture_quantile, normal_mixture_quantile_sds, quantile_sorted,
+    crps_sample, crps_student_t, normal_mixture_quantile, normal_mixture_quantile_sds,
+    quantile_sorted,
 };
 
 use super::levels::{level_name, LevelBounds};
@@ -152,4 +156,132 @@ pub fn empirical(
         }
     }
     Ok((out, crps))
+}
+
+/// The intervals at `levels` and the CRPS of f against `truth` of a Student t at every test
+/// input with its own degrees of freedom (`t`, location `mean`): CI mean ± t_{ν_i}·f_scale_i,
+/// PI mean ± t_{ν_i}·y_scale_i, t_{ν_i} the central quantile of the standard t.
+pub fn per_input_t(
+    mean: &[f64],
+    t: &TMarginals,
+    levels: &[f64],
+    truth: &[f64],
+) -> Result<(BTreeMap<String, LevelBounds>, Vec<f64>)> {
+    let m = truth.len();
+    if [mean.len(), t.dof.len(), t.f_scale.len(), t.y_scale.len()]
+        .iter()
+        .any(|&l| l != m)
+    {
+        bail!(
+            "t marginals: {} means, {} dofs, {} f scales, {} y scales; the problem has {m} test \
+             inputs",
+            mean.len(),
+            t.dof.len(),
+            t.f_scale.len(),
+            t.y_scale.len()
+        );
+    }
+    if let Some(i) = (0..m).find(|&i| {
+        !(t.dof[i] > 0.0 && t.f_scale[i] > 0.0 && t.y_scale[i] > 0.0)
+            || !(t.dof[i].is_finite() && t.f_scale[i].is_finite() && t.y_scale[i].is_finite())
+    }) {
+        bail!(
+            "t marginal at test input {i}: dof {}, f scale {}, y scale {}; valid are positive, \
+             finite numbers",
+            t.dof[i],
+            t.f_scale[i],
+            t.y_scale[i]
+        );
+    }
+    let intervals = levels
+        .iter()
+        .map(|&level| {
+            let mut b = LevelBounds {
+                ci_lower: Vec::with_capacity(m),
+                ci_upper: Vec::with_capacity(m),
+                pi_lower: Vec::with_capacity(m),
+                pi_upper: Vec::with_capacity(m),
+            };
+            for i in 0..m {
+                let q = central_quantile(level, Some(t.dof[i]));
+                b.ci_lower.push(mean[i] - q * t.f_scale[i]);
+                b.ci_upper.push(mean[i] + q * t.f_scale[i]);
+                b.pi_lower.push(mean[i] - q * t.y_scale[i]);
+                b.pi_upper.push(mean[i] + q * t.y_scale[i]);
+            }
+            (level_name(level), b)
+        })
+        .collect();
+    // ν ≤ 1 has no finite mean and no CRPS.
+    let crps = (0..m)
+        .map(|i| match t.dof[i] {
+            nu if nu > 1.0 => crps_student_t(&[mean[i]], &[t.f_scale[i]], nu, &[truth[i]]),
+            _ => Ok(f64::NAN),
+        })
+        .collect::<std::result::Result<Vec<f64>, _>>()?;
+    Ok((intervals, crps))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use statrs::distribution::{ContinuousCDF, StudentsT};
+
+    /// Per input its own t: the ends are statrs' t quantiles times the input's scales, and
+    /// the CRPS is ∫ (F(x) − 1{x ≥ y})² dx integrated numerically.
+    #[test]
+    fn a_t_per_input_gives_each_input_its_own_quantile_and_crps() {
+        let t = TMarginals {
+            dof: vec![3.0, 40.0],
+            f_scale: vec![0.5, 2.0],
+            y_scale: vec![1.0, 3.0],
+        };
+        let (mean, truth) = ([1.0, -2.0], [1.7, -2.5]);
+        let (ints, crps) = per_input_t(&mean, &t, &[0.9], &truth).unwrap();
+        let b = &ints["0.9"];
+        for i in 0..2 {
+            let q = StudentsT::new(0.0, 1.0, t.dof[i])
+                .unwrap()
+                .inverse_cdf(0.95);
+            let want_ci = (mean[i] - q * t.f_scale[i], mean[i] + q * t.f_scale[i]);
+            let want_pi = (mean[i] - q * t.y_scale[i], mean[i] + q * t.y_scale[i]);
+            assert!((b.ci_lower[i] - want_ci.0).abs() < 1e-9, "{i}");
+            assert!((b.ci_upper[i] - want_ci.1).abs() < 1e-9, "{i}");
+            assert!((b.pi_lower[i] - want_pi.0).abs() < 1e-9, "{i}");
+            assert!((b.pi_upper[i] - want_pi.1).abs() < 1e-9, "{i}");
+            // Midpoint rule on [−400, 400] in steps of 0.001 (the t_3 tail beyond 400 scale
+            // units adds < 1e-7).
+            let dist = StudentsT::new(mean[i], t.f_scale[i], t.dof[i]).unwrap();
+            let h = 1e-3;
+            let numeric: f64 = (0..800_000)
+                .map(|k| {
+                    let x = -400.0 + (k as f64 + 0.5) * h;
+                    let step = if x >= truth[i] { 1.0 } else { 0.0 };
+                    (dist.cdf(x) - step).powi(2) * h
+                })
+                .sum();
+            assert!(
+                (crps[i] - numeric).abs() < 1e-5,
+                "{i}: {} vs {numeric}",
+                crps[i]
+            );
+        }
+        // The t_3 interval is wider per unit scale than the t_40's.
+        assert!(
+            (b.ci_upper[0] - mean[0]) / t.f_scale[0] > (b.ci_upper[1] - mean[1]) / t.f_scale[1]
+        );
+    }
+
+    #[test]
+    fn a_bad_t_marginal_is_refused() {
+        let t = TMarginals {
+            dof: vec![3.0, 0.0],
+            f_scale: vec![1.0, 1.0],
+            y_scale: vec![1.0, 1.0],
+        };
+        let err = per_input_t(&[0.0, 0.0], &t, &[0.9], &[0.0, 0.0]).unwrap_err();
+        assert!(err.to_string().contains("test input 1: dof 0"), "{err}");
+        let err = per_input_t(&[0.0], &t, &[0.9], &[0.0, 0.0]).unwrap_err();
+        assert!(err.to_string().contains("1 means"), "{err}");
+    }
 }

@@ -330,9 +330,9 @@ impl<'a> MethodJoint<'a> {
             return Joint::Independent(
                 x.iter()
                     .map(|&i| Marginal {
-                        mean: t[i][0],
-                        scale: t[i][1],
-                        dof: Some(t[i][2]),
+                        mean: out.mean[i],
+                        scale: t.y_scale[i],
+                        dof: Some(t.dof[i]),
                     })
                     .collect(),
             );

@@ -13,7 +13,7 @@ use uqbench_metrics::coverage::PAPER_Z;
 use uqbench_metrics::regression::{crps_gaussian, crps_student_t};
 
 pub use super::distance::AnchorRef;
-pub use super::empirical::{columns_of, empirical, NoiseSd};
+pub use super::empirical::{columns_of, empirical, per_input_t, NoiseSd};
 use super::joint::{JointInput, JointKind, JointMetrics};
 pub(super) use super::levels::nullable_vec;
 pub use super::levels::{level_name, with_coverage_level, LevelBounds, PiBounds, COVERAGE_LEVEL};
@@ -170,6 +170,19 @@ impl RepResult {
         let mut intervals = BTreeMap::new();
         let mut crps = None;
         let mut columns = None;
+        if let (Family::StudentTPerInput, false) = (out.family, out.diverged) {
+            let Some(t) = &out.marginals_t else {
+                bail!("repetition {rep}: a Student-t-per-input family needs its t marginals");
+            };
+            let (ints, c) = per_input_t(&out.mean, t, &ctx.all_levels(), ctx.truth)?;
+            intervals = ints;
+            crps = Some(c);
+            // Its draws, where it has them, give its W2 to the anchor.
+            columns = match &out.samples {
+                Some(rows) => Some(columns_of(rows, ctx.truth.len())?),
+                None => None,
+            };
+        }
         if out.family == Family::Empirical && !out.diverged {
             let Some(samples) = &out.samples else {
                 bail!("repetition {rep}: an empirical predictive family needs its samples");
@@ -272,10 +285,10 @@ impl RepResult {
         let q = match self.family {
             Family::Normal => central_quantile(level, None),
             Family::StudentT { dof } => central_quantile(level, Some(dof)),
-            Family::Empirical => {
+            Family::Empirical | Family::StudentTPerInput => {
                 let Some(b) = self.intervals.get(&level_name(level)) else {
                     bail!(
-                        "repetition {}: no empirical interval at level {level} is stored \
+                        "repetition {}: no interval at level {level} is stored \
                          (levels: {}); rerun it with these levels",
                         self.repetition,
                         self.intervals
@@ -327,10 +340,10 @@ impl RepResult {
                 Family::StudentT { dof } if dof > 1.0 => crps_student_t(&m, &s, dof, &t)?,
                 // ν ≤ 1 has no finite mean and no CRPS.
                 Family::StudentT { .. } => f64::NAN,
-                Family::Empirical => match &self.crps {
+                Family::Empirical | Family::StudentTPerInput => match &self.crps {
                     Some(c) => c[i],
                     None => bail!(
-                        "repetition {}: an empirical family without its stored CRPS",
+                        "repetition {}: a family without its stored CRPS",
                         self.repetition
                     ),
                 },
