@@ -93,25 +93,31 @@ fn linear_networks_reach_the_exact_posterior() {
     // this scale): the posterior mean within 5 Monte-Carlo standard errors sd/√ESS, with the
     // smallest bulk ESS over the parameters as the ESS (conservative), and the sd within
     // 5·sd/√(2·ESS), the standard error of a sample sd.
-    for (a, h) in anchor.iter().zip(reps(dir.path(), "HMC")) {
-        let ess = h["scalars"]["ess_bulk_min"].as_f64().unwrap();
-        assert!(ess > 50.0, "HMC's bulk ESS {ess}: the chains do not mix");
-        let (am, asd) = (column(a, "mean"), column(a, "std"));
-        let (hm, hsd) = (column(&h, "mean"), column(&h, "std"));
-        for i in 0..am.len() {
+    // The same for NUTS (`HMCNuts`).
+    for method in ["HMC", "HMCNuts"] {
+        for (a, h) in anchor.iter().zip(reps(dir.path(), method)) {
+            let ess = h["scalars"]["ess_bulk_min"].as_f64().unwrap();
             assert!(
-                (hm[i] - am[i]).abs() < 5.0 * asd[i] / ess.sqrt(),
-                "HMC point {i}: mean {} vs {} (sd {}, ESS {ess})",
-                hm[i],
-                am[i],
-                asd[i]
+                ess > 50.0,
+                "{method}'s bulk ESS {ess}: the chains do not mix"
             );
-            assert!(
-                (hsd[i] - asd[i]).abs() < 5.0 * asd[i] / (2.0 * ess).sqrt(),
-                "HMC point {i}: sd {} vs {} (ESS {ess})",
-                hsd[i],
-                asd[i]
-            );
+            let (am, asd) = (column(a, "mean"), column(a, "std"));
+            let (hm, hsd) = (column(&h, "mean"), column(&h, "std"));
+            for i in 0..am.len() {
+                assert!(
+                    (hm[i] - am[i]).abs() < 5.0 * asd[i] / ess.sqrt(),
+                    "{method} point {i}: mean {} vs {} (sd {}, ESS {ess})",
+                    hm[i],
+                    am[i],
+                    asd[i]
+                );
+                assert!(
+                    (hsd[i] - asd[i]).abs() < 5.0 * asd[i] / (2.0 * ess).sqrt(),
+                    "{method} point {i}: sd {} vs {} (ESS {ess})",
+                    hsd[i],
+                    asd[i]
+                );
+            }
         }
     }
     ensemble_plus_members_are_posterior_draws(dir.path(), &anchor);

@@ -19,7 +19,7 @@ use uqbench_core::{Likelihood, Method, SeedBase, Task};
 use uqbench_engine::engine::Resources;
 use uqbench_engine::{open_device, BackendKind, NetConfig};
 use uqbench_metrics::mcmc;
-use uqbench_samplers::{Hmc, HmcConfig, HmcSettings};
+use uqbench_samplers::{Algorithm, Hmc, HmcConfig, HmcSettings};
 
 /// Arguments of `uqbench bench hmc`.
 #[derive(Debug, Args)]
@@ -43,6 +43,14 @@ pub struct HmcBench {
     /// peers' workload) keeps ε fixed. Timed with the rest.
     #[arg(long, default_value_t = 0)]
     warmup: usize,
+    /// The No-U-Turn sampler instead of `--leapfrog` fixed steps (`algorithm = "nuts"`), with
+    /// trajectories of at most 2^`--max-depth` steps; give it a `--warmup` to adapt its step
+    /// and diagonal metric.
+    #[arg(long)]
+    nuts: bool,
+    /// NUTS's largest tree depth.
+    #[arg(long, default_value_t = 10)]
+    max_depth: usize,
     /// Backend: flex, ndarray or wgpu.
     #[arg(long, default_value = "flex")]
     backend: BackendKind,
@@ -82,6 +90,35 @@ fn quartic(n: usize) -> (Vec<f64>, Vec<f64>) {
     (x, y)
 }
 
+/// The `HMC` method's settings for the benchmark: σ = 1 known, N(0, 10²) priors, no jitter.
+fn config(args: &HmcBench) -> HmcConfig {
+    HmcConfig {
+        own: HmcSettings {
+            chains: args.chains,
+            warmup: args.warmup,
+            draws: args.iters,
+            leapfrog_steps: args.leapfrog,
+            step_size: args.step,
+            prior_sd: 10.0,
+            noise_sd: Some(Tau::Value(1.0)),
+            jitter: false,
+            algorithm: if args.nuts {
+                Algorithm::Nuts
+            } else {
+                Algorithm::Hmc
+            },
+            max_tree_depth: args.max_depth,
+            ..HmcSettings::default()
+        },
+        net: NetConfig {
+            hidden: vec![args.width],
+            negative_slope: 0.01,
+            standardize: false,
+        },
+        ..HmcConfig::default()
+    }
+}
+
 /// Runs `uqbench bench hmc`.
 pub fn run(args: &HmcBench) -> Result<()> {
     let device = open_device(args.backend, args.allow_software_gpu)?;
@@ -105,26 +142,7 @@ pub fn run(args: &HmcBench) -> Result<()> {
         noise: Default::default(),
         likelihood: Likelihood::Gaussian,
     };
-    let config = HmcConfig {
-        own: HmcSettings {
-            chains: args.chains,
-            warmup: args.warmup,
-            draws: args.iters,
-            leapfrog_steps: args.leapfrog,
-            step_size: args.step,
-            prior_sd: 10.0,
-            noise_sd: Some(Tau::Value(1.0)),
-            jitter: false,
-            ..HmcSettings::default()
-        },
-        net: NetConfig {
-            hidden: vec![args.width],
-            negative_slope: 0.01,
-            standardize: false,
-        },
-        ..HmcConfig::default()
-    };
-    let method = Hmc::new("HMC", config)?;
+    let method = Hmc::new("HMC", config(args))?;
     let mut res = Resources::new(args.backend, device);
     res.chunk = args.chunk;
     if let Some(t) = args.threads {
@@ -133,8 +151,10 @@ pub fn run(args: &HmcBench) -> Result<()> {
     let start = Instant::now();
     let out = method.run(&task, &res.compute(), false, &|_| {})?;
     let seconds = start.elapsed().as_secs_f64();
-    let evals = (args.chains * (args.warmup + args.iters) * args.leapfrog) as f64;
     let scalar = |k: &str| out[0].scalars.get(k).copied().unwrap_or(f64::NAN);
+    // Every chain's gradient evaluations, warm-up included (NUTS's trajectories vary).
+    let evals =
+        (args.chains * (args.warmup + args.iters)) as f64 * scalar("leapfrogs_per_iteration");
     let accept = scalar("accept_rate");
     let rhat = scalar("rhat_max");
     // The draws' effective sample size per second at the worst test input (the smallest bulk
@@ -173,6 +193,9 @@ pub fn run(args: &HmcBench) -> Result<()> {
                 "chain_means": (args.chains <= 16).then_some(&modes.means),
                 "chain_sds": (args.chains <= 16).then_some(&modes.sds),
                 "diverged": out[0].diverged,
+                "algorithm": if args.nuts { "nuts" } else { "hmc" },
+                "leapfrogs_per_iteration": scalar("leapfrogs_per_iteration"),
+                "divergent_transitions": scalar("divergent_transitions"),
             })
         );
     } else {

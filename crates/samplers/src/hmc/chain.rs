@@ -44,6 +44,11 @@ pub(crate) fn start_s2(noise: Option<f64>, y: &[f32]) -> f64 {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct ChainRecord {
     pub divergent: u64,
+    /// Leapfrog steps (gradient evaluations) of every iteration, warm-up included (NUTS's
+    /// vary).
+    pub leapfrogs: u64,
+    /// NUTS's transitions after warm-up whose tree reached `max_tree_depth`.
+    pub saturated: u64,
     pub accept_rate: f64,
     pub step_size: f64,
     pub energy: Vec<f64>,
@@ -503,6 +508,8 @@ impl ChunkTrainer for HmcTrainer<'_> {
                     divergent: draws.divergent[r],
                     accept_rate: draws.accepted[r] as f64 / c.draws as f64,
                     step_size: adapt.eps[r],
+                    leapfrogs: ((c.warmup + c.draws) * c.leapfrog_steps) as u64,
+                    saturated: 0,
                     energy,
                     sigma,
                 };

@@ -22,6 +22,8 @@ use crate::cpu::simd;
 use crate::engine::ChunkOut;
 use crate::hmc::adapt::{DualAveraging, Welford, Windows};
 use crate::hmc::chain::{start_s2, ChainRecord, HmcTrainer, PRIOR_A0, PRIOR_B0};
+use crate::hmc::nuts::{self, kinetic};
+use crate::hmc::Algorithm;
 use crate::mlp::xavier_init;
 use uqbench_core::MethodError;
 
@@ -37,6 +39,9 @@ struct Chain<'a> {
     delta: Vec<f32>,
     inv_p2: f64,
     bernoulli: bool,
+    /// The instruction set the chain runs at (NUTS's potential is dispatched per call: its
+    /// recursive tree is not inlined into the chain's dispatched copy).
+    level: simd::Level,
 }
 
 impl Chain<'_> {
@@ -89,6 +94,24 @@ impl Chain<'_> {
             *g += (f64::from(t) * self.inv_p2) as f32;
         }
         (data + 0.5 * self.inv_p2 * prior, sse)
+    }
+}
+
+/// One evaluation of the potential as an operation for [`simd::dispatch`] (NUTS's calls).
+struct PotentialAt<'a, 'b> {
+    chain: &'a mut Chain<'b>,
+    q: &'a [f32],
+    inv_s2: f64,
+    g: &'a mut [f32],
+}
+
+impl simd::Op for PotentialAt<'_, '_> {
+    type Output = (f64, f64);
+
+    #[inline(always)]
+    fn call(self, lanes: simd::Lanes) -> Self::Output {
+        self.chain.net.lanes = lanes;
+        self.chain.potential(self.q, self.inv_s2, self.g)
     }
 }
 
@@ -156,6 +179,7 @@ impl HmcTrainer<'_> {
                 delta: vec![0.0; n],
                 inv_p2: 1.0 / (c.prior_sd * c.prior_sd),
                 bernoulli: self.bernoulli,
+                level,
             };
             let mut stream = Rng::new(self.stream[rep]);
             // The whole chain compiled for the CPU's widest vectors (the same bits).
@@ -210,7 +234,11 @@ impl HmcTrainer<'_> {
         let inv = |s2: f64| f64::from((1.0 / s2) as f32);
         let mut grad = vec![0.0f32; dim];
         let (mut u, mut sse) = chain.potential(theta, inv(s2), &mut grad);
-        let (mut q, mut p, mut g1) = (vec![0.0f32; dim], vec![0.0f32; dim], vec![0.0f32; dim]);
+        let mut bufs = Buffers {
+            q: vec![0.0f32; dim],
+            p: vec![0.0f32; dim],
+            g1: vec![0.0f32; dim],
+        };
         let mut adapt = DualAveraging::new(c.step_size, 1);
         // The diagonal inverse mass M⁻¹ (identity until the first slow window ends).
         let windows = Windows::new(c.warmup, c.metric);
@@ -221,7 +249,7 @@ impl HmcTrainer<'_> {
             sigma: Vec::with_capacity(c.draws),
             ..ChainRecord::default()
         };
-        let mut accepted = 0u64;
+        let mut accepted = 0.0f64;
         let mut draws = vec![0.0f32; c.draws * m];
         let mut train_sum = vec![0.0f64; n];
         let mut f_test = vec![0.0f32; m];
@@ -230,54 +258,47 @@ impl HmcTrainer<'_> {
             let sampling = it >= c.warmup;
             // The step scales with σ when σ is sampled (the module's doc says why).
             let eps = adapt.eps[0] * if self.noise.is_none() { s2.sqrt() } else { 1.0 };
-            let step = (if c.jitter {
-                eps * (0.5 + stream.uniform())
-            } else {
-                eps
-            }) as f32;
-            let half = 0.5 * step;
-            // ρ ~ N(0, M): a standard normal over √m.
-            for (pi, &mi) in p.iter_mut().zip(&inv_mass) {
-                *pi = (stream.normal() / f64::from(mi).sqrt()) as f32;
-            }
-            let k0 = kinetic(&p, &inv_mass);
-            q.copy_from_slice(theta);
-            for (pi, &gi) in p.iter_mut().zip(&grad) {
-                *pi -= gi * half;
-            }
-            let (mut u1, mut sse1) = (u, sse);
-            g1.copy_from_slice(&grad);
-            for l in 0..c.leapfrog_steps {
-                for ((qi, &pi), &mi) in q.iter_mut().zip(&p).zip(&inv_mass) {
-                    *qi += pi * mi * step;
+            let mv = match c.algorithm {
+                Algorithm::Hmc => {
+                    let step = (if c.jitter {
+                        eps * (0.5 + stream.uniform())
+                    } else {
+                        eps
+                    }) as f32;
+                    let here = (&mut *theta, &mut grad[..], &mut u, &mut sse);
+                    hmc_move(
+                        c.leapfrog_steps,
+                        chain,
+                        here,
+                        step,
+                        &inv_mass,
+                        inv(s2),
+                        stream,
+                        &mut bufs,
+                    )
                 }
-                (u1, sse1) = chain.potential(&q, inv(s2), &mut g1);
-                let scale = if l + 1 < c.leapfrog_steps { step } else { half };
-                for (pi, &gi) in p.iter_mut().zip(&g1) {
-                    *pi -= gi * scale;
+                Algorithm::Nuts => {
+                    let here = (&mut *theta, &mut grad[..], &mut u, &mut sse);
+                    let depth = c.max_tree_depth;
+                    nuts_move(
+                        chain,
+                        here,
+                        eps as f32,
+                        &inv_mass,
+                        inv(s2),
+                        depth,
+                        stream,
+                        &mut bufs,
+                    )
                 }
-            }
-            let k1 = kinetic(&p, &inv_mass);
-            let h0 = u + k0;
-            let dh = h0 - (u1 + k1);
-            let alpha = if dh.is_finite() {
-                dh.min(0.0).exp()
-            } else {
-                0.0
             };
+            let alpha = mv.alpha;
+            record.leapfrogs += mv.leapfrogs;
             if sampling {
-                record.energy.push(h0);
-                if mcmc::is_divergent(-dh) {
-                    record.divergent += 1;
-                }
-            }
-            if stream.uniform() < alpha {
-                if sampling {
-                    accepted += 1;
-                }
-                theta.copy_from_slice(&q);
-                grad.copy_from_slice(&g1);
-                (u, sse) = (u1, sse1);
+                record.energy.push(mv.h0);
+                record.divergent += u64::from(mv.divergent);
+                record.saturated += u64::from(mv.saturated);
+                accepted += mv.accepted;
             }
             if !sampling {
                 adapt.update(&[alpha], c.target_accept, it + 1 == c.warmup);
@@ -306,7 +327,7 @@ impl HmcTrainer<'_> {
                 }
             }
         }
-        record.accept_rate = accepted as f64 / c.draws as f64;
+        record.accept_rate = accepted / c.draws as f64;
         record.step_size = adapt.eps[0];
         let train_mean = train_sum
             .iter()
@@ -317,14 +338,141 @@ impl HmcTrainer<'_> {
     }
 }
 
-/// The kinetic energy ½ Σ m·ρ² of momenta `p` under the inverse mass `inv_mass`.
+/// A chain's working vectors for the HMC move: the proposal's position, momenta and gradient.
+struct Buffers {
+    q: Vec<f32>,
+    p: Vec<f32>,
+    g1: Vec<f32>,
+}
+
+/// What one move on θ did.
+struct Move {
+    /// The energy H₀ at its start (fresh momenta).
+    h0: f64,
+    /// Its acceptance probability (HMC) or statistic (NUTS), for the step's adaptation.
+    alpha: f64,
+    /// 1 for an accepted HMC proposal, 0 for a rejected one; NUTS's acceptance statistic.
+    accepted: f64,
+    /// Whether its trajectory diverged.
+    divergent: bool,
+    /// Leapfrog steps taken.
+    leapfrogs: u64,
+    /// Whether NUTS's tree reached its largest depth.
+    saturated: bool,
+}
+
+/// One NUTS transition of the chain at `here` = (θ, ∇U, U, SSE), which becomes the selected
+/// state; the potential is dispatched at the chain's instruction set per call.
+#[allow(clippy::too_many_arguments)]
+fn nuts_move(
+    chain: &mut Chain<'_>,
+    here: (&mut [f32], &mut [f32], &mut f64, &mut f64),
+    step: f32,
+    inv_mass: &[f32],
+    inv_s2: f64,
+    max_depth: usize,
+    stream: &mut Rng,
+    bufs: &mut Buffers,
+) -> Move {
+    let (theta, grad, u, sse) = here;
+    let start = nuts::State {
+        q: theta.to_vec(),
+        p: std::mem::take(&mut bufs.p),
+        g: grad.to_vec(),
+        u: *u,
+        sse: *sse,
+    };
+    let level = chain.level;
+    let mut potential = |q: &[f32], g: &mut [f32]| {
+        let op = PotentialAt {
+            chain: &mut *chain,
+            q,
+            inv_s2,
+            g,
+        };
+        simd::dispatch_at(level, op)
+    };
+    let (out, h0) = nuts::transition(start, &mut potential, inv_mass, step, max_depth, stream);
+    let nuts::State {
+        q,
+        p,
+        g,
+        u: u1,
+        sse: sse1,
+    } = out.state;
+    theta.copy_from_slice(&q);
+    grad.copy_from_slice(&g);
+    (*u, *sse) = (u1, sse1);
+    bufs.p = p;
+    Move {
+        h0,
+        alpha: out.accept_stat,
+        accepted: out.accept_stat,
+        divergent: out.divergent,
+        leapfrogs: out.leapfrogs,
+        saturated: out.depth == max_depth,
+    }
+}
+
+/// One HMC move of the chain at `here` = (θ, ∇U, U, SSE), updated in place when accepted:
+/// momenta ρ ∼ N(0, M), `steps` leapfrog steps of size `step`, a Metropolis accept.
 #[inline(always)]
-fn kinetic(p: &[f32], inv_mass: &[f32]) -> f64 {
-    0.5 * p
-        .iter()
-        .zip(inv_mass)
-        .map(|(&v, &mi)| f64::from(mi) * f64::from(v) * f64::from(v))
-        .sum::<f64>()
+#[allow(clippy::too_many_arguments)]
+fn hmc_move(
+    steps: usize,
+    chain: &mut Chain<'_>,
+    here: (&mut [f32], &mut [f32], &mut f64, &mut f64),
+    step: f32,
+    inv_mass: &[f32],
+    inv_s2: f64,
+    stream: &mut Rng,
+    bufs: &mut Buffers,
+) -> Move {
+    let (theta, grad, u, sse) = here;
+    let Buffers { q, p, g1 } = bufs;
+    let half = 0.5 * step;
+    for (pi, &mi) in p.iter_mut().zip(inv_mass) {
+        *pi = (stream.normal() / f64::from(mi).sqrt()) as f32;
+    }
+    let k0 = kinetic(p, inv_mass);
+    q.copy_from_slice(theta);
+    for (pi, &gi) in p.iter_mut().zip(grad.iter()) {
+        *pi -= gi * half;
+    }
+    let (mut u1, mut sse1) = (*u, *sse);
+    g1.copy_from_slice(grad);
+    for l in 0..steps {
+        for ((qi, &pi), &mi) in q.iter_mut().zip(p.iter()).zip(inv_mass) {
+            *qi += pi * mi * step;
+        }
+        (u1, sse1) = chain.potential(q, inv_s2, g1);
+        let scale = if l + 1 < steps { step } else { half };
+        for (pi, &gi) in p.iter_mut().zip(g1.iter()) {
+            *pi -= gi * scale;
+        }
+    }
+    let k1 = kinetic(p, inv_mass);
+    let h0 = *u + k0;
+    let dh = h0 - (u1 + k1);
+    let alpha = if dh.is_finite() {
+        dh.min(0.0).exp()
+    } else {
+        0.0
+    };
+    let accept = stream.uniform() < alpha;
+    if accept {
+        theta.copy_from_slice(q);
+        grad.copy_from_slice(g1);
+        (*u, *sse) = (u1, sse1);
+    }
+    Move {
+        h0,
+        alpha,
+        accepted: if accept { 1.0 } else { 0.0 },
+        divergent: mcmc::is_divergent(-dh),
+        leapfrogs: steps as u64,
+        saturated: false,
+    }
 }
 
 #[cfg(test)]
@@ -422,6 +570,7 @@ mod tests {
                 delta: vec![0.0; n],
                 inv_p2: 1.0 / (1.5 * 1.5),
                 bernoulli,
+                level: simd::Level::Baseline,
             };
             let mut got = vec![0.0f32; chain.net.dim];
             let (hu, hsse) = chain.potential(&theta, f64::from(inv_s2 as f32), &mut got);
@@ -437,23 +586,6 @@ mod tests {
             for (i, (a, b)) in got.iter().zip(&want).enumerate() {
                 close(f64::from(*a), f64::from(*b), &format!("∂U/∂θ[{i}]"));
             }
-        }
-    }
-
-    /// The potential at 1/σ² = 1.7 as an operation for [`simd::dispatch_at`].
-    struct Potential<'a, 'c> {
-        chain: &'a mut Chain<'c>,
-        theta: &'a [f32],
-        grad: &'a mut [f32],
-    }
-
-    impl simd::Op for Potential<'_, '_> {
-        type Output = (f64, f64);
-
-        #[inline(always)]
-        fn call(self, lanes: simd::Lanes) -> (f64, f64) {
-            self.chain.net.lanes = lanes;
-            self.chain.potential(self.theta, 1.7, self.grad)
         }
     }
 
@@ -497,14 +629,17 @@ mod tests {
                         delta: vec![0.0; n],
                         inv_p2: 0.01,
                         bernoulli,
+                        level,
                     };
                     let mut grad = vec![0.0f32; chain.net.dim];
+                    // The potential at 1/σ² = 1.7, dispatched as NUTS's calls are.
                     let (u, sse) = simd::dispatch_at(
                         level,
-                        Potential {
+                        PotentialAt {
                             chain: &mut chain,
-                            theta: &theta,
-                            grad: &mut grad,
+                            q: &theta,
+                            inv_s2: 1.7,
+                            g: &mut grad,
                         },
                     );
                     let mut bits = vec![u.to_bits(), sse.to_bits()];

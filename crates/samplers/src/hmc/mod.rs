@@ -77,6 +77,7 @@ use uqbench_core::{Compute, Family, Likelihood, Method, Prediction, Task};
 mod adapt;
 pub(crate) mod chain;
 mod host;
+mod nuts;
 
 /// HMC's own settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -107,6 +108,22 @@ pub struct HmcSettings {
     /// The warm-up's mass matrix: `"diag"` (adapted in Stan's windows, the default) or
     /// `"unit"` (the identity).
     pub metric: Metric,
+    /// The move on θ: `"hmc"` (`leapfrog_steps` steps, the default) or `"nuts"` (the No-U-Turn
+    /// sampler, trajectories of up to 2^`max_tree_depth` steps; host chains on every backend).
+    pub algorithm: Algorithm,
+    /// NUTS's largest tree depth (10, Stan's).
+    pub max_tree_depth: usize,
+}
+
+/// HMC's move on θ given σ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Algorithm {
+    /// A fixed number of leapfrog steps and a Metropolis accept.
+    #[default]
+    Hmc,
+    /// The No-U-Turn sampler (Hoffman & Gelman 2014, as Stan runs it: [`nuts`]).
+    Nuts,
 }
 
 impl Default for HmcSettings {
@@ -123,6 +140,8 @@ impl Default for HmcSettings {
             rhat_threshold: 1.01,
             jitter: true,
             metric: Metric::Diag,
+            algorithm: Algorithm::Hmc,
+            max_tree_depth: 10,
         }
     }
 }
@@ -181,6 +200,13 @@ impl Hmc {
                 "a rate strictly between 0 and 1",
             );
         }
+        if c.algorithm == Algorithm::Nuts && !(1..=20).contains(&c.max_tree_depth) {
+            return bad(
+                "max_tree_depth",
+                c.max_tree_depth.to_string(),
+                "a depth from 1 to 20 (2^depth leapfrog steps at most)",
+            );
+        }
         if c.rhat_threshold.is_nan() || c.rhat_threshold <= 1.0 {
             return bad("rhat_threshold", c.rhat_threshold.to_string(), "above 1");
         }
@@ -202,9 +228,14 @@ impl Method for Hmc {
     }
 
     fn cost(&self, n_train: usize, _epochs: usize) -> f64 {
-        // Every iteration runs `leapfrog_steps` gradient evaluations per chain.
+        // Every iteration runs `leapfrog_steps` gradient evaluations per chain; NUTS's
+        // trajectories are taken as 32 steps (depth 5) for balancing shards.
         let c = &self.config;
-        (c.chains * (c.warmup + c.draws) * c.leapfrog_steps * n_train) as f64
+        let steps = match c.algorithm {
+            Algorithm::Hmc => c.leapfrog_steps,
+            Algorithm::Nuts => 32,
+        };
+        (c.chains * (c.warmup + c.draws) * steps * n_train) as f64
     }
 
     fn parameters(&self, task: &Task<'_>) -> Option<usize> {
@@ -226,8 +257,9 @@ impl Method for Hmc {
         let y = task.replica_targets_f32(&replicas);
         let (x_train, x_test) = task.inputs_f32(c.net.standardize);
         let shape = c.net.shape(task.d, 1);
-        let host = resources
-            .sampler_host_loops(&shape)
+        // NUTS runs on the host chains on every backend: its trajectories differ in length
+        // between chains, and no lockstep tensor version is built.
+        let host = (c.algorithm == Algorithm::Nuts || resources.sampler_host_loops(&shape))
             .then_some(resources.simd);
         let trainer = HmcTrainer {
             config: c,
@@ -318,6 +350,18 @@ impl Hmc {
         scalars.insert("divergent_transitions".into(), divergent);
         scalars.insert("accept_rate".into(), per_chain_mean(&|c| c.accept_rate));
         scalars.insert("step_size".into(), per_chain_mean(&|c| c.step_size));
+        // Gradient evaluations per iteration, warm-up included.
+        let iterations = (self.config.warmup + t) as f64;
+        let leapfrogs = per_chain_mean(&|c| c.leapfrogs as f64) / iterations;
+        scalars.insert("leapfrogs_per_iteration".into(), leapfrogs);
+        if self.config.algorithm == Algorithm::Nuts {
+            // The share of draws whose trajectory stopped at the largest depth, not at a U-turn.
+            let saturated: f64 = records.iter().map(|c| c.saturated as f64).sum();
+            scalars.insert(
+                "tree_depth_saturated".into(),
+                saturated / (t * chains) as f64,
+            );
+        }
         Prediction {
             mean,
             std,
