@@ -28,8 +28,8 @@ pub struct DerSettings {
     /// λ, the evidential regulariser's coefficient (0.01, the reference's regression example).
     pub lambda: f64,
     /// Draws of the NIG per input for W2 to the anchor (1 000: a block of 20 repetitions at
-    /// M = 1 000 test inputs then holds 320 MB of draws and their noise sds until stored);
-    /// the intervals are the exact t's.
+    /// M = 1 000 test inputs then holds 160 MB of draws until stored); the intervals are the
+    /// exact t's.
     pub draws: usize,
 }
 
@@ -158,7 +158,7 @@ impl Der {
             .iter()
             .all(|v| v.iter().all(|x| x.is_finite()) && v[1] > 0.0 && v[2] > 0.0 && v[3] > 0.0);
         let diverged = diverged || !finite;
-        let (mut samples, mut sample_noise) = (vec![Vec::new(); s], vec![Vec::new(); s]);
+        let mut samples = vec![Vec::new(); s];
         let (mut epistemic, mut aleatoric) = (Vec::new(), Vec::new());
         for &[gamma, nu, alpha_m1, beta] in nig {
             let alpha = 1.0 + alpha_m1;
@@ -167,11 +167,10 @@ impl Der {
             if !finite {
                 continue;
             }
-            for (row, noise) in samples.iter_mut().zip(sample_noise.iter_mut()) {
+            for row in samples.iter_mut() {
                 // σ² = β/G, G ∼ Gamma(α, 1): InvGamma(α, β).
                 let var = beta / rng.gamma(alpha);
                 row.push(gamma + (var / nu).sqrt() * rng.normal());
-                noise.push(var.sqrt());
             }
         }
         // Its marginals per input: f (its μ) is t with 2α dof, location γ and scale²
@@ -197,7 +196,6 @@ impl Der {
             family: Family::StudentTPerInput,
             // A diverged repetition is left out of the metrics: no draws.
             samples: finite.then_some(samples),
-            sample_noise: finite.then_some(sample_noise),
             train_mean: Some(train.iter().map(|&v| f64::from(v)).collect()),
             diverged,
             ..Prediction::default()
