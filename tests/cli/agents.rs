@@ -167,20 +167,28 @@ fn every_agent_runs_on_wgpu() {
     check_run(dir.path());
 }
 
+/// Runs `method` alone under the default plan and at one replica per chunk: every
+/// repetition's mean and sd are the same (a repetition depends on nothing but itself). Returns
+/// the default plan's run.
+fn same_whatever_the_chunk(method: &str) -> tempfile::TempDir {
+    let (o, dir) = run_spec(SPEC, &["--methods", method]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (o1, one) = run_spec(SPEC, &["--methods", method, "--chunk", "1"]);
+    assert!(o1.status.success(), "{}", stderr(&o1));
+    for r in 0..2 {
+        let (a, b) = (rep(dir.path(), method, r), rep(one.path(), method, r));
+        assert_eq!(a["mean"], b["mean"], "{method} repetition {r}");
+        assert_eq!(a["std"], b["std"], "{method} repetition {r}");
+    }
+    dir
+}
+
 /// The epinet's draws are functions: one index per pass, kept as joint draws; and a
 /// repetition's numbers do not depend on the chunk it trained in (one replica per chunk
 /// against the default plan), nor on the other methods of the run.
 #[test]
 fn the_epinet_draws_functions_whatever_its_chunk() {
-    let (o, dir) = run_spec(SPEC, &["--methods", "Epinet"]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let (o1, one) = run_spec(SPEC, &["--methods", "Epinet", "--chunk", "1"]);
-    assert!(o1.status.success(), "{}", stderr(&o1));
-    for r in 0..2 {
-        let (a, b) = (rep(dir.path(), "Epinet", r), rep(one.path(), "Epinet", r));
-        assert_eq!(a["mean"], b["mean"], "repetition {r}");
-        assert_eq!(a["std"], b["std"], "repetition {r}");
-    }
+    let dir = same_whatever_the_chunk("Epinet");
     let r = rep(dir.path(), "Epinet", 0);
     assert_eq!(r["joint_kind"], "draws", "{}", r["joint_kind"]);
     let s: Value = serde_json::from_str(
@@ -199,10 +207,7 @@ fn the_epinet_draws_functions_whatever_its_chunk() {
 /// their spread is rounding only; a repetition does not depend on its chunk.
 #[test]
 fn batch_ensemble_members_differ_unless_their_fast_weights_are_one() {
-    let (o, dir) = run_spec(SPEC, &["--methods", "BatchEnsemble"]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let (o1, one) = run_spec(SPEC, &["--methods", "BatchEnsemble", "--chunk", "1"]);
-    assert!(o1.status.success(), "{}", stderr(&o1));
+    let dir = same_whatever_the_chunk("BatchEnsemble");
     let unit = SPEC.replace(
         "members = 3\n\n[methods.DER]",
         "members = 3\nfast_init_sd = 0.0\n\n[methods.DER]",
@@ -219,12 +224,7 @@ fn batch_ensemble_members_differ_unless_their_fast_weights_are_one() {
             .collect()
     };
     for r in 0..2 {
-        let (a, b) = (
-            rep(dir.path(), "BatchEnsemble", r),
-            rep(one.path(), "BatchEnsemble", r),
-        );
-        assert_eq!(a["mean"], b["mean"], "repetition {r}");
-        assert_eq!(a["std"], b["std"], "repetition {r}");
+        let a = rep(dir.path(), "BatchEnsemble", r);
         assert_eq!(a["joint_kind"], "draws", "{}", a["joint_kind"]);
         // Trained members differ: the smallest sd over the 21 test inputs is well above f32
         // rounding of outputs of size ~1 (the unit case below bounds that at 1e-5).

@@ -16,6 +16,7 @@ pub mod epinet;
 pub mod host_net;
 pub mod jackknife;
 pub mod laplace;
+pub mod own_net;
 pub mod quantile;
 pub mod sgmcmc;
 pub mod swag;

@@ -39,6 +39,19 @@ impl Job<'_> {
         self.x_test.len() / self.shape.d_in
     }
 
+    /// Replicas `range`'s targets, each repeated `copies` times in a row (one block per
+    /// member or index sample): `[replicas, copies·N]` row-major, for a network whose
+    /// replicas stack several copies of the points.
+    pub fn tiled_targets(&self, range: &std::ops::Range<usize>, copies: usize) -> Vec<f32> {
+        let mut y = Vec::with_capacity(range.len() * copies * self.n_train());
+        for r in range.clone() {
+            for _ in 0..copies {
+                y.extend_from_slice(&self.targets[self.replica_targets[r]]);
+            }
+        }
+        y
+    }
+
     pub(crate) fn replicas(&self) -> usize {
         self.replica_targets.len()
     }

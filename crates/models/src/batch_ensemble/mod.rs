@@ -35,11 +35,10 @@ pub mod net;
 use serde::{Deserialize, Serialize};
 
 use crate::config::MethodConfig;
-use crate::engine::{Job, Resources};
+use crate::engine::Resources;
+use crate::own_net::{per_repetition, repetition_seeds, OwnNetJob};
 use net::BatchParts;
-use uqbench_core::{
-    combine_members, Compute, IntervalSetting, Method, MethodError, Prediction, Task,
-};
+use uqbench_core::{Compute, IntervalSetting, Method, MethodError, Prediction, Task};
 
 /// BatchEnsemble's own settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -138,42 +137,19 @@ impl Method for BatchEnsemble {
         task.validate()?;
         let c = &self.config;
         let resources = &Resources::of(compute)?;
-        let (n, mt) = (task.n_train(), task.n_test());
-        let shape = c.net.shape(task.d, 1);
-        let settings = crate::engine::TrainSettings {
-            likelihood: task.likelihood,
-            ..c.optim.settings(task.epochs, n)
-        };
-        let replicas = task.replicas(&self.name, 1);
-        let (x_train, x_test) = task.inputs_f32(c.net.standardize);
-        let fast_purpose = format!("{}/fast", self.name);
-        let fast_seeds: Vec<u64> = task
-            .repetitions
-            .iter()
-            .map(|&rep| task.seeds.seed(rep, 0, &fast_purpose))
-            .collect();
-        let targets = task.y_train_f32();
-        let job = Job {
-            shape: &shape,
-            x_train: &x_train,
-            targets: &targets,
-            replica_targets: &replicas.targets,
-            init_seeds: &replicas.init,
-            stream_seeds: &replicas.stream,
-            replica_ids: &replicas.ids,
-            x_test: &x_test,
-        };
+        let data = OwnNetJob::new(task, &self.name, c);
+        let fast_seeds = repetition_seeds(task, &format!("{}/fast", self.name));
         let parts = BatchParts {
             members: c.members,
             fast_seeds: &fast_seeds,
             fast_init_sd: c.fast_init_sd,
         };
-        let out = net::train(&job, &parts, &settings, resources, progress)?;
-        Ok((0..task.repetitions.len())
-            .map(|k| {
-                let member = out.member(k, mt, n);
-                combine_members(&[member], c.intervals.family(), keep_samples)
-            })
-            .collect())
+        let out = net::train(&data.job(), &parts, &data.settings, resources, progress)?;
+        Ok(per_repetition(
+            &out,
+            task,
+            c.intervals.family(),
+            keep_samples,
+        ))
     }
 }

@@ -202,16 +202,9 @@ struct BatchTrainer<'a> {
 impl BatchTrainer<'_> {
     /// Replicas `range`'s targets, once per member `[R, M·n, 1]`.
     fn targets(&self, range: &Range<usize>, device: &Device) -> Tensor<3> {
-        let job = self.job;
-        let n = job.n_train();
         let m = self.parts.members;
-        let mut y = Vec::with_capacity(range.len() * m * n);
-        for r in range.clone() {
-            for _ in 0..m {
-                y.extend_from_slice(&job.targets[job.replica_targets[r]]);
-            }
-        }
-        upload(y, [range.len(), m * n, 1], device)
+        let y = self.job.tiled_targets(range, m);
+        upload(y, [range.len(), m * self.job.n_train(), 1], device)
     }
 }
 

@@ -34,12 +34,11 @@ pub mod net;
 use serde::{Deserialize, Serialize};
 
 use crate::config::MethodConfig;
-use crate::engine::{Job, Resources};
+use crate::engine::Resources;
 use crate::host_net::{self, TrainedNet};
+use crate::own_net::{per_repetition, repetition_seeds, OwnNetJob};
 use net::EpinetParts;
-use uqbench_core::{
-    combine_members, par_map, Compute, IntervalSetting, Method, MethodError, Prediction, Task,
-};
+use uqbench_core::{par_map, Compute, IntervalSetting, Method, MethodError, Prediction, Task};
 use uqbench_engine::mlp::MlpShape;
 
 /// The epinet's own settings.
@@ -193,28 +192,15 @@ impl Method for Epinet {
         let c = &self.config;
         let resources = &Resources::of(compute)?;
         let (n, mt, dz) = (task.n_train(), task.n_test(), c.index_dim);
-        let shape = c.net.shape(task.d, 1);
-        let settings = crate::engine::TrainSettings {
-            likelihood: task.likelihood,
-            ..c.optim.settings(task.epochs, n)
-        };
-        let replicas = task.replicas(&self.name, 1);
-        let (x_train, x_test) = task.inputs_f32(c.net.standardize);
+        let data = OwnNetJob::new(task, &self.name, c);
         let (rows_train, rows_test) = (
-            host_net::inputs(&x_train, task.d),
-            host_net::inputs(&x_test, task.d),
+            host_net::inputs(&data.x_train, task.d),
+            host_net::inputs(&data.x_test, task.d),
         );
         // Per repetition: the epinet's seed and the D prior functions at the training and
         // test inputs, `[points, D]` row-major.
-        let (epi_purpose, prior_purpose) = (
-            format!("{}/epinet", self.name),
-            format!("{}/prior", self.name),
-        );
-        let epi_seeds: Vec<u64> = task
-            .repetitions
-            .iter()
-            .map(|&rep| task.seeds.seed(rep, 0, &epi_purpose))
-            .collect();
+        let epi_seeds = repetition_seeds(task, &format!("{}/epinet", self.name));
+        let prior_purpose = format!("{}/prior", self.name);
         let priors: Vec<(Vec<f32>, Vec<f32>)> = par_map(task.repetitions.len(), |k| {
             let rep = task.repetitions[k];
             let (mut train, mut test) = (vec![0.0f32; n * dz], vec![0.0f32; mt * dz]);
@@ -233,17 +219,6 @@ impl Method for Epinet {
         });
         let prior_train: Vec<f32> = priors.iter().flat_map(|p| p.0.iter().copied()).collect();
         let prior_test: Vec<f32> = priors.iter().flat_map(|p| p.1.iter().copied()).collect();
-        let targets = task.y_train_f32();
-        let job = Job {
-            shape: &shape,
-            x_train: &x_train,
-            targets: &targets,
-            replica_targets: &replicas.targets,
-            init_seeds: &replicas.init,
-            stream_seeds: &replicas.stream,
-            replica_ids: &replicas.ids,
-            x_test: &x_test,
-        };
         let parts = EpinetParts {
             epi: self.epi_shape(task.d),
             epi_seeds: &epi_seeds,
@@ -253,12 +228,12 @@ impl Method for Epinet {
             index_samples: c.index_samples.unwrap_or(dz),
             passes: c.passes,
         };
-        let out = net::train(&job, &parts, &settings, resources, progress)?;
-        Ok((0..task.repetitions.len())
-            .map(|k| {
-                let member = out.member(k, mt, n);
-                combine_members(&[member], c.intervals.family(), keep_samples)
-            })
-            .collect())
+        let out = net::train(&data.job(), &parts, &data.settings, resources, progress)?;
+        Ok(per_repetition(
+            &out,
+            task,
+            c.intervals.family(),
+            keep_samples,
+        ))
     }
 }

@@ -223,15 +223,8 @@ impl EpinetTrainer<'_> {
 
     /// Replicas `range`'s targets, `copies` times over (one block per index) `[R, copies·n, 1]`.
     fn targets(&self, range: &Range<usize>, copies: usize, device: &Device) -> Tensor<3> {
-        let job = self.job;
-        let n = self.points().0;
-        let mut y = Vec::with_capacity(range.len() * copies * n);
-        for r in range.clone() {
-            for _ in 0..copies {
-                y.extend_from_slice(&job.targets[job.replica_targets[r]]);
-            }
-        }
-        upload(y, [range.len(), copies * n, 1], device)
+        let y = self.job.tiled_targets(range, copies);
+        upload(y, [range.len(), copies * self.points().0, 1], device)
     }
 
     /// T index samples' outputs at `x` `[R, T·n, 1]`, from stream `rng`, in groups of passes
