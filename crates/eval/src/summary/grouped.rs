@@ -21,7 +21,7 @@
 use nalgebra::{Cholesky, DMatrix, DVector, Dyn};
 use statrs::function::gamma::ln_gamma;
 use uqbench_core::Rng;
-use uqbench_metrics::joint::log_mean_exp;
+use uqbench_metrics::joint::{log_mean_exp, ENUMERATE_MAX_TAU};
 
 use crate::bail;
 use crate::error::Result;
@@ -247,69 +247,50 @@ pub fn ln_mixture(
     log_mean_exp(&terms)
 }
 
-/// The most terms [`kl_bernoulli`] enumerates: count vectors (Π_u (n_u + 1)) × draws; above,
-/// Monte Carlo (each term is one exponential, and a batch is one of thousands per
-/// repetition).
-pub const ENUMERATE_MAX_TERMS: usize = 1 << 15;
-
 /// KL from independent labels y_i ∼ Bern(p(x_i)) at a batch to a method's mixture
 /// (1/S) Σ_s Π_i Bern(q_s(x_i)) (`q` `[S, M]` at all M test inputs). Only the number of ones
 /// k_u among each group's n_u copies matters (the binomial coefficients cancel in the
-/// ratio), so the 2^τ label vectors are enumerated as the Π_u (n_u + 1) count vectors: exact
-/// while those times the draws are at most [`ENUMERATE_MAX_TERMS`]; above, one count vector
-/// drawn from P.
-pub fn kl_bernoulli(groups: &Groups, p: &[f64], q: &[f64], m: usize, rng: &mut Rng) -> f64 {
-    let clip = |v: f64| v.clamp(1e-12, 1.0 - 1e-12);
+/// ratio), so the 2^τ label vectors are enumerated as the Π_u (n_u + 1) ≤ 2^τ count vectors:
+/// exact for τ ≤ [`ENUMERATE_MAX_TAU`] (spec §10); above, one count vector drawn from P.
+///
+/// The enumeration needs no exponential per draw: a draw's probability of the counts k is
+/// Π_u q_u^k_u (1 − q_u)^(n_u − k_u), a product of powers tabulated once per draw and group,
+/// and the mixture is their plain mean. With q clipped to [1e-12, 1 − 1e-12] and τ ≤ 12, no
+/// such product is below 1e-144, far above f64's smallest normal number.
+pub fn kl_bernoulli(groups: &Groups, p: &[f64], q: &BernoulliDraws, rng: &mut Rng) -> f64 {
     let k = groups.inputs.len();
-    let (lp1, lp0): (Vec<f64>, Vec<f64>) = groups
-        .inputs
-        .iter()
+    // ln p and ln(1 − p) per group, once.
+    let (l1, l0): (Vec<f64>, Vec<f64>) = (groups.inputs.iter())
         .map(|&u| (clip(p[u]).ln(), (-clip(p[u])).ln_1p()))
         .unzip();
-    let rows = q.len() / m;
-    let lq: Vec<(f64, f64)> = (0..rows)
-        .flat_map(|s| groups.inputs.iter().map(move |&u| (s, u)))
-        .map(|(s, u)| (clip(q[s * m + u]).ln(), (-clip(q[s * m + u])).ln_1p()))
-        .collect();
-    let ratio = |counts: &[usize]| -> (f64, f64) {
-        let ln_p: f64 = (0..k)
-            .map(|g| counts[g] as f64 * lp1[g] + (groups.counts[g] - counts[g]) as f64 * lp0[g])
-            .sum();
-        let terms: Vec<f64> = (0..rows)
-            .map(|s| {
-                (0..k)
-                    .map(|g| {
-                        let (l1, l0) = lq[s * k + g];
-                        counts[g] as f64 * l1 + (groups.counts[g] - counts[g]) as f64 * l0
-                    })
-                    .sum()
+    let ln_p = |counts: &[usize]| -> f64 {
+        (0..k)
+            .map(|g| counts[g] as f64 * l1[g] + (groups.counts[g] - counts[g]) as f64 * l0[g])
+            .sum()
+    };
+    if groups.tau() <= ENUMERATE_MAX_TAU {
+        let mixture = mixture_of_counts(groups, &q.q, q.m);
+        // ln j! for j ≤ τ, for the binomial coefficients.
+        let ln_fact: Vec<f64> = (0..=groups.tau())
+            .scan(0.0, |acc, j| {
+                if j > 1 {
+                    *acc += (j as f64).ln();
+                }
+                Some(*acc)
             })
             .collect();
-        (ln_p, ln_p - log_mean_exp(&terms))
-    };
-    let ln_binomial = |n: usize, j: usize| -> f64 {
-        ln_gamma(n as f64 + 1.0) - ln_gamma(j as f64 + 1.0) - ln_gamma((n - j) as f64 + 1.0)
-    };
-    let total: usize = groups.counts.iter().map(|n| n + 1).product();
-    if total.saturating_mul(rows) <= ENUMERATE_MAX_TERMS {
         let mut counts = vec![0usize; k];
         let mut sum = 0.0;
-        loop {
-            let (ln_p, r) = ratio(&counts);
+        for q_c in mixture {
+            let lp = ln_p(&counts);
             let ln_mult: f64 = (0..k)
-                .map(|g| ln_binomial(groups.counts[g], counts[g]))
+                .map(|g| {
+                    let (n, j) = (groups.counts[g], counts[g]);
+                    ln_fact[n] - ln_fact[j] - ln_fact[n - j]
+                })
                 .sum();
-            sum += (ln_p + ln_mult).exp() * r;
-            // The next count vector, as an odometer.
-            let mut g = 0;
-            while g < k && counts[g] == groups.counts[g] {
-                counts[g] = 0;
-                g += 1;
-            }
-            if g == k {
-                break;
-            }
-            counts[g] += 1;
+            sum += (lp + ln_mult).exp() * (lp - q_c.ln());
+            next_counts(&mut counts, &groups.counts);
         }
         return sum;
     }
@@ -320,7 +301,110 @@ pub fn kl_bernoulli(groups: &Groups, p: &[f64], q: &[f64], m: usize, rng: &mut R
                 .count()
         })
         .collect();
-    ratio(&counts).1
+    let (ln1, ln0) = q.logs();
+    let terms: Vec<f64> = (ln1.chunks_exact(q.m).zip(ln0.chunks_exact(q.m)))
+        .map(|(l1, l0)| {
+            (0..k)
+                .map(|g| {
+                    let u = groups.inputs[g];
+                    counts[g] as f64 * l1[u] + (groups.counts[g] - counts[g]) as f64 * l0[u]
+                })
+                .sum()
+        })
+        .collect();
+    ln_p(&counts) - log_mean_exp(&terms)
+}
+
+/// A method's draws of P(y = 1 | x) `[S, M]` at the M test inputs, with their clipped
+/// logarithms ln q and ln(1 − q), taken once per repetition when the first Monte Carlo batch
+/// (τ > 12) needs them.
+#[derive(Debug, Clone)]
+pub struct BernoulliDraws {
+    q: Vec<f64>,
+    logs: std::sync::OnceLock<(Vec<f64>, Vec<f64>)>,
+    m: usize,
+}
+
+impl BernoulliDraws {
+    /// The draws `q` (row-major `[S, M]`).
+    pub fn new(q: Vec<f64>, m: usize) -> BernoulliDraws {
+        BernoulliDraws {
+            q,
+            logs: std::sync::OnceLock::new(),
+            m,
+        }
+    }
+
+    /// ln q and ln(1 − q), clipped.
+    fn logs(&self) -> &(Vec<f64>, Vec<f64>) {
+        self.logs.get_or_init(|| {
+            self.q
+                .iter()
+                .map(|&v| (clip(v).ln(), (-clip(v)).ln_1p()))
+                .unzip()
+        })
+    }
+}
+
+fn clip(v: f64) -> f64 {
+    v.clamp(1e-12, 1.0 - 1e-12)
+}
+
+/// The counts' odometer: the next count vector after `counts` (each k_u ≤ n_u, the first
+/// group fastest); back to all zeros after the last.
+fn next_counts(counts: &mut [usize], n: &[usize]) {
+    for (c, &nu) in counts.iter_mut().zip(n) {
+        if *c < nu {
+            *c += 1;
+            return;
+        }
+        *c = 0;
+    }
+}
+
+/// The mixture's probability of one label vector with each count vector (in odometer order,
+/// the first group fastest): (1/S) Σ_s Π_u q_su^k_u (1 − q_su)^(n_u − k_u). Per draw, the
+/// product over the groups is built as a chain of outer products of the groups' power tables
+/// (2·Π_u (n_u + 1) multiplications at most), then added.
+fn mixture_of_counts(groups: &Groups, q: &[f64], m: usize) -> Vec<f64> {
+    let n = &groups.counts;
+    let total: usize = n.iter().map(|n| n + 1).product();
+    let mut table = vec![0.0; n.iter().map(|n| n + 1).max().unwrap_or(1)];
+    let mut prod = vec![0.0; total];
+    let mut mixture = vec![0.0; total];
+    let rows = q.len() / m;
+    for qs in q.chunks_exact(m) {
+        let mut len = 1;
+        prod[0] = 1.0;
+        for (&u, &nu) in groups.inputs.iter().zip(n) {
+            // table[k] = q^k (1 − q)^(n_u − k), from both ends by multiplication.
+            let (q1, q0) = (clip(qs[u]), 1.0 - clip(qs[u]));
+            let t = &mut table[..=nu];
+            t.iter_mut().for_each(|v| *v = 1.0);
+            let (mut up, mut down) = (1.0, 1.0);
+            for j in 0..=nu {
+                t[j] *= up;
+                t[nu - j] *= down;
+                up *= q1;
+                down *= q0;
+            }
+            // prod[i + len·k] = prod[i]·t[k]: the block of k = 0 last, in place.
+            let (head, rest) = prod.split_at_mut(len);
+            for k in 1..=nu {
+                let tk = t[k];
+                for (d, &s) in rest[(k - 1) * len..k * len].iter_mut().zip(head.iter()) {
+                    *d = s * tk;
+                }
+            }
+            head.iter_mut().for_each(|v| *v *= t[0]);
+            len *= nu + 1;
+        }
+        for (mx, &p) in mixture.iter_mut().zip(&prod) {
+            *mx += p;
+        }
+    }
+    mixture.iter_mut().for_each(|v| *v /= rows as f64);
+    mixture
 }
 
 #[cfg(test)]
@@ -435,35 +519,77 @@ mod tests {
         let want = uqbench_metrics::joint::kl_bernoulli(&full_p, &full_q, &[])
             .unwrap()
             .value;
-        let got = kl_bernoulli(&g, &p, &q, 3, &mut Rng::new(1));
+        let got = kl_bernoulli(
+            &g,
+            &p,
+            &BernoulliDraws::new(q.to_vec(), 3),
+            &mut Rng::new(1),
+        );
         assert!((got - want).abs() < 1e-12, "{got} against {want}");
     }
 
-    /// Above the enumeration budget, the Monte Carlo mean over label counts agrees with the
-    /// exact sum within 4.5 standard errors (|N(0,1)| > 4.5: 7e-6).
+    /// With more draws than any budget (4 000 at τ = 10), the tabulated enumeration still
+    /// equals the 2^τ label enumeration of the metrics library (log-sum-exp per label vector).
     #[test]
-    fn bernoulli_monte_carlo_agrees_with_the_enumeration() {
+    fn bernoulli_enumeration_with_many_draws_equals_the_label_enumeration() {
         let x = [0, 1, 0, 0, 1, 1, 1, 0, 0, 1];
-        let g = Groups::of(&x);
-        let p = [0.3, 0.8];
-        let rows = 4000;
-        let q: Vec<f64> = (0..rows)
+        let (p, rows, q) = two_input_mixture(4000);
+        let full_p: Vec<f64> = x.iter().map(|&i| p[i]).collect();
+        let full_q: Vec<f64> = (0..rows)
+            .flat_map(|s| x.iter().map(|&i| q[2 * s + i]).collect::<Vec<_>>())
+            .collect();
+        let want = uqbench_metrics::joint::kl_bernoulli(&full_p, &full_q, &[])
+            .unwrap()
+            .value;
+        let draws = BernoulliDraws::new(q, 2);
+        let got = kl_bernoulli(&Groups::of(&x), &p, &draws, &mut Rng::new(1));
+        assert!((got - want).abs() < 1e-10 * want, "{got} against {want}");
+    }
+
+    fn two_input_mixture(rows: usize) -> ([f64; 2], usize, Vec<f64>) {
+        let q = (0..rows)
             .flat_map(|s| {
                 let t = s as f64 / rows as f64;
                 [0.1 + 0.5 * t, 0.9 - 0.6 * t]
             })
             .collect();
-        assert!(36 * rows > ENUMERATE_MAX_TERMS, "the Monte Carlo branch");
-        let full_p: Vec<f64> = x.iter().map(|&i| p[i]).collect();
-        let full_q: Vec<f64> = (0..rows)
-            .flat_map(|s| x.iter().map(|&i| q[2 * s + i]).collect::<Vec<_>>())
-            .collect();
-        let exact = uqbench_metrics::joint::kl_bernoulli(&full_p, &full_q, &[])
-            .unwrap()
-            .value;
+        ([0.3, 0.8], rows, q)
+    }
+
+    /// Above the enumeration limit (τ = 14 > 12), the Monte Carlo mean over label counts
+    /// agrees with the exact sum over the (n_0 + 1)(n_1 + 1) count vectors, written out here
+    /// with log-sum-exp, within 4.5 standard errors (|N(0,1)| > 4.5: 7e-6).
+    #[test]
+    fn bernoulli_monte_carlo_agrees_with_the_enumeration() {
+        let x = [0, 1, 0, 0, 1, 1, 1, 0, 0, 1, 0, 1, 1, 1];
+        let g = Groups::of(&x);
+        assert_eq!(g.counts, vec![6, 8]);
+        let (p, _, q) = two_input_mixture(500);
+        let ln_bin = |n: usize, j: usize| {
+            ln_gamma(n as f64 + 1.0) - ln_gamma(j as f64 + 1.0) - ln_gamma((n - j) as f64 + 1.0)
+        };
+        let ln_lik = |pr: [f64; 2], c: [usize; 2]| -> f64 {
+            (0..2)
+                .map(|u| {
+                    c[u] as f64 * pr[u].ln() + (g.counts[u] - c[u]) as f64 * (1.0 - pr[u]).ln()
+                })
+                .sum()
+        };
+        let mut exact = 0.0;
+        for c0 in 0..=6 {
+            for c1 in 0..=8 {
+                let lp = ln_lik(p, [c0, c1]);
+                let terms: Vec<f64> = q
+                    .chunks_exact(2)
+                    .map(|qs| ln_lik([qs[0], qs[1]], [c0, c1]))
+                    .collect();
+                exact += (lp + ln_bin(6, c0) + ln_bin(8, c1)).exp() * (lp - log_mean_exp(&terms));
+            }
+        }
         let mut rng = Rng::new(5);
+        let draws = BernoulliDraws::new(q, 2);
         let v: Vec<f64> = (0..3000)
-            .map(|_| kl_bernoulli(&g, &p, &q, 2, &mut rng))
+            .map(|_| kl_bernoulli(&g, &p, &draws, &mut rng))
             .collect();
         let e = uqbench_metrics::joint::Estimate::of(&v);
         assert!(

@@ -528,7 +528,7 @@ pub fn classification(
 ) -> Result<JointMetrics> {
     let mut metrics = JointMetrics::new();
     let m = truth.len();
-    let q: Vec<f64> = draws.iter().flat_map(|d| d.iter().copied()).collect();
+    let q = grouped::BernoulliDraws::new(draws.iter().flat_map(|d| d.iter().copied()).collect(), m);
     for (r, (region, idx)) in input.regions.iter().enumerate() {
         let entry = metrics.entry((*region).to_string()).or_default();
         for &tau in &input.settings.tau {
@@ -540,7 +540,7 @@ pub fn classification(
             };
             let values: Vec<f64> = b
                 .iter()
-                .map(|x| grouped::kl_bernoulli(&Groups::of(x), truth, &q, m, &mut rng))
+                .map(|x| grouped::kl_bernoulli(&Groups::of(x), truth, &q, &mut rng))
                 .collect();
             // τ = 1 enumerates the inputs and their labels: exact.
             let mut e = Estimate::of(&values);
