@@ -63,6 +63,7 @@ hidden = [8]
 chains = 2
 epochs = 40
 draws = 8
+noise_sd = "learn"
 
 [methods.CyclicalSGMCMC]
 hidden = [8]
@@ -125,6 +126,12 @@ fn check_run(dir: &Path) {
         );
         assert!(r["scalars"]["ess_bulk_min"].as_f64().unwrap() > 0.0, "{m}");
     }
+    // SGHMC learns σ (σ = 0.2 here; its chains start at the targets' variance, ≈ 2.2², and
+    // 40 epochs of Gibbs steps bring it within a factor of 2 whatever the network's fit).
+    let sghmc = rep(dir, "SGHMC", 0);
+    let sigma = sghmc["scalars"]["sampled_noise_sd"].as_f64().unwrap();
+    assert!(sigma > 0.1 && sigma < 0.4, "SGHMC's learned σ {sigma}");
+    assert!(sghmc["scalars"]["rhat_noise_sd"].as_f64().unwrap() >= 1.0 - 1e-9);
     let der = rep(dir, "DER", 0);
     // DER's intervals are its per-input t's (2α dof, scale √(β/(να))): the stored 95% CI's
     // half-width over its epistemic sd √(β/(ν(α−1))) is t_{2α, 0.975}·√((α−1)/α), which
@@ -305,6 +312,10 @@ fn agent_tables_refuse_what_they_cannot_do() {
         &["SGLD.draws", "at most"],
     );
     assert_clean_error(&with("SGHMC", "friction = 1.5"), &["friction", "1.5"]);
+    assert_clean_error(
+        &replaced("SGHMC", "noise_sd = \"learn\"", "noise_sd = \"lern\""),
+        &["noise_sd", "lern", "\"learn\""],
+    );
     assert_clean_error(
         &with("CyclicalSGMCMC", "exploration = 1.0"),
         &["exploration"],

@@ -123,6 +123,75 @@ fn linear_networks_reach_the_exact_posterior() {
     ensemble_plus_members_are_posterior_draws(dir.path(), &anchor);
     mfvi_reaches_the_mean_field_optimum(dir.path(), &anchor);
     sg_mcmc_samples_the_posterior_up_to_its_bias(dir.path(), &anchor);
+    sgld_learns_sigma(dir.path(), &anchor);
+}
+
+/// SGLD with σ learned (`SGLDLearn`) in its exact limit. With a flat prior on the p = 4
+/// weights (N(0, 100²) is flat at this scale) and HMC's InvGamma(a₀ = 1, b₀ = 1) on σ²,
+/// integrating the weights out of p(γ, σ² | y) ∝ σ^−N exp(−(SSE + (γ − γ̂)ᵀGᵀG(γ − γ̂))/(2σ²))
+/// · (σ²)^−(a₀+1) exp(−b₀/σ²) leaves σ² | y ∼ InvGamma(a′, b′), a′ = a₀ + (N − p)/2,
+/// b′ = b₀ + SSE/2, SSE the least-squares residuals (N × the anchor's `train_mse`); and f(x*)
+/// is a Student-t with 2a′ dof and scale² (b′/a′)·h(x*), h = g(x*)ᵀ(GᵀG)⁻¹g(x*) = (sd/σ)² from
+/// the anchor with σ = 0.5 known, so its sd is √(E[σ²]·h), E[σ²] = b′/(a′ − 1).
+///
+/// Bounds, per repetition: the mean and sd as SGLD's with σ known (5 Monte-Carlo standard
+/// errors; the sd's upper end the O(ε) inflation along λ_max ≤ 3N/σ² taken at σ² = E[σ²]/2,
+/// below which a draw falls with probability < 1e-8 at a′ = 29). The chains' mean σ within 5
+/// standard errors sd(σ)/√ESS(σ) of E[σ] = √b′·Γ(a′ − ½)/Γ(a′), plus 1% for what the inflated
+/// spread of the weights adds to E[SSE] ((1.08² − 1)·p·σ² ≈ 0.2 of SSE ≈ 14: 0.6% in σ).
+/// σ stuck at its start (the targets' variance, ≈ 1.4) or a Gibbs step over the wrong points
+/// misses these by far.
+fn sgld_learns_sigma(dir: &Path, anchor: &[Value]) {
+    let (n, p, sigma_known) = (60.0_f64, 4.0_f64, 0.5_f64);
+    let eps = 4e-4;
+    for (a, h) in anchor.iter().zip(reps(dir, "SGLDLearn")) {
+        let sse = n * a["scalars"]["train_mse"].as_f64().unwrap();
+        let (a1, b1) = (1.0 + (n - p) / 2.0, 1.0 + sse / 2.0);
+        let e_s2 = b1 / (a1 - 1.0);
+        // Γ(a − ½)/Γ(a) = 1/(√c·(1 − 1/(8c) + 1/(128c²) + 5/(1024c³))), c = a − ½ (the
+        // series of Γ(c + ½)/Γ(c); its next term is below 1e-7 at c ≈ 29).
+        let c = a1 - 0.5;
+        let ratio = 1.0
+            / (c.sqrt()
+                * (1.0 - 1.0 / (8.0 * c) + 1.0 / (128.0 * c * c) + 5.0 / (1024.0 * c * c * c)));
+        let e_sigma = b1.sqrt() * ratio;
+        let sd_sigma = (e_s2 - e_sigma * e_sigma).sqrt();
+        let scalars = &h["scalars"];
+        let (got, ess_sigma) = (
+            scalars["sampled_noise_sd"].as_f64().unwrap(),
+            scalars["ess_noise_sd"].as_f64().unwrap(),
+        );
+        assert!(ess_sigma > 50.0, "SGLDLearn's σ ESS {ess_sigma}");
+        assert!(
+            (got - e_sigma).abs() < 5.0 * sd_sigma / ess_sigma.sqrt() + 0.01 * e_sigma,
+            "SGLDLearn rep {}: mean σ {got} vs the exact E[σ] {e_sigma} (sd {sd_sigma}, ESS \
+             {ess_sigma})",
+            a["repetition"]
+        );
+        let ess = scalars["ess_bulk_min"].as_f64().unwrap();
+        assert!(
+            ess > 50.0,
+            "SGLDLearn's bulk ESS {ess}: the chains do not mix"
+        );
+        let inflation = (1.0 - eps * 3.0 * n / (0.5 * e_s2) / 4.0).powf(-0.5);
+        let se = 1.0 / (2.0 * ess).sqrt();
+        let (am, asd) = (column(a, "mean"), column(a, "std"));
+        let (hm, hsd) = (column(&h, "mean"), column(&h, "std"));
+        for i in 0..am.len() {
+            let exact_sd = asd[i] / sigma_known * e_s2.sqrt();
+            assert!(
+                (hm[i] - am[i]).abs() < 5.0 * exact_sd / ess.sqrt(),
+                "SGLDLearn point {i}: mean {} vs {} (sd {exact_sd}, ESS {ess})",
+                hm[i],
+                am[i]
+            );
+            let r = hsd[i] / exact_sd;
+            assert!(
+                r > 1.0 - 5.0 * se && r < inflation + 5.0 * se,
+                "SGLDLearn point {i}: sd ratio {r} (ESS {ess}, inflation ≤ {inflation})"
+            );
+        }
+    }
 }
 
 /// MFVI on the linear model (experiments/limits.toml: standardised features x, x², x³ and a

@@ -9,8 +9,11 @@
 //!
 //! Target, per chain: p(θ | y) ∝ Π_n N(y_n | f_θ(x_n), σ²) · N(W | 0, σ_p² I) (labels: the
 //! Bernoulli likelihood), σ known (`noise_sd`: "known" or a number; the engine's L2 factor is
-//! λ = σ²/(N·σ_p²)). Biases have a flat prior, as every L2 pull of the engine (see
-//! `BLRGaussian`, the exact posterior under that prior).
+//! λ = σ²/(N·σ_p²)) or learned (`noise_sd = "learn"`: p(θ, σ² | y) with HMC's InvGamma(1, 1)
+//! prior on σ², each chain's σ² Gibbs-sampled at every epoch's end and its weights moved at
+//! the current σ², `engine::langevin` derives it; the PI is then the mixture of N(f_s, σ_s²)
+//! over the draws, each with its chain's σ at that epoch, as HMC's). Biases have a flat prior,
+//! as every L2 pull of the engine (see `BLRGaussian`, the exact posterior under that prior).
 //!
 //! Draws: SGLD and SGHMC discard the first `burnin` fraction of the epochs and take `draws`
 //! per chain, evenly spaced over the rest (one per epoch at most); cyclical SG-MCMC takes them
@@ -28,7 +31,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::MethodConfig;
 use crate::engine::collect::{Collected, Collector, Event, Want};
-use crate::engine::{self, Batching, Dynamics, Langevin, Resources, StepSchedule};
+use crate::engine::{self, Batching, Dynamics, Langevin, LearnedNoise, Resources, StepSchedule};
 use crate::host_net::{self, TrainedNet};
 use uqbench_core::noise::{fixed_noise_sd, Tau};
 use uqbench_core::{par_map, Compute, Family, Likelihood, Method, MethodError, Prediction, Task};
@@ -56,6 +59,51 @@ pub enum CyclicalDynamics {
     Sghmc,
 }
 
+/// SG-MCMC's noise sd: a number, `"known"` or `"learn"` (module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "NoiseWord", into = "NoiseWord")]
+pub enum SgNoise {
+    /// Fixed: a number, or the problem's known σ.
+    Fixed(Tau),
+    /// σ² sampled with the weights.
+    Learn,
+}
+
+/// [`SgNoise`] as written in a spec.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(untagged)]
+enum NoiseWord {
+    Number(f64),
+    Word(String),
+}
+
+impl TryFrom<NoiseWord> for SgNoise {
+    type Error = String;
+
+    fn try_from(w: NoiseWord) -> Result<SgNoise, String> {
+        match w {
+            NoiseWord::Number(v) => Ok(SgNoise::Fixed(Tau::Value(v))),
+            NoiseWord::Word(w) if w == "known" => {
+                Ok(SgNoise::Fixed(Tau::Known(uqbench_core::KnownSigma::Known)))
+            }
+            NoiseWord::Word(w) if w == "learn" => Ok(SgNoise::Learn),
+            NoiseWord::Word(w) => Err(format!(
+                "noise_sd = \"{w}\"; valid: a number, \"known\" or \"learn\""
+            )),
+        }
+    }
+}
+
+impl From<SgNoise> for NoiseWord {
+    fn from(n: SgNoise) -> NoiseWord {
+        match n {
+            SgNoise::Fixed(Tau::Value(v)) => NoiseWord::Number(v),
+            SgNoise::Fixed(Tau::Known(_)) => NoiseWord::Word("known".into()),
+            SgNoise::Learn => NoiseWord::Word("learn".into()),
+        }
+    }
+}
+
 /// SG-MCMC's own settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -72,8 +120,8 @@ pub struct SgMcmcSettings {
     pub friction: f64,
     /// Prior sd σ_p of the weights (1, as HMC's).
     pub prior_sd: f64,
-    /// Noise sd: `"known"` (default) or a number.
-    pub noise_sd: Option<Tau>,
+    /// Noise sd: `"known"` (default), a number, or `"learn"`.
+    pub noise_sd: Option<SgNoise>,
     /// SGLD and SGHMC: the fraction of the epochs discarded as burn-in (0.5).
     pub burnin: f64,
     /// Draws per chain (100).
@@ -167,13 +215,13 @@ impl SgMcmc {
             kind,
             config: config.clone(),
         };
-        probe.langevin(1.0).validate()?;
+        probe.langevin(1.0, None).validate()?;
         config.net.shape(1, 1).validate()?;
         Ok(probe)
     }
 
-    /// The dynamics for ∇U = `scale`·g.
-    fn langevin(&self, scale: f64) -> Langevin {
+    /// The dynamics for ∇U = `scale`·g (each chain's N/σ²_r with σ² learned, `noise`).
+    fn langevin(&self, scale: f64, noise: Option<LearnedNoise>) -> Langevin {
         let c = &self.config;
         let sghmc = Dynamics::Sghmc {
             friction: c.friction,
@@ -197,6 +245,7 @@ impl SgMcmc {
             step_size: c.step_size,
             schedule,
             scale,
+            noise,
         }
     }
 
@@ -254,6 +303,8 @@ struct Draws {
 struct ChainDraws {
     of: Arc<Draws>,
     rows: Vec<Vec<f64>>,
+    /// With σ learned, the chain's σ at each draw.
+    sigmas: Vec<f64>,
 }
 
 /// The [`Collector`] of [`Draws`] (an `Arc` of them, which each chain's state shares).
@@ -269,15 +320,20 @@ impl Collector for DrawCollector {
         Box::new(ChainDraws {
             of: self.0.clone(),
             rows: Vec::new(),
+            sigmas: Vec::new(),
         })
     }
 }
 
 impl Collected for ChainDraws {
     fn observe(&mut self, event: &Event<'_>) {
-        if let Event::Epoch { params, .. } = event {
+        if let Event::Epoch {
+            params, noise_sd, ..
+        } = event
+        {
             let net = TrainedNet::from_flat(params, &self.of.dims, self.of.slope);
             self.rows.push(net.forward_batch(&self.of.x_test));
+            self.sigmas.extend(noise_sd);
         }
     }
 
@@ -316,14 +372,32 @@ impl Method for SgMcmc {
         let resources = &Resources::of(compute)?;
         let n = task.n_train();
         let bernoulli = task.likelihood == Likelihood::Bernoulli;
-        let noise = c
-            .noise_sd
-            .or((!bernoulli).then_some(Tau::Known(uqbench_core::KnownSigma::Known)));
-        let sigma = fixed_noise_sd(&self.name, noise, task, "learn")?.unwrap_or(1.0);
+        let learn = c.noise_sd == Some(SgNoise::Learn);
+        if learn && bernoulli {
+            return Err(MethodError::invalid(
+                format!("{}.noise_sd", self.name),
+                "\"learn\"",
+                "left out for a classification problem: a Bernoulli likelihood has no noise sd",
+            ));
+        }
+        let noise = match c.noise_sd {
+            Some(SgNoise::Fixed(t)) => Some(t),
+            _ => (!bernoulli).then_some(Tau::Known(uqbench_core::KnownSigma::Known)),
+        };
+        // With σ learned, σ = 1 in `scale` and λ: the dynamics use each chain's σ² instead,
+        // and λ only enters the reported final objective.
+        let sigma = match learn {
+            true => 1.0,
+            false => fixed_noise_sd(&self.name, noise, task, "learn")?.unwrap_or(1.0),
+        };
         let (scale, lambda) = (
             n as f64 / (sigma * sigma),
             sigma * sigma / (n as f64 * c.prior_sd * c.prior_sd),
         );
+        let learned = learn.then(|| LearnedNoise {
+            n,
+            prior_precision: 1.0 / (c.prior_sd * c.prior_sd),
+        });
         let batch = c.optim.batch_size.unwrap_or(DEFAULT_BATCH);
         let mut settings = engine::TrainSettings {
             weight_decay: lambda,
@@ -333,7 +407,7 @@ impl Method for SgMcmc {
             } else {
                 Batching::Full
             },
-            langevin: Some(self.langevin(scale)),
+            langevin: Some(self.langevin(scale, learned)),
             ..c.optim.settings(c.epochs.unwrap_or(task.epochs), n)
         };
         let epochs = self.draw_epochs(&settings, n)?;
@@ -368,9 +442,20 @@ impl Method for SgMcmc {
                 .collect();
             let diverged = reps.clone().any(|r| out.diverged[r])
                 || rows.iter().flatten().any(|v| !v.is_finite());
-            self.repetition(rows, diverged, (!bernoulli).then_some(sigma), &out, reps, n)
+            let noise = match learn {
+                true => Noise::Draws(reps.clone().flat_map(|r| draws[r].sigmas.clone()).collect()),
+                false => Noise::Fixed((!bernoulli).then_some(sigma)),
+            };
+            self.repetition(rows, diverged, noise, &out, reps, n)
         }))
     }
+}
+
+/// A repetition's noise sd: fixed (`None` for labels), or each draw's (σ learned;
+/// chain-major, as the rows).
+enum Noise {
+    Fixed(Option<f64>),
+    Draws(Vec<f64>),
 }
 
 impl SgMcmc {
@@ -379,7 +464,7 @@ impl SgMcmc {
         &self,
         rows: Vec<Vec<f64>>,
         diverged: bool,
-        sigma: Option<f64>,
+        noise: Noise,
         out: &engine::TrainOutput,
         reps: std::ops::Range<usize>,
         n: usize,
@@ -410,10 +495,26 @@ impl SgMcmc {
                 f64::from(u8::from(worst.reference_grade())),
             );
         }
+        let (noise_std, noise_samples) = match noise {
+            Noise::Fixed(sigma) => (sigma.map(|s| vec![s; m]), None),
+            Noise::Draws(sigmas) => {
+                let mean = sigmas.iter().sum::<f64>() / sigmas.len().max(1) as f64;
+                scalars.insert("sampled_noise_sd".into(), mean);
+                if !diverged {
+                    // σ's own R̂, over the chains' draws of it.
+                    let rows: Vec<Vec<f64>> = sigmas.iter().map(|&s| vec![s]).collect();
+                    let sigma = mcmc::worst_over_inputs(&rows, 1, c.draws);
+                    scalars.insert("rhat_noise_sd".into(), sigma.rhat);
+                    scalars.insert("ess_noise_sd".into(), sigma.ess_bulk);
+                }
+                (Some(vec![mean; m]), Some(sigmas))
+            }
+        };
         Prediction {
             mean,
             std,
-            noise_std: sigma.map(|s| vec![s; m]),
+            noise_std,
+            noise_samples,
             family: Family::Empirical,
             samples: Some(rows),
             train_mean: Some(train_mean),

@@ -11,6 +11,7 @@ use burn::tensor::{Device, Int, Tensor};
 
 use super::collect::{self, Collected, Event, Want};
 use super::job::Job;
+use super::langevin::{ChainNoises, NoiseChain};
 use super::memory::{bytes_per_replica, largest_tensor_per_replica};
 use super::network::{download, upload, Network, State};
 use super::pool::{ChunkOut, ChunkTrainer};
@@ -99,6 +100,10 @@ impl<'a> TensorTrainer<'a> {
         let rng = data.noise_rng.as_ref();
         let n = x.dims()[1];
         let (out, cache) = self.net.forward(s, x.clone(), self.noise(rng, 2 * t, n));
+        if let Some(chains) = s.noise.as_mut() {
+            // The batch's residuals at the step's θ, for the epoch's Gibbs step.
+            chains.add(out.clone() - y.clone());
+        }
         let delta = self.net.head.delta(out, y);
         let (mut grads, input_grad) = self.net.backward(s, &cache, delta, eps.is_some());
         if let (Some(eps), Some(gx)) = (eps, input_grad) {
@@ -176,8 +181,13 @@ impl<'a> TensorTrainer<'a> {
         }
         let rc = s.w[0].dims()[0];
         for (r, params) in self.weights(s, rc, io).iter().enumerate() {
+            let noise_sd = s.noise.as_ref().map(|c| c.chains[r].sigma2.sqrt());
             let event = match want {
-                Want::Epoch(epoch) => Event::Epoch { epoch, params },
+                Want::Epoch(epoch) => Event::Epoch {
+                    epoch,
+                    params,
+                    noise_sd,
+                },
                 _ => Event::Final { params },
             };
             collect::observe_all(collectors, collected, r, want, &event);
@@ -212,7 +222,7 @@ impl<'a> TensorTrainer<'a> {
             Some(layer) => layer.params(self.k(), shape.d_out),
             None => Vec::new(),
         };
-        let s = State::new(&host, &shape.layers(), &slots, true, dev);
+        let mut s = State::new(&host, &shape.layers(), &slots, true, dev);
         // The initial weights and biases (the stochastic layer's parameters and the moments are
         // made on the device).
         io.uploads.set(2 * shape.layers().len() as u64);
@@ -226,6 +236,15 @@ impl<'a> TensorTrainer<'a> {
         let mut y_host = Vec::with_capacity(rc * n);
         for r in range.clone() {
             y_host.extend_from_slice(&job.targets[job.replica_targets[r]]);
+        }
+        if let Some(l) = self.settings.langevin.filter(|l| l.noise.is_some()) {
+            let chains = range
+                .clone()
+                .zip(y_host.chunks_exact(n))
+                .map(|(r, y)| NoiseChain::new(job.stream_seeds[r], job.replica_ids[r], y))
+                .collect();
+            io.uploads.set(io.uploads.get() + 2);
+            s.noise = Some(ChainNoises::new(&l, chains, dev));
         }
         let x_full = io.up(job.x_train.to_vec(), [1, n, d], dev);
         let y_full = io.up(y_host, [rc, n, 1], dev);
@@ -355,6 +374,9 @@ impl<'a> TensorTrainer<'a> {
                         self.step(s, xb, &yb, eps, t, lr, data);
                     }
                 }
+            }
+            if let (Some(chains), Some(l)) = (s.noise.as_mut(), self.settings.langevin.as_ref()) {
+                chains.epoch_end(l, n, |t| io.down(t), dev);
             }
             self.observe(s, io, collected, Want::Epoch(epoch as usize));
         }

@@ -25,6 +25,8 @@ pub enum Event<'a> {
         epoch: usize,
         /// The parameters.
         params: &'a [f32],
+        /// SG-MCMC with σ learned: the chain's σ after the epoch's Gibbs step.
+        noise_sd: Option<f64>,
     },
     /// The end of training, with the final parameters (the same layout).
     Final {
@@ -243,6 +245,7 @@ mod tests {
             m.observe(&Event::Epoch {
                 epoch,
                 params: &[v, -v],
+                noise_sd: None,
             });
         }
         let m: &SwaMoments = m.as_any().downcast_ref().unwrap();

@@ -27,6 +27,7 @@ use super::chunk::{
     s_slots, PURPOSE_BATCH, PURPOSE_FIT, PURPOSE_LANGEVIN, PURPOSE_NOISE, PURPOSE_PREDICT,
 };
 use super::collect::{self, Collected, Event, Want};
+use super::langevin::NoiseChain;
 use super::memory::{bytes_per_replica, largest_tensor_per_replica, Resources};
 use super::{Batching, ChunkOut, ChunkTrainer, Job, TrainSettings};
 use crate::cpu::feature_major::{feature_major, FeatureMajorNet};
@@ -182,6 +183,8 @@ struct Replica<'t, 'n, N> {
     cache: HostCache,
     /// The instruction set of the network's passes and Adam.
     level: Level,
+    /// SG-MCMC with σ learned: the chain's σ² ([`super::langevin::NoiseChain`]).
+    noise_chain: Option<NoiseChain>,
 }
 
 impl<'t, 'n, N: ReplicaNet> Replica<'t, 'n, N> {
@@ -235,6 +238,7 @@ impl<'t, 'n, N: ReplicaNet> Replica<'t, 'n, N> {
             noise: vec![0.0; points * width],
             cache: HostCache::default(),
             level: Level::Baseline,
+            noise_chain: None,
         }
     }
 
@@ -378,13 +382,7 @@ impl<'t, 'n, N: ReplicaNet> Replica<'t, 'n, N> {
                     .enumerate()
                 {
                     for ((xa, &g), &xv) in xa.iter_mut().zip(g).zip(xk) {
-                        let sign = if g > 0.0 {
-                            1.0
-                        } else if g < 0.0 {
-                            -1.0
-                        } else {
-                            0.0
-                        };
+                        let sign = f32::from(u8::from(g > 0.0)) - f32::from(u8::from(g < 0.0));
                         *xa = xv + sign * a.eps[k];
                     }
                 }
@@ -400,6 +398,9 @@ impl<'t, 'n, N: ReplicaNet> Replica<'t, 'n, N> {
         }
         let st = self.trainer.settings;
         if let Some(l) = &st.langevin {
+            if let Some(chain) = self.noise_chain.as_mut() {
+                chain.add_residuals(&self.out[..n], y);
+            }
             self.langevin(l, t);
             return;
         }
@@ -430,14 +431,12 @@ impl<'t, 'n, N: ReplicaNet> Replica<'t, 'n, N> {
         let (eps, noisy) = l.at(t, total);
         let layers = job.shape.layers();
         let (w_at, b_at, _) = offsets(&layers);
-        let slots = (layers.iter().enumerate())
-            .map(|(k, &(i, o))| (w_at[k], i * o, st.weight_decay))
-            .chain(
-                layers
-                    .iter()
-                    .enumerate()
-                    .map(|(k, &(_, o))| (b_at[k], o, 0.0)),
-            );
+        // The chain's factors: the job's, or at its σ² when it learns σ.
+        let sigma2 = self.noise_chain.as_ref().map(|c| c.sigma2);
+        let (scale, weight_decay) = l.factors(sigma2, st.weight_decay);
+        let slots = (w_at.iter().zip(&layers))
+            .map(|(&at, &(i, o))| (at, i * o, weight_decay))
+            .chain(b_at.iter().zip(&layers).map(|(&at, &(_, o))| (at, o, 0.0)));
         let stream = self.stream(PURPOSE_LANGEVIN);
         let per_step = s_slots(job);
         for (j, (at, len, decay)) in slots.enumerate() {
@@ -449,7 +448,7 @@ impl<'t, 'n, N: ReplicaNet> Replica<'t, 'n, N> {
                 &mut self.theta[at..at + len],
                 &mut self.m.0[at..at + len],
                 &self.grad.0[at..at + len],
-                decay,
+                (scale, decay),
                 eps,
                 noisy.then_some(&*z),
             );
@@ -556,6 +555,9 @@ impl<N: ReplicaNet> RunReplica<'_, '_, '_, '_, N> {
             x_adv: vec![0.0; d * largest],
         });
         let mut idx = vec![0usize; largest];
+        let (seed, id) = self.replica.keys;
+        self.replica.noise_chain =
+            (st.langevin.is_some_and(|l| l.noise.is_some())).then(|| NoiseChain::new(seed, id, y));
         let mut t = 0u64;
         for epoch in 0..st.epochs {
             let lr = st.lr_at(epoch);
@@ -598,15 +600,18 @@ impl<N: ReplicaNet> RunReplica<'_, '_, '_, '_, N> {
                 };
                 self.replica.step(x, yv, t, lr, &mut adv);
             }
+            if let Some(chain) = self.replica.noise_chain.as_mut() {
+                chain.gibbs(n);
+            }
             if collect::any_wants(&st.collectors, Want::Epoch(epoch)) {
-                let params = self.replica.params_by_layer();
-                self.observe(
-                    Want::Epoch(epoch),
-                    &Event::Epoch {
-                        epoch,
-                        params: &params,
-                    },
-                );
+                let params = &self.replica.params_by_layer();
+                let noise_sd = self.replica.noise_chain.as_ref().map(|c| c.sigma2.sqrt());
+                let event = Event::Epoch {
+                    epoch,
+                    params,
+                    noise_sd,
+                };
+                self.observe(Want::Epoch(epoch), &event);
             }
         }
     }

@@ -14,7 +14,9 @@ use crate::engine::chunk::TensorTrainer;
 use crate::engine::collect::{FinalWeights, Resample, Resamples, Swa, SwaMoments, Weights};
 use crate::engine::head::{Head, Taus};
 use crate::engine::network::Network;
-use crate::engine::{Dynamics, Langevin, LrSwitch, StepSchedule, TrainOutput};
+use crate::engine::{
+    collect, Dynamics, Langevin, LearnedNoise, LrSwitch, StepSchedule, TrainOutput,
+};
 use crate::mlp::MlpShape;
 use crate::stochastic::{Bernoulli, Concrete, Variational};
 
@@ -155,6 +157,7 @@ fn the_host_execution_follows_the_tensor_execution_under_sg_mcmc() {
                         step_size: 1e-3,
                         schedule,
                         scale: 43.0,
+                        noise: None,
                     }),
                     collectors: vec![
                         Arc::new(FinalWeights),
@@ -175,8 +178,90 @@ fn the_host_execution_follows_the_tensor_execution_under_sg_mcmc() {
     }
 }
 
+/// σ learned (`langevin.rs`): the chains' σ² Gibbs-sampled at every epoch's end from their
+/// squared residuals, the same draws on both executions (each chain's generator on the
+/// host), so the two agree step for step and in every epoch's σ; a σ that did not reach the
+/// weights' factors, or a residual sum over the wrong points, would part them by far more
+/// than the tolerance (σ moves by ~10% per Gibbs draw at N = 43).
+#[test]
+fn the_host_execution_follows_the_tensor_execution_with_sigma_learned() {
+    for (dynamics, batching) in [
+        (Dynamics::Sgld, Batching::Full),
+        (
+            Dynamics::Sghmc { friction: 0.1 },
+            Batching::Shuffled { size: 16 },
+        ),
+    ] {
+        let settings = TrainSettings {
+            batching: batching.clone(),
+            langevin: Some(Langevin {
+                dynamics,
+                step_size: 1e-3,
+                schedule: StepSchedule::Constant,
+                scale: 43.0,
+                noise: Some(LearnedNoise {
+                    n: 43,
+                    prior_precision: 1.0,
+                }),
+            }),
+            collectors: vec![
+                Arc::new(FinalWeights),
+                Arc::new(Swa { start: 5, rank: 2 }),
+                Arc::new(Resamples),
+                Arc::new(NoiseSds),
+            ],
+            ..TrainSettings::paper(8, 43)
+        };
+        let shape = MlpShape {
+            d_in: 2,
+            hidden: vec![6, 4],
+            d_out: 1,
+            negative_slope: 0.01,
+        };
+        let (h, t) = compare(&shape, &settings);
+        let (sh, st) = (h.collected::<Sds>(3), t.collected::<Sds>(3));
+        for r in 0..3 {
+            assert_eq!(sh[r].0.len(), 8, "one σ per epoch");
+            for (a, b) in sh[r].0.iter().zip(&st[r].0) {
+                assert!((a - b).abs() <= 1e-4 * b, "{batching:?}: σ {a} vs {b}");
+            }
+            let distinct = sh[r].0.windows(2).filter(|w| w[0] != w[1]).count();
+            assert_eq!(distinct, 7, "a fresh σ every epoch: {:?}", sh[r].0);
+        }
+    }
+}
+
+/// The σ of every epoch's event.
+#[derive(Debug)]
+struct NoiseSds;
+
+#[derive(Debug, Default)]
+struct Sds(Vec<f64>);
+
+impl collect::Collector for NoiseSds {
+    fn wants(&self, event: collect::Want) -> bool {
+        matches!(event, collect::Want::Epoch(_))
+    }
+
+    fn start(&self) -> Box<dyn collect::Collected> {
+        Box::new(Sds::default())
+    }
+}
+
+impl collect::Collected for Sds {
+    fn observe(&mut self, event: &collect::Event<'_>) {
+        if let collect::Event::Epoch { noise_sd, .. } = event {
+            self.0.push(noise_sd.expect("σ learned"));
+        }
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
 /// Trains three replicas on both executions and compares everything they return.
-fn compare(shape: &MlpShape, settings: &TrainSettings) {
+fn compare(shape: &MlpShape, settings: &TrainSettings) -> (TrainOutput, TrainOutput) {
     let (n, m, d) = (43, 5, 2);
     let mut rng = Rng::new(11);
     let x: Vec<f32> = (0..n * d)
@@ -238,6 +323,7 @@ fn compare(shape: &MlpShape, settings: &TrainSettings) {
         settings.adversarial.is_some()
     );
     same(&h, &t, &case);
+    (h, t)
 }
 
 /// Every output of the two executions agrees within the tolerance of the test above.

@@ -24,10 +24,181 @@
 //! Step t's noise for parameter slot j (the weights of each layer, then their biases) is draw
 //! t·S + j of the replica's Langevin stream, S the slots: the same numbers on the device and
 //! on the host.
+//!
+//! σ learned ([`LearnedNoise`]): each chain carries its own σ², and its weights move on
+//! U(θ | σ²) with `scale` = N/σ² and λ = σ²/(N·σ_p²) at the chain's current σ² (so the prior's
+//! pull, `scale`·λ = 1/σ_p², does not move with σ). At the end of every epoch a Gibbs step
+//! draws σ² ∼ InvGamma(a₀ + N/2, b₀ + SSE/2), HMC's conjugate step under HMC's InvGamma(1, 1)
+//! prior ([`NOISE_PRIOR`]), SSE the sum of squared residuals over the epoch's batches (scaled
+//! to N points where an epoch does not visit each point once). With full batches the epoch is
+//! one step and SSE is the residuals at the chain's θ, so the step is HMC's exact
+//! conditional; with shuffled mini-batches every point is visited once, each at the θ of its
+//! batch's step, which within an epoch moves by O(ε): the same order as the dynamics' own
+//! bias. Its draws come from the chain's own generator, seeded by (replica seed, identifier,
+//! purpose `PURPOSE_SIGMA`), on the host in both executions: the same σ² on every backend.
 
-use burn::tensor::Tensor;
+use burn::tensor::{Device, Tensor, TensorData};
 
-use uqbench_core::MethodError;
+use uqbench_anchor::seed::splitmix64;
+use uqbench_core::{MethodError, Rng};
+
+/// The InvGamma(a₀, b₀) prior of σ² of every sampler that learns it (HMC's Gibbs step and
+/// SG-MCMC's): a₀ = b₀ = 1, weak against N/2 and SSE/2.
+pub const NOISE_PRIOR: (f64, f64) = (1.0, 1.0);
+
+/// The purpose that keys a chain's σ² generator (apart from the device streams' 1–5).
+const PURPOSE_SIGMA: u64 = 6;
+
+/// σ² learned by the chains (module docs).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LearnedNoise {
+    /// N, the training points.
+    pub n: usize,
+    /// The weights' prior precision 1/σ_p².
+    pub prior_precision: f64,
+}
+
+/// One chain's σ² and its epoch's running sum of squared residuals.
+#[derive(Debug, Clone)]
+pub(crate) struct NoiseChain {
+    /// The current σ².
+    pub sigma2: f64,
+    sse: f64,
+    count: usize,
+    rng: Rng,
+}
+
+impl NoiseChain {
+    /// The chain of the replica with this seed and identifier, starting at its targets'
+    /// variance (HMC's start).
+    pub fn new(seed: u64, id: u64, y: &[f32]) -> NoiseChain {
+        let n = y.len().max(1) as f64;
+        let mean = y.iter().map(|&v| f64::from(v)).sum::<f64>() / n;
+        let var = y
+            .iter()
+            .map(|&v| (f64::from(v) - mean).powi(2))
+            .sum::<f64>()
+            / n;
+        NoiseChain {
+            sigma2: var.max(f64::MIN_POSITIVE),
+            sse: 0.0,
+            count: 0,
+            rng: Rng::new(splitmix64(
+                seed ^ splitmix64(id.wrapping_mul(8).wrapping_add(PURPOSE_SIGMA)),
+            )),
+        }
+    }
+
+    /// Adds a batch's sum of squared residuals over `count` points.
+    pub fn add(&mut self, sse: f64, count: usize) {
+        self.sse += sse;
+        self.count += count;
+    }
+
+    /// Adds a batch's residuals: its outputs `f` at the step's θ against its targets `y`.
+    pub fn add_residuals(&mut self, f: &[f32], y: &[f32]) {
+        let sse = f
+            .iter()
+            .zip(y)
+            .map(|(&f, &y)| f64::from(f - y).powi(2))
+            .sum();
+        self.add(sse, y.len());
+    }
+
+    /// The epoch's Gibbs step for N points, then a fresh sum.
+    pub fn gibbs(&mut self, n: usize) {
+        if self.count > 0 {
+            let (a0, b0) = NOISE_PRIOR;
+            let sse = self.sse * n as f64 / self.count as f64;
+            // InvGamma(shape, rate) = rate / Gamma(shape, 1).
+            self.sigma2 = (b0 + 0.5 * sse) / self.rng.gamma(a0 + 0.5 * n as f64);
+        }
+        self.sse = 0.0;
+        self.count = 0;
+    }
+}
+
+/// The chains' σ² in a chunk of the tensor execution: each chain's [`NoiseChain`], the
+/// epoch's squared residuals summed on the device (`[R, 1, 1]`), and N/σ²_r and
+/// σ²_r/(N·σ_p²) as `[R, 1, 1]` tensors, uploaded once per epoch after the Gibbs step.
+pub(crate) struct ChainNoises {
+    /// The chains.
+    pub chains: Vec<NoiseChain>,
+    sse: Option<Tensor<3>>,
+    count: usize,
+    /// N/σ²_r.
+    pub scale: Tensor<3>,
+    /// σ²_r/(N·σ_p²).
+    pub decay: Tensor<3>,
+}
+
+impl ChainNoises {
+    /// The chains, their factors on `device`.
+    pub fn new(l: &Langevin, chains: Vec<NoiseChain>, device: &Device) -> ChainNoises {
+        let (scale, decay) = Self::factors(l, &chains, device);
+        ChainNoises {
+            chains,
+            sse: None,
+            count: 0,
+            scale,
+            decay,
+        }
+    }
+
+    fn factors(l: &Langevin, chains: &[NoiseChain], device: &Device) -> (Tensor<3>, Tensor<3>) {
+        let r = chains.len();
+        let (scale, decay): (Vec<f32>, Vec<f32>) = chains
+            .iter()
+            .map(|c| {
+                let (s, d) = l.factors(Some(c.sigma2), 0.0);
+                (s as f32, d as f32)
+            })
+            .unzip();
+        let up = |v: Vec<f32>| Tensor::from_data(TensorData::new(v, [r, 1, 1]), device);
+        (up(scale), up(decay))
+    }
+
+    /// Adds a batch's residuals `[R, b, 1]`.
+    pub fn add(&mut self, residual: Tensor<3>) {
+        self.count += residual.dims()[1];
+        let sse = (residual.clone() * residual).sum_dim(1);
+        self.sse = Some(match self.sse.take() {
+            Some(acc) => acc + sse,
+            None => sse,
+        });
+    }
+
+    /// The epoch's Gibbs step for N points (the sums read back once, by `read`), then the
+    /// factors at the new σ².
+    pub fn epoch_end(
+        &mut self,
+        l: &Langevin,
+        n: usize,
+        read: impl FnOnce(Tensor<3>) -> Vec<f32>,
+        device: &Device,
+    ) {
+        let Some(sse) = self.sse.take() else {
+            return;
+        };
+        for (chain, &v) in self.chains.iter_mut().zip(&read(sse)) {
+            chain.add(f64::from(v), self.count);
+            chain.gibbs(n);
+        }
+        self.count = 0;
+        (self.scale, self.decay) = Self::factors(l, &self.chains, device);
+    }
+}
+
+/// The factors of one step on tensors: the job's, or each chain's `[R, 1, 1]` at its σ².
+pub(crate) enum Factors<'a> {
+    /// `scale` and the slot's λ.
+    Fixed(f64),
+    /// N/σ²_r and, for a weight slot, σ²_r/(N·σ_p²).
+    PerChain {
+        scale: &'a Tensor<3>,
+        decay: Option<&'a Tensor<3>>,
+    },
+}
 
 /// The dynamics.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -65,8 +236,11 @@ pub struct Langevin {
     pub step_size: f64,
     /// The schedule.
     pub schedule: StepSchedule,
-    /// The factor that turns the engine's gradient into ∇U: N/σ² (N for labels).
+    /// The factor that turns the engine's gradient into ∇U: N/σ² (N for labels); with σ
+    /// learned, each chain's N/σ²_r instead.
     pub scale: f64,
+    /// σ² learned per chain (module docs), or `None` for the fixed `scale`.
+    pub noise: Option<LearnedNoise>,
 }
 
 impl Langevin {
@@ -86,10 +260,22 @@ impl Langevin {
         }
     }
 
+    /// A chain's `scale` and weight λ: with σ² learned, N/σ² and σ²/(N·σ_p²) at its `sigma2`;
+    /// else the job's `scale` and `weight_decay`.
+    pub(crate) fn factors(&self, sigma2: Option<f64>, weight_decay: f64) -> (f64, f64) {
+        match (self.noise, sigma2) {
+            (Some(l), Some(s2)) => (l.n as f64 / s2, s2 * l.prior_precision / l.n as f64),
+            _ => (self.scale, weight_decay),
+        }
+    }
+
     /// Whether the settings make sense.
     pub fn validate(&self) -> Result<(), MethodError> {
         MethodError::positive("step_size", self.step_size)?;
         MethodError::positive("Langevin scale (N/σ²)", self.scale)?;
+        if let Some(l) = self.noise {
+            MethodError::positive("the prior precision 1/σ_p²", l.prior_precision)?;
+        }
         if let Dynamics::Sghmc { friction } = self.dynamics {
             if !(friction > 0.0 && friction <= 1.0) {
                 return Err(MethodError::invalid(
@@ -119,18 +305,19 @@ impl Langevin {
     }
 
     /// One slot's update on the host: parameters `p`, momenta `v` (SGHMC), the engine's
-    /// gradient `g` without the pull, the slot's L2 factor `decay`, and the step's normals
-    /// (`None` in an exploration step).
+    /// gradient `g` without the pull, the chain's `scale` and the slot's L2 factor `decay`
+    /// ([`Langevin::factors`]), and the step's normals (`None` in an exploration step).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn update_host(
         &self,
         p: &mut [f32],
         v: &mut [f32],
         g: &[f32],
-        decay: f64,
+        (scale, decay): (f64, f64),
         eps: f64,
         noise: Option<&[f32]>,
     ) {
-        let (scale, decay) = (self.scale as f32, decay as f32);
+        let (scale, decay) = (scale as f32, decay as f32);
         let xi = |i: usize| noise.map_or(0.0, |z| z[i]);
         match self.dynamics {
             Dynamics::Sgld => {
@@ -158,14 +345,17 @@ impl Langevin {
         p: Tensor<3>,
         v: Tensor<3>,
         g: Tensor<3>,
-        decay: f64,
+        factors: Factors<'_>,
         eps: f64,
         noise: Option<Tensor<3>>,
     ) -> (Tensor<3>, Tensor<3>) {
-        let grad_u = if decay == 0.0 {
-            g.mul_scalar(self.scale)
-        } else {
-            (g + p.clone().mul_scalar(decay)).mul_scalar(self.scale)
+        let grad_u = match factors {
+            Factors::Fixed(decay) if decay == 0.0 => g.mul_scalar(self.scale),
+            Factors::Fixed(decay) => (g + p.clone().mul_scalar(decay)).mul_scalar(self.scale),
+            Factors::PerChain { scale, decay } => match decay {
+                Some(d) => (g + p.clone() * d.clone()) * scale.clone(),
+                None => g * scale.clone(),
+            },
         };
         match self.dynamics {
             Dynamics::Sgld => {
@@ -200,6 +390,7 @@ mod tests {
                 exploration: 0.5,
             },
             scale: 1.0,
+            noise: None,
         };
         // T = 100, K = 4: cycles of 25 steps; step 1 starts a cycle at ε₀, step 26 the next.
         assert_eq!(l.at(1, 100), (0.4, false));

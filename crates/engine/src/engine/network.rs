@@ -19,7 +19,7 @@ use std::sync::Arc;
 use burn::tensor::{Device, Tensor, TensorData};
 
 use super::head::Head;
-use super::langevin::Langevin;
+use super::langevin::{ChainNoises, Factors, Langevin};
 use crate::cpu::kernels::{self, AdamStep, KernelPath};
 use crate::layers::linear_backward;
 use crate::mlp::HostWeights;
@@ -37,6 +37,8 @@ pub(crate) struct State {
     /// Adam's first and second moments per parameter slot, in slot order: the weights, the
     /// biases, then the stochastic layer's. Empty when the state is not trained.
     pub moments: Vec<[Tensor<3>; 2]>,
+    /// SG-MCMC with σ learned: the chains' σ².
+    pub noise: Option<ChainNoises>,
 }
 
 /// Gradients in the layout of [`State`].
@@ -119,6 +121,7 @@ impl State {
             b,
             params,
             moments,
+            noise: None,
         }
     }
 
@@ -134,6 +137,7 @@ impl State {
             b,
             params,
             moments,
+            ..
         } = self;
         let slots = w
             .iter_mut()
@@ -160,7 +164,13 @@ impl State {
         (eps, noisy): (f64, bool),
         noise: impl Fn(u64, [usize; 2]) -> Tensor<3>,
     ) {
-        let State { w, b, moments, .. } = self;
+        let State {
+            w,
+            b,
+            moments,
+            noise: chains,
+            ..
+        } = self;
         let slots = w
             .iter_mut()
             .map(|p| (p, decay))
@@ -169,7 +179,14 @@ impl State {
         for (j, (((p, decay), [v, _]), g)) in slots.zip(moments.iter_mut()).zip(grads).enumerate() {
             let [_, rows, cols] = p.dims();
             let z = noisy.then(|| noise(j as u64, [rows, cols]));
-            let (np, nv) = l.update_tensor(p.clone(), v.clone(), g, decay, eps, z);
+            let factors = match chains.as_ref() {
+                Some(c) => Factors::PerChain {
+                    scale: &c.scale,
+                    decay: (decay != 0.0).then_some(&c.decay),
+                },
+                None => Factors::Fixed(decay),
+            };
+            let (np, nv) = l.update_tensor(p.clone(), v.clone(), g, factors, eps, z);
             (*p, *v) = (np, nv);
         }
     }

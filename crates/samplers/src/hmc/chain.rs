@@ -17,9 +17,9 @@ use crate::layers::{linear_backward, LeakyRelu};
 use crate::mlp::{xavier_init, MlpShape};
 use uqbench_core::MethodError;
 
-/// InvGamma(a₀, b₀) prior on σ² (a₀ = b₀ = 1).
-pub(crate) const PRIOR_A0: f64 = 1.0;
-pub(crate) const PRIOR_B0: f64 = 1.0;
+/// InvGamma(a₀, b₀) prior on σ² (a₀ = b₀ = 1), SG-MCMC's when it learns σ.
+pub(crate) const PRIOR_A0: f64 = crate::engine::NOISE_PRIOR.0;
+pub(crate) const PRIOR_B0: f64 = crate::engine::NOISE_PRIOR.1;
 
 /// A chain's first σ²: the fixed noise's, or the targets' variance (then Gibbs-sampled).
 pub(crate) fn start_s2(noise: Option<f64>, y: &[f32]) -> f64 {
