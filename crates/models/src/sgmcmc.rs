@@ -11,7 +11,7 @@
 //! Bernoulli likelihood), σ known (`noise_sd`: "known" or a number; the engine's L2 factor is
 //! λ = σ²/(N·σ_p²)) or learned (`noise_sd = "learn"`: p(θ, σ² | y) with HMC's InvGamma(1, 1)
 //! prior on σ², each chain's σ² Gibbs-sampled at every epoch's end and its weights moved at
-//! the current σ², `engine::langevin` derives it; the PI is then the mixture of N(f_s, σ_s²)
+//! the current σ² with the step `step_size`·σ², `engine::langevin` derives it; the PI is then the mixture of N(f_s, σ_s²)
 //! over the draws, each with its chain's σ at that epoch, as HMC's). Biases have a flat prior,
 //! as every L2 pull of the engine (see `BLRGaussian`, the exact posterior under that prior).
 //!
@@ -114,7 +114,8 @@ pub struct SgMcmcSettings {
     /// sampler setting: `run.epochs` when unset.
     pub epochs: Option<usize>,
     /// ε (SGLD), η (SGHMC), or the cycles' ε₀ (1e-4; a step ε·λ_max/4 ≪ 1 keeps the O(ε)
-    /// bias small, λ_max the posterior precision's largest eigenvalue, of order N/σ²).
+    /// bias small, λ_max the posterior precision's largest eigenvalue, of order N/σ²); with σ
+    /// learned, per unit σ² (the chain's step is ε·σ²).
     pub step_size: f64,
     /// SGHMC's friction α = 1 − momentum (0.1: Zhang et al.'s momentum 0.9).
     pub friction: f64,

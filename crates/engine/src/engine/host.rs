@@ -27,7 +27,7 @@ use super::chunk::{
     s_slots, PURPOSE_BATCH, PURPOSE_FIT, PURPOSE_LANGEVIN, PURPOSE_NOISE, PURPOSE_PREDICT,
 };
 use super::collect::{self, Collected, Event, Want};
-use super::langevin::NoiseChain;
+use super::langevin::{ChainFactors, NoiseChain};
 use super::memory::{bytes_per_replica, largest_tensor_per_replica, Resources};
 use super::{Batching, ChunkOut, ChunkTrainer, Job, TrainSettings};
 use crate::cpu::feature_major::{feature_major, FeatureMajorNet};
@@ -433,9 +433,9 @@ impl<'t, 'n, N: ReplicaNet> Replica<'t, 'n, N> {
         let (w_at, b_at, _) = offsets(&layers);
         // The chain's factors: the job's, or at its σ² when it learns σ.
         let sigma2 = self.noise_chain.as_ref().map(|c| c.sigma2);
-        let (scale, weight_decay) = l.factors(sigma2, st.weight_decay);
+        let f = l.factors(sigma2, st.weight_decay);
         let slots = (w_at.iter().zip(&layers))
-            .map(|(&at, &(i, o))| (at, i * o, weight_decay))
+            .map(|(&at, &(i, o))| (at, i * o, f.decay))
             .chain(b_at.iter().zip(&layers).map(|(&at, &(_, o))| (at, o, 0.0)));
         let stream = self.stream(PURPOSE_LANGEVIN);
         let per_step = s_slots(job);
@@ -448,7 +448,7 @@ impl<'t, 'n, N: ReplicaNet> Replica<'t, 'n, N> {
                 &mut self.theta[at..at + len],
                 &mut self.m.0[at..at + len],
                 &self.grad.0[at..at + len],
-                (scale, decay),
+                ChainFactors { decay, ..f },
                 eps,
                 noisy.then_some(&*z),
             );

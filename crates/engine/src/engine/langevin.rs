@@ -26,8 +26,12 @@
 //! on the host.
 //!
 //! σ learned ([`LearnedNoise`]): each chain carries its own σ², and its weights move on
-//! U(θ | σ²) with `scale` = N/σ² and λ = σ²/(N·σ_p²) at the chain's current σ² (so the prior's
-//! pull, `scale`·λ = 1/σ_p², does not move with σ). At the end of every epoch a Gibbs step
+//! U(θ | σ²), ∇U = (N/σ²)·(g + λW) with λ = σ²/(N·σ_p²), at the chain's current σ², with the
+//! step ε·σ² (ε the `step_size`) as HMC's leapfrog step is ε·σ: the drift ε·σ²·∇U = ε·N·(g + λW)
+//! and the bias, O(ε·σ²·λ_max) with λ_max ∝ N/σ², do not depend on σ, and a chain that starts
+//! at a large σ² (the targets' variance) is not slowed by it. For each σ² the update is the
+//! dynamics at that step, a kernel that leaves p(θ | σ², y) invariant up to its O(ε) bias,
+//! so alternating it with the exact σ² | θ draw below samples the joint. At the end of every epoch a Gibbs step
 //! draws σ² ∼ InvGamma(a₀ + N/2, b₀ + SSE/2), HMC's conjugate step under HMC's InvGamma(1, 1)
 //! prior ([`NOISE_PRIOR`]), SSE the sum of squared residuals over the epoch's batches (scaled
 //! to N points where an epoch does not visit each point once). With full batches the epoch is
@@ -126,36 +130,36 @@ pub(crate) struct ChainNoises {
     pub chains: Vec<NoiseChain>,
     sse: Option<Tensor<3>>,
     count: usize,
-    /// N/σ²_r.
-    pub scale: Tensor<3>,
     /// σ²_r/(N·σ_p²).
     pub decay: Tensor<3>,
+    /// σ_r, the factor on the chain's noise.
+    pub sigma: Tensor<3>,
 }
 
 impl ChainNoises {
     /// The chains, their factors on `device`.
     pub fn new(l: &Langevin, chains: Vec<NoiseChain>, device: &Device) -> ChainNoises {
-        let (scale, decay) = Self::factors(l, &chains, device);
+        let (decay, sigma) = Self::factors(l, &chains, device);
         ChainNoises {
             chains,
             sse: None,
             count: 0,
-            scale,
             decay,
+            sigma,
         }
     }
 
     fn factors(l: &Langevin, chains: &[NoiseChain], device: &Device) -> (Tensor<3>, Tensor<3>) {
         let r = chains.len();
-        let (scale, decay): (Vec<f32>, Vec<f32>) = chains
+        let (decay, sigma): (Vec<f32>, Vec<f32>) = chains
             .iter()
             .map(|c| {
-                let (s, d) = l.factors(Some(c.sigma2), 0.0);
-                (s as f32, d as f32)
+                let f = l.factors(Some(c.sigma2), 0.0);
+                (f.decay as f32, f.noise as f32)
             })
             .unzip();
         let up = |v: Vec<f32>| Tensor::from_data(TensorData::new(v, [r, 1, 1]), device);
-        (up(scale), up(decay))
+        (up(decay), up(sigma))
     }
 
     /// Adds a batch's residuals `[R, b, 1]`.
@@ -185,18 +189,27 @@ impl ChainNoises {
             chain.gibbs(n);
         }
         self.count = 0;
-        (self.scale, self.decay) = Self::factors(l, &self.chains, device);
+        (self.decay, self.sigma) = Self::factors(l, &self.chains, device);
     }
+}
+
+/// A chain's factors in one step: ∇U·(its step / ε) = `scale`·(g + `decay`·W) and its
+/// normals times `noise` ([`Langevin::factors`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct ChainFactors {
+    pub scale: f64,
+    pub decay: f64,
+    pub noise: f64,
 }
 
 /// The factors of one step on tensors: the job's, or each chain's `[R, 1, 1]` at its σ².
 pub(crate) enum Factors<'a> {
     /// `scale` and the slot's λ.
     Fixed(f64),
-    /// N/σ²_r and, for a weight slot, σ²_r/(N·σ_p²).
+    /// For a weight slot σ²_r/(N·σ_p²), and σ_r on the noise (`scale` is N).
     PerChain {
-        scale: &'a Tensor<3>,
         decay: Option<&'a Tensor<3>>,
+        sigma: &'a Tensor<3>,
     },
 }
 
@@ -260,12 +273,21 @@ impl Langevin {
         }
     }
 
-    /// A chain's `scale` and weight λ: with σ² learned, N/σ² and σ²/(N·σ_p²) at its `sigma2`;
-    /// else the job's `scale` and `weight_decay`.
-    pub(crate) fn factors(&self, sigma2: Option<f64>, weight_decay: f64) -> (f64, f64) {
+    /// A chain's factors: the job's `scale` and `weight_decay` with noise 1; with σ² learned,
+    /// its step is ε·σ² (module docs), so ε·σ²·∇U = ε·N·(g + λW) with λ = σ²/(N·σ_p²), and
+    /// its normals √(ε·σ²)·ξ = √ε·σ·ξ: scale N, decay λ, noise σ.
+    pub(crate) fn factors(&self, sigma2: Option<f64>, weight_decay: f64) -> ChainFactors {
         match (self.noise, sigma2) {
-            (Some(l), Some(s2)) => (l.n as f64 / s2, s2 * l.prior_precision / l.n as f64),
-            _ => (self.scale, weight_decay),
+            (Some(l), Some(s2)) => ChainFactors {
+                scale: l.n as f64,
+                decay: s2 * l.prior_precision / l.n as f64,
+                noise: s2.sqrt(),
+            },
+            _ => ChainFactors {
+                scale: self.scale,
+                decay: weight_decay,
+                noise: 1.0,
+            },
         }
     }
 
@@ -305,23 +327,22 @@ impl Langevin {
     }
 
     /// One slot's update on the host: parameters `p`, momenta `v` (SGHMC), the engine's
-    /// gradient `g` without the pull, the chain's `scale` and the slot's L2 factor `decay`
+    /// gradient `g` without the pull, the chain's factors with the slot's L2 factor `decay`
     /// ([`Langevin::factors`]), and the step's normals (`None` in an exploration step).
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn update_host(
         &self,
         p: &mut [f32],
         v: &mut [f32],
         g: &[f32],
-        (scale, decay): (f64, f64),
+        f: ChainFactors,
         eps: f64,
         noise: Option<&[f32]>,
     ) {
-        let (scale, decay) = (scale as f32, decay as f32);
+        let (scale, decay) = (f.scale as f32, f.decay as f32);
         let xi = |i: usize| noise.map_or(0.0, |z| z[i]);
         match self.dynamics {
             Dynamics::Sgld => {
-                let (half, sd) = ((0.5 * eps) as f32, eps.sqrt() as f32);
+                let (half, sd) = ((0.5 * eps) as f32, (eps.sqrt() * f.noise) as f32);
                 for (i, (p, &g)) in p.iter_mut().zip(g).enumerate() {
                     let grad_u = scale * (g + decay * *p);
                     *p += -half * grad_u + sd * xi(i);
@@ -329,7 +350,7 @@ impl Langevin {
             }
             Dynamics::Sghmc { friction } => {
                 let (keep, eta) = ((1.0 - friction) as f32, eps as f32);
-                let sd = (2.0 * friction * eps).sqrt() as f32;
+                let sd = ((2.0 * friction * eps).sqrt() * f.noise) as f32;
                 for (i, ((p, v), &g)) in p.iter_mut().zip(v.iter_mut()).zip(g).enumerate() {
                     let grad_u = scale * (g + decay * *p);
                     *v = keep * *v - eta * grad_u + sd * xi(i);
@@ -349,26 +370,38 @@ impl Langevin {
         eps: f64,
         noise: Option<Tensor<3>>,
     ) -> (Tensor<3>, Tensor<3>) {
-        let grad_u = match factors {
-            Factors::Fixed(decay) if decay == 0.0 => g.mul_scalar(self.scale),
-            Factors::Fixed(decay) => (g + p.clone().mul_scalar(decay)).mul_scalar(self.scale),
-            Factors::PerChain { scale, decay } => match decay {
-                Some(d) => (g + p.clone() * d.clone()) * scale.clone(),
-                None => g * scale.clone(),
-            },
+        let (grad_u, sigma) = match factors {
+            Factors::Fixed(decay) if decay == 0.0 => (g.mul_scalar(self.scale), None),
+            Factors::Fixed(decay) => (
+                (g + p.clone().mul_scalar(decay)).mul_scalar(self.scale),
+                None,
+            ),
+            Factors::PerChain { decay, sigma } => {
+                let n = self.noise.map_or(self.scale, |l| l.n as f64);
+                let g = match decay {
+                    Some(d) => g + p.clone() * d.clone(),
+                    None => g,
+                };
+                (g.mul_scalar(n), Some(sigma))
+            }
+        };
+        // The normals times `sd`, and times each chain's σ when it learns σ.
+        let scaled = |z: Tensor<3>, sd: f64| match sigma {
+            Some(s) => z.mul_scalar(sd) * s.clone(),
+            None => z.mul_scalar(sd),
         };
         match self.dynamics {
             Dynamics::Sgld => {
                 let mut next = p - grad_u.mul_scalar(0.5 * eps);
                 if let Some(z) = noise {
-                    next = next + z.mul_scalar(eps.sqrt());
+                    next = next + scaled(z, eps.sqrt());
                 }
                 (next, v)
             }
             Dynamics::Sghmc { friction } => {
                 let mut next_v = v.mul_scalar(1.0 - friction) - grad_u.mul_scalar(eps);
                 if let Some(z) = noise {
-                    next_v = next_v + z.mul_scalar((2.0 * friction * eps).sqrt());
+                    next_v = next_v + scaled(z, (2.0 * friction * eps).sqrt());
                 }
                 (p + next_v.clone(), next_v)
             }

@@ -181,8 +181,8 @@ impl State {
             let z = noisy.then(|| noise(j as u64, [rows, cols]));
             let factors = match chains.as_ref() {
                 Some(c) => Factors::PerChain {
-                    scale: &c.scale,
                     decay: (decay != 0.0).then_some(&c.decay),
+                    sigma: &c.sigma,
                 },
                 None => Factors::Fixed(decay),
             };
