@@ -11,9 +11,10 @@
 //! Bernoulli likelihood), σ known (`noise_sd`: "known" or a number; the engine's L2 factor is
 //! λ = σ²/(N·σ_p²)) or learned (`noise_sd = "learn"`: p(θ, σ² | y) with HMC's InvGamma(1, 1)
 //! prior on σ², each chain's σ² Gibbs-sampled at every epoch's end and its weights moved at
-//! the current σ² with the step `step_size`·σ², `engine::langevin` derives it; the PI is then the mixture of N(f_s, σ_s²)
-//! over the draws, each with its chain's σ at that epoch, as HMC's). Biases have a flat prior,
-//! as every L2 pull of the engine (see `BLRGaussian`, the exact posterior under that prior).
+//! the current σ² with the step `step_size`·σ², as `engine::langevin` derives; the PI is then
+//! the mixture of N(f_s, σ_s²) over the draws, each with its chain's σ at that epoch, as
+//! HMC's). Biases have a flat prior, as every L2 pull of the engine (see `BLRGaussian`, the
+//! exact posterior under that prior).
 //!
 //! Draws: SGLD and SGHMC discard the first `burnin` fraction of the epochs and take `draws`
 //! per chain, evenly spaced over the rest (one per epoch at most); cyclical SG-MCMC takes them
@@ -221,7 +222,8 @@ impl SgMcmc {
         Ok(probe)
     }
 
-    /// The dynamics for ∇U = `scale`·g (each chain's N/σ²_r with σ² learned, `noise`).
+    /// The dynamics for ∇U = `scale`·g, or with σ² learned (`noise`) each chain's own factors
+    /// (`Langevin::factors`).
     fn langevin(&self, scale: f64, noise: Option<LearnedNoise>) -> Langevin {
         let c = &self.config;
         let sghmc = Dynamics::Sghmc {
@@ -378,7 +380,8 @@ impl Method for SgMcmc {
             return Err(MethodError::invalid(
                 format!("{}.noise_sd", self.name),
                 "\"learn\"",
-                "left out for a classification problem: a Bernoulli likelihood has no noise sd",
+                "left out for a classification problem: its Bernoulli likelihood has no noise sd \
+                 to learn",
             ));
         }
         let noise = match c.noise_sd {

@@ -376,7 +376,9 @@ impl<'a> TensorTrainer<'a> {
                 }
             }
             if let (Some(chains), Some(l)) = (s.noise.as_mut(), self.settings.langevin.as_ref()) {
+                // One read (the residual sums) and two uploads (the chains' new factors).
                 chains.epoch_end(l, n, |t| io.down(t), dev);
+                io.uploads.set(io.uploads.get() + 2);
             }
             self.observe(s, io, collected, Want::Epoch(epoch as usize));
         }

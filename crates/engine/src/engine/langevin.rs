@@ -27,14 +27,15 @@
 //!
 //! σ learned ([`LearnedNoise`]): each chain carries its own σ², and its weights move on
 //! U(θ | σ²), ∇U = (N/σ²)·(g + λW) with λ = σ²/(N·σ_p²), at the chain's current σ², with the
-//! step ε·σ² (ε the `step_size`) as HMC's leapfrog step is ε·σ: the drift ε·σ²·∇U = ε·N·(g + λW)
-//! and the bias, O(ε·σ²·λ_max) with λ_max ∝ N/σ², do not depend on σ, and a chain that starts
-//! at a large σ² (the targets' variance) is not slowed by it. For each σ² the update is the
-//! dynamics at that step, a kernel that leaves p(θ | σ², y) invariant up to its O(ε) bias,
-//! so alternating it with the exact σ² | θ draw below samples the joint. At the end of every epoch a Gibbs step
-//! draws σ² ∼ InvGamma(a₀ + N/2, b₀ + SSE/2), HMC's conjugate step under HMC's InvGamma(1, 1)
-//! prior ([`NOISE_PRIOR`]), SSE the sum of squared residuals over the epoch's batches (scaled
-//! to N points where an epoch does not visit each point once). With full batches the epoch is
+//! step ε·σ² (ε the `step_size`) as HMC's leapfrog step is ε·σ: the drift
+//! ε·σ²·∇U = ε·N·(g + λW) and the bias, O(ε·σ²·λ_max) with λ_max ∝ N/σ², do not depend on σ,
+//! and a chain that starts at a large σ² (the targets' variance) is not slowed by it. For each
+//! σ² the update is the dynamics at that step, a kernel that leaves p(θ | σ², y) invariant up
+//! to its O(ε) bias, so alternating it with the exact σ² | θ draw below samples the joint. At
+//! the end of every epoch a Gibbs step draws σ² ∼ InvGamma(a₀ + N/2, b₀ + SSE/2), HMC's
+//! conjugate step under HMC's InvGamma(1, 1) prior ([`NOISE_PRIOR`]), SSE the sum of squared
+//! residuals over the epoch's batches (scaled to N points where an epoch does not visit each
+//! point once). With full batches the epoch is
 //! one step and SSE is the residuals at the chain's θ, so the step is HMC's exact
 //! conditional; with shuffled mini-batches every point is visited once, each at the θ of its
 //! batch's step, which within an epoch moves by O(ε): the same order as the dynamics' own
