@@ -364,8 +364,9 @@ fn next_counts(counts: &mut [usize], n: &[usize]) {
 
 /// The mixture's probability of one label vector with each count vector (in odometer order,
 /// the first group fastest): (1/S) Σ_s Π_u q_su^k_u (1 − q_su)^(n_u − k_u). Per draw, the
-/// product over the groups is built as a chain of outer products of the groups' power tables
-/// (2·Π_u (n_u + 1) multiplications at most), then added.
+/// product over the groups is built as a chain of outer products of the groups' power tables,
+/// the last added straight into the mixture (Π_u (n_u + 1) multiply–adds and fewer
+/// multiplications per draw).
 fn mixture_of_counts(groups: &Groups, q: &[f64], m: usize) -> Vec<f64> {
     let n = &groups.counts;
     let total: usize = n.iter().map(|n| n + 1).product();
@@ -373,10 +374,11 @@ fn mixture_of_counts(groups: &Groups, q: &[f64], m: usize) -> Vec<f64> {
     let mut prod = vec![0.0; total];
     let mut mixture = vec![0.0; total];
     let rows = q.len() / m;
+    let last = n.len() - 1;
     for qs in q.chunks_exact(m) {
         let mut len = 1;
         prod[0] = 1.0;
-        for (&u, &nu) in groups.inputs.iter().zip(n) {
+        for (g, (&u, &nu)) in groups.inputs.iter().zip(n).enumerate() {
             // table[k] = q^k (1 − q)^(n_u − k), from both ends by multiplication.
             let (q1, q0) = (clip(qs[u]), 1.0 - clip(qs[u]));
             let t = &mut table[..=nu];
@@ -388,6 +390,16 @@ fn mixture_of_counts(groups: &Groups, q: &[f64], m: usize) -> Vec<f64> {
                 up *= q1;
                 down *= q0;
             }
+            if g == last {
+                // The last group's products go straight into the mixture.
+                for (k, &tk) in t.iter().enumerate() {
+                    let block = &mut mixture[k * len..(k + 1) * len];
+                    for (mx, &p) in block.iter_mut().zip(&prod[..len]) {
+                        *mx += p * tk;
+                    }
+                }
+                break;
+            }
             // prod[i + len·k] = prod[i]·t[k]: the block of k = 0 last, in place.
             let (head, rest) = prod.split_at_mut(len);
             for k in 1..=nu {
@@ -398,9 +410,6 @@ fn mixture_of_counts(groups: &Groups, q: &[f64], m: usize) -> Vec<f64> {
             }
             head.iter_mut().for_each(|v| *v *= t[0]);
             len *= nu + 1;
-        }
-        for (mx, &p) in mixture.iter_mut().zip(&prod) {
-            *mx += p;
         }
     }
     mixture.iter_mut().for_each(|v| *v /= rows as f64);
