@@ -63,6 +63,19 @@ pub struct LearnedNoise {
     pub prior_precision: f64,
 }
 
+/// A chain's first σ² when σ is sampled (SG-MCMC's learned σ, HMC's Gibbs step): the
+/// targets' variance, floored at 1e-6 so that constant targets still give a proper start.
+pub fn start_sigma2(y: &[f32]) -> f64 {
+    let n = y.len().max(1) as f64;
+    let mean = y.iter().map(|&v| f64::from(v)).sum::<f64>() / n;
+    let var = y
+        .iter()
+        .map(|&v| (f64::from(v) - mean).powi(2))
+        .sum::<f64>()
+        / n;
+    var.max(1e-6)
+}
+
 /// One chain's σ² and its epoch's running sum of squared residuals.
 #[derive(Debug, Clone)]
 pub(crate) struct NoiseChain {
@@ -77,15 +90,8 @@ impl NoiseChain {
     /// The chain of the replica with this seed and identifier, starting at its targets'
     /// variance (HMC's start).
     pub fn new(seed: u64, id: u64, y: &[f32]) -> NoiseChain {
-        let n = y.len().max(1) as f64;
-        let mean = y.iter().map(|&v| f64::from(v)).sum::<f64>() / n;
-        let var = y
-            .iter()
-            .map(|&v| (f64::from(v) - mean).powi(2))
-            .sum::<f64>()
-            / n;
         NoiseChain {
-            sigma2: var.max(f64::MIN_POSITIVE),
+            sigma2: start_sigma2(y),
             sse: 0.0,
             count: 0,
             rng: Rng::new(splitmix64(

@@ -46,7 +46,7 @@ pub mod settings;
 pub use chunk::{PURPOSE_FIT, PURPOSE_NOISE, PURPOSE_PREDICT};
 pub use head::Head;
 pub use job::Job;
-pub use langevin::{Dynamics, Langevin, LearnedNoise, StepSchedule, NOISE_PRIOR};
+pub use langevin::{start_sigma2, Dynamics, Langevin, LearnedNoise, StepSchedule, NOISE_PRIOR};
 pub use memory::{
     bytes_per_replica, chunk_size, largest_tensor_per_replica, Resources, CPU_CHUNK_BYTES,
     DEVICE_MEMORY_FRACTION, WGPU_MAX_BINDING,

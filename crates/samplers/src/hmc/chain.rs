@@ -25,15 +25,7 @@ pub(crate) const PRIOR_B0: f64 = crate::engine::NOISE_PRIOR.1;
 pub(crate) fn start_s2(noise: Option<f64>, y: &[f32]) -> f64 {
     match noise {
         Some(s) => s * s,
-        None => {
-            let n = y.len() as f64;
-            let mean = y.iter().map(|&v| f64::from(v)).sum::<f64>() / n;
-            (y.iter()
-                .map(|&v| (f64::from(v) - mean).powi(2))
-                .sum::<f64>()
-                / n)
-                .max(1e-6)
-        }
+        None => crate::engine::start_sigma2(y),
     }
 }
 
