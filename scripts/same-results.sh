@@ -12,7 +12,8 @@ cd "$(dirname "$0")/.."
 before=$1
 after=$2
 work=$(mktemp -d)
-specs=$(ls experiments/*.toml | xargs -n1 basename | sed 's/\.toml$//')
+# Every spec with a quick profile (the others are studies run by hand).
+specs=$(grep -l '^\[profiles\.quick\]' experiments/*.toml | xargs -n1 basename | sed 's/\.toml$//')
 for side in before after; do
     bin=${!side}
     for s in $specs; do

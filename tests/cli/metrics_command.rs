@@ -135,3 +135,27 @@ fn mcmc_draws_give_arviz_diagnostics() {
     let o = metrics(r#"{"kind": "draws", "draws": [[1, 2, 3, 4, 5]]}"#, &[]);
     assert_clean_error(&o, &["at least 2 chains"]);
 }
+
+#[test]
+fn the_catalogue_lists_every_metric_once_with_its_direction() {
+    let o = uqbench(&["metrics", "--catalogue"]);
+    let v = value(&o);
+    let list = v.as_array().unwrap();
+    let find = |name: &str, index: &str| {
+        list.iter()
+            .find(|m| m["name"] == name && m["index"] == index)
+            .unwrap_or_else(|| panic!("{name} ({index}) missing: {v}"))
+    };
+    assert_eq!(find("joint_kl", "tau")["better"], "lower");
+    assert_eq!(find("accuracy", "none")["better"], "higher");
+    assert_eq!(find("cicf", "level")["on"], "regression");
+    assert_eq!(find("coverage", "level")["on"], "classification");
+    assert_eq!(find("w2_anchor", "none")["column"], "W2 to BLR");
+    // Neither a file nor the catalogue: clap's usage error names the missing input.
+    let o = uqbench(&["metrics"]);
+    assert!(
+        !o.status.success() && stderr(&o).contains("--input"),
+        "{}",
+        stderr(&o)
+    );
+}

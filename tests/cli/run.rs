@@ -44,6 +44,7 @@ fn the_quartic_study_runs_every_002_method_across_widths() {
     let gp = |i: usize| settings[i]["methods"]["GP"]["aggregate"]["in"]["cicp_0.9"].clone();
     assert_eq!(gp(0), gp(1));
     assert!(out.join("figures/aggregates.png").is_file());
+    assert_catalogued(&out);
 }
 
 #[test]
@@ -52,6 +53,7 @@ fn e1_quick_produces_every_output_and_the_anchor_covers() {
     let out = tmp.path().join("run");
     let o = run_quick(&out, &[]);
     assert!(o.status.success(), "{}", stderr(&o));
+    assert_catalogued(&out);
     for file in [
         "spec.resolved.toml",
         "run.json",

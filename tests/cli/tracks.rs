@@ -20,6 +20,7 @@ fn the_classification_track_runs_end_to_end() {
         out.to_str().unwrap(),
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
+    assert_catalogued(&out);
     let summary: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
     let methods = summary["settings"][0]["methods"].as_object().unwrap();

@@ -121,3 +121,45 @@ pub fn cubic_spec(dir: &Path, rest: &str) -> PathBuf {
     std::fs::write(&spec, format!("{base}\n{rest}")).unwrap();
     spec
 }
+
+/// Every metric of a finished run's `summary.json` (its region aggregates, per-point metrics
+/// and per-repetition values) is in the metric catalogue, or is a scalar some method of the
+/// run recorded in its repetition files (`learned_p`, `rhat_max`, …): nothing else may name a
+/// metric.
+pub fn assert_catalogued(out: &Path) {
+    use std::collections::BTreeSet;
+    use uqbench_eval::summary::catalogue::lookup;
+    let mut scalars = BTreeSet::new();
+    let reps = out.join("reps");
+    for f in files_under(&reps)
+        .into_iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "json"))
+    {
+        let rep: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(reps.join(f)).unwrap()).unwrap();
+        if let Some(s) = rep["scalars"].as_object() {
+            scalars.extend(s.keys().cloned());
+        }
+    }
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let mut names = BTreeSet::new();
+    for s in summary["settings"].as_array().unwrap() {
+        for m in s["methods"].as_object().unwrap().values() {
+            for region in m["aggregate"].as_object().unwrap().values() {
+                names.extend(region.as_object().unwrap().keys().cloned());
+            }
+            for key in ["points", "per_repetition"] {
+                if let Some(o) = m[key].as_object() {
+                    names.extend(o.keys().cloned());
+                }
+            }
+        }
+    }
+    assert!(names.len() > 10, "{names:?}");
+    let stray: Vec<&String> = names
+        .iter()
+        .filter(|n| lookup(n).is_none() && !scalars.contains(*n))
+        .collect();
+    assert!(stray.is_empty(), "metrics outside the catalogue: {stray:?}");
+}

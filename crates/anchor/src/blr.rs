@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use uqbench_core::{Compute, FactorJoint, Family, Method, MethodError, Prediction, Task};
+use uqbench_core::{Compute, Extra, FactorJoint, Family, Method, MethodError, Prediction, Task};
 
 use crate::posterior::Anchor;
 
@@ -167,10 +167,10 @@ fn exact(
                 },
                 mean: post.mean,
                 std: post.std,
-                joint: Some(FactorJoint {
+                extra: Extra::joint(Some(FactorJoint {
                     factor: post.factor,
                     rank: f.p,
-                }),
+                })),
                 train_mean: Some(post.fitted),
                 scalars: BTreeMap::new(),
                 ..Prediction::default()

@@ -10,10 +10,9 @@
 //!   members.
 //! - [`noise`]: the noise settings methods share (`tau`, `noise_sd`: a number or `"known"`).
 //! - [`error`]: [`MethodError`], what a method's settings or run can get wrong.
-//! - [`calibration`] and [`posthoc`]: post-hoc calibration of the interval of y (split
-//!   conformal, std scaling, isotonic recalibration) and the `Conformal`/`Recalibrated`
-//!   methods around any base method.
-//! - [`inputs`]: `inputs = "features"`, any method on the problem's features G(x).
+//! - [`calibration`]: what a calibrated prediction stores ([`Calibration`]: the rule, the
+//!   held-out residuals or scores, the scale) and the intervals of y it gives at any level.
+//!   The rules that fit it, and the methods around another method, are `uqbench-posthoc`.
 //! - [`parallel`]: [`par_map`], host work over the cores in a fixed order.
 //!
 //! Evaluation (summaries, figures, reports, scoring) and the Python package depend on this
@@ -21,22 +20,19 @@
 
 pub mod calibration;
 pub mod error;
-pub mod inputs;
 pub mod noise;
 pub mod parallel;
-pub mod posthoc;
 pub mod prediction;
 pub mod seed;
 pub mod task;
-pub mod temperature;
 
 pub use calibration::{Calibration, CalibrationRule, Jackknife, QuantileBand};
 pub use error::MethodError;
 pub use noise::{fixed_noise_sd, KnownSigma, Tau};
 pub use parallel::par_map;
 pub use prediction::{
-    central_quantile, combine_members, mean_std, FactorJoint, Family, IntervalSetting, Member,
-    Prediction, TMarginals,
+    central_quantile, combine_members, mean_std, Extra, FactorJoint, Family, IntervalSetting,
+    Member, Prediction, TMarginals,
 };
 pub use seed::{Rng, SeedPath};
 pub use task::{

@@ -81,6 +81,28 @@ pub struct Prediction {
     /// known): its prediction intervals use σ(x), as a `None` noise sd reads, and no noise sd
     /// is estimated for it (`run.noise`).
     pub noise_known: bool,
+    /// The predictive distribution's family: where the intervals come from.
+    pub family: Family,
+    /// Member predictions or Monte-Carlo samples, one row per member or sample: when asked,
+    /// and always for the [`Family::Empirical`] family.
+    pub samples: Option<Vec<Vec<f64>>>,
+    /// The mean prediction at the training inputs (the training fit), when the method has one.
+    pub train_mean: Option<Vec<f64>>,
+    /// Scalars such as `learned_p`, `final_objective` or `diverged_members`.
+    pub scalars: BTreeMap<String, f64>,
+    /// Whether the repetition diverged and must be left out of the metrics: its replica
+    /// diverged, or for an ensemble fewer than two members (one, for a single-member
+    /// ensemble) remain after dropping diverged members.
+    pub diverged: bool,
+    /// What only some methods return (a mixture's sd, per-draw noise, per-input t's, a
+    /// calibration, quantile bands, a closed-form joint), in one typed place.
+    pub extra: Extra,
+}
+
+/// The outputs of a [`Prediction`] that only some methods have. Every field is `None` for a
+/// method that does not return it, and each says which methods do.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Extra {
     /// The sd of the predictive distribution of a new y at every test input, when it is not
     /// sqrt(std² + noise_std²): a mean–variance ensemble's mixture has variance
     /// mean_m σ²_m + (1/M)·Σ_m (μ_m − μ̄)² (Lakshminarayanan et al. 2017), with 1/M where the
@@ -99,19 +121,6 @@ pub struct Prediction {
     /// intervals, CRPS and joint (their product, spec §10) come from them, whatever its
     /// samples, which then only give its W2 to the anchor.
     pub marginals_t: Option<TMarginals>,
-    /// The predictive distribution's family: where the intervals come from.
-    pub family: Family,
-    /// Member predictions or Monte-Carlo samples, one row per member or sample: when asked,
-    /// and always for the [`Family::Empirical`] family.
-    pub samples: Option<Vec<Vec<f64>>>,
-    /// The mean prediction at the training inputs (the training fit), when the method has one.
-    pub train_mean: Option<Vec<f64>>,
-    /// Scalars such as `learned_p`, `final_objective` or `diverged_members`.
-    pub scalars: BTreeMap<String, f64>,
-    /// Whether the repetition diverged and must be left out of the metrics: its replica
-    /// diverged, or for an ensemble fewer than two members (one, for a single-member
-    /// ensemble) remain after dropping diverged members.
-    pub diverged: bool,
     /// A post-hoc calibration of the interval of y (conformal, recalibration): when present,
     /// the prediction interval comes from it instead of the family (see
     /// [`crate::calibration`]); the interval of f stays the family's.
@@ -124,6 +133,16 @@ pub struct Prediction {
     /// method has one in closed form (BLR, GP, linearised Laplace): the joint predictions'
     /// input (spec §10).
     pub joint: Option<FactorJoint>,
+}
+
+impl Extra {
+    /// Only a closed-form joint (the anchor, the GP, linearised Laplace), where there is one.
+    pub fn joint(joint: Option<FactorJoint>) -> Extra {
+        Extra {
+            joint,
+            ..Extra::default()
+        }
+    }
 }
 
 /// The covariance (a t's scale matrix) of f at the test inputs as a factor: Cov = F·Fᵀ.
@@ -162,35 +181,37 @@ impl Prediction {
     /// them: mean, std, noise and predictive sd, and samples; the per-draw noise sds stay
     /// with both.
     pub fn split_tail(&mut self, m: usize) -> Prediction {
-        if let Some(c) = &mut self.calibration {
+        let e = &mut self.extra;
+        if let Some(c) = &mut e.calibration {
             c.truncate(m);
         }
         let tail = |v: &mut Option<Vec<f64>>| v.as_mut().map(|v| v.split_off(m));
+        let rows = |v: &mut Option<Vec<Vec<f64>>>| {
+            v.as_mut()
+                .map(|rows| rows.iter_mut().map(|r| r.split_off(m)).collect())
+        };
         Prediction {
             mean: self.mean.split_off(m),
             std: self.std.split_off(m),
             noise_std: tail(&mut self.noise_std),
-            predictive_std: tail(&mut self.predictive_std),
-            samples: self
-                .samples
-                .as_mut()
-                .map(|rows| rows.iter_mut().map(|r| r.split_off(m)).collect()),
-            noise_samples: self.noise_samples.clone(),
-            sample_noise: self
-                .sample_noise
-                .as_mut()
-                .map(|rows| rows.iter_mut().map(|r| r.split_off(m)).collect()),
-            quantiles: self.quantiles.as_mut().map(|bands| {
-                bands
-                    .iter_mut()
-                    .map(|b| QuantileBand {
-                        level: b.level,
-                        lower: b.lower.split_off(m),
-                        upper: b.upper.split_off(m),
-                    })
-                    .collect()
-            }),
-            joint: self.joint.as_mut().map(|j| j.split_off(m)),
+            samples: rows(&mut self.samples),
+            extra: Extra {
+                predictive_std: tail(&mut e.predictive_std),
+                noise_samples: e.noise_samples.clone(),
+                sample_noise: rows(&mut e.sample_noise),
+                quantiles: e.quantiles.as_mut().map(|bands| {
+                    bands
+                        .iter_mut()
+                        .map(|b| QuantileBand {
+                            level: b.level,
+                            lower: b.lower.split_off(m),
+                            upper: b.upper.split_off(m),
+                        })
+                        .collect()
+                }),
+                joint: e.joint.as_mut().map(|j| j.split_off(m)),
+                ..Extra::default()
+            },
             noise_known: self.noise_known,
             family: self.family,
             diverged: self.diverged,
@@ -288,10 +309,6 @@ pub fn combine_members(members: &[Member<'_>], family: Family, keep_samples: boo
         std,
         noise_std: None,
         noise_known: false,
-        predictive_std: None,
-        noise_samples: None,
-        sample_noise: None,
-        marginals_t: None,
         family,
         samples: (keep_samples || family == Family::Empirical).then(|| {
             rows.iter()
@@ -301,9 +318,7 @@ pub fn combine_members(members: &[Member<'_>], family: Family, keep_samples: boo
         train_mean: Some(train_mean),
         scalars,
         diverged,
-        calibration: None,
-        quantiles: None,
-        joint: None,
+        extra: Extra::default(),
     }
 }
 

@@ -25,7 +25,7 @@ use crate::bail;
 use crate::error::{Context, EvalError, Result};
 use crate::spec::{ExperimentSpec, ProblemDecl};
 use crate::store::SPEC_FILE;
-use crate::summary::{names, ANCHOR, REPETITIONS_COLUMNS, REPETITIONS_CSV};
+use crate::summary::{catalogue, names, ANCHOR, REPETITIONS_COLUMNS, REPETITIONS_CSV};
 
 /// One repetition's value of one region aggregate (a row of `repetitions.csv`).
 #[derive(Debug, Clone, PartialEq)]
@@ -178,30 +178,13 @@ pub enum Direction {
 }
 
 /// The direction of a metric, or `None` for one without an order (coverage has a target,
-/// not an order; an uncertainty or a width is neither good nor bad by itself).
+/// not an order; an uncertainty or a width is neither good nor bad by itself; a method's own
+/// scalar is not in the catalogue): the catalogue's [`catalogue::Better`].
 pub fn direction(metric: &str) -> Option<Direction> {
-    let lower = [
-        names::DEVIATION,
-        names::CRPS,
-        names::W2_ANCHOR,
-        names::KL_ANCHOR,
-        names::ABS_ERROR,
-        names::ECE,
-        names::BRIER,
-        names::NLL,
-        names::FIT_RATIO,
-        "train_mse",
-    ];
-    let higher = [names::ACCURACY, names::AUC];
-    if lower.contains(&metric) || metric.starts_with("joint_kl_") || metric.starts_with("env_kl_") {
-        Some(Direction::Lower)
-    } else if higher.contains(&metric)
-        || metric.starts_with(names::REFERRAL_ACCURACY)
-        || metric.starts_with(names::REFERRAL_AUC)
-    {
-        Some(Direction::Higher)
-    } else {
-        None
+    match catalogue::lookup(metric)?.better {
+        catalogue::Better::Lower => Some(Direction::Lower),
+        catalogue::Better::Higher => Some(Direction::Higher),
+        catalogue::Better::Target | catalogue::Better::Neither => None,
     }
 }
 

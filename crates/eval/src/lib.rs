@@ -31,4 +31,4 @@ pub mod summary;
 pub mod track;
 
 pub use error::{Context, EvalError, Result};
-pub use track::{Stored, Track};
+pub use track::{AggregateTables, ReportPlan, Stored, Track};

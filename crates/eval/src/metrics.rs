@@ -281,7 +281,7 @@ fn joint_metrics(j: &JointSpec, out: &mut Map<String, Value>) -> Result<()> {
                     .map(|k| cols.iter().map(|c| c[k]).collect())
                     .collect(),
             );
-            pred.noise_samples = j.noise_std.clone();
+            pred.extra.noise_samples = j.noise_std.clone();
             pred.mean = cols
                 .iter()
                 .map(|c| c.iter().sum::<f64>() / s as f64)
@@ -294,7 +294,7 @@ fn joint_metrics(j: &JointSpec, out: &mut Map<String, Value>) -> Result<()> {
                 (Some(c), _) => {
                     let f = factor_of(c, m)?;
                     pred.std = (0..m).map(|i| c[i][i].max(0.0).sqrt()).collect();
-                    pred.joint = Some(f);
+                    pred.extra.joint = Some(f);
                 }
                 (None, Some(s)) => pred.std = s.clone(),
                 (None, None) => bail!("mean needs cov (a Gaussian joint) or std (marginals only)"),

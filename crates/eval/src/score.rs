@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use uqbench_anchor::{Anchor, Blr, Problem, Setting, ANCHOR};
-use uqbench_core::{Compute, Family, Prediction, SeedPath};
+use uqbench_core::{Compute, Extra, Family, Prediction, SeedPath};
 
 use crate::bail;
 use crate::error::Result;
@@ -257,7 +257,7 @@ pub fn regression_rep(
             .map(|k| cols.iter().map(|c| c[k]).collect())
             .collect()
     });
-    let out = Prediction {
+    let mut out = Prediction {
         family: if rows.is_some() {
             Family::Empirical
         } else {
@@ -266,11 +266,11 @@ pub fn regression_rep(
         mean,
         std,
         noise_std,
-        noise_samples,
         samples: rows,
-        joint: factor,
+        extra: Extra::joint(factor),
         ..Default::default()
     };
+    out.extra.noise_samples = noise_samples;
     // The exact posterior of the same repetition, where the problem has one.
     let train_y = problem.draw(rep).train_y;
     let posterior = anchor.and_then(|a| a.posterior(&train_y).ok());

@@ -13,10 +13,10 @@ use uqbench_core::Prediction;
 
 use crate::error::{Context, Result};
 use crate::store::read_json;
-use crate::summary::{self, ClassRep, RepContext, RepResult, SettingSummary, TestInfo};
+use crate::summary::{self, names, ClassRep, RepContext, RepResult, SettingSummary, TestInfo};
 
 /// A problem's track.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Track {
     /// Regression: targets with Gaussian noise, results [`RepResult`].
     Regression,
@@ -51,7 +51,110 @@ impl Stored {
     }
 }
 
+/// How `report.md` presents a track's results.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReportPlan {
+    /// Whether the report states the noise source of methods without a noise model (the
+    /// prediction intervals of y need one).
+    pub states_noise: bool,
+    /// The aggregate tables.
+    pub aggregates: AggregateTables,
+    /// The metrics the report ranks methods by ("which differences are real"), where the run
+    /// has them.
+    pub ranked: [&'static str; 2],
+}
+
+/// The aggregate tables of a report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AggregateTables {
+    /// One table per setting: coverage per region, deviation, uncertainty and their ratios to
+    /// the anchor's, fit, CICF Brier, W2, the learned rate.
+    Regression,
+    /// One table per setting against the exact P(y = 1 | x) and fresh labels.
+    Classification,
+}
+
 impl Track {
+    /// The figures of one setting that apply to the track, by their names in the figures'
+    /// table (the rest of a run's figures are against the swept variables).
+    pub fn setting_figures(self) -> &'static [&'static str] {
+        match self {
+            Track::Regression => &[
+                "bands",
+                "heatmaps",
+                "coverage_along",
+                "coverage_histograms",
+                "distance_along",
+                "joint",
+            ],
+            Track::Classification => &["joint", "classification"],
+        }
+    }
+
+    /// The metrics of the figure of region aggregates against a swept variable, with the
+    /// level of those that have one (drawn as the nominal line): regression's deviation,
+    /// uncertainty, coverage, CICP and width; classification's coverage of P, width, ECE and
+    /// |P̂ − P|. `level` is the run's first level.
+    pub fn against_metrics(self, level: Option<f64>) -> Vec<(String, Option<f64>)> {
+        let mut out: Vec<(String, Option<f64>)> = Vec::new();
+        let levelled = |out: &mut Vec<(String, Option<f64>)>, coverage: &str| {
+            if let Some(l) = level {
+                out.push((names::at(coverage, l), Some(l)));
+                out.push((names::at(names::WIDTH, l), None));
+            }
+        };
+        match self {
+            Track::Regression => {
+                out.push((names::DEVIATION.into(), None));
+                out.push((names::UNCERTAINTY.into(), None));
+                out.push((names::COVERAGE.into(), Some(0.95)));
+                levelled(&mut out, names::CICP);
+            }
+            Track::Classification => {
+                // [002] Fig. 7–9: coverage of P(y = 1 | x) by the interval, its width, ECE;
+                // and the mean |P̂ − P|.
+                levelled(&mut out, names::COVERAGE_AT);
+                out.push((names::ECE.into(), None));
+                out.push((names::ABS_ERROR.into(), None));
+            }
+        }
+        out
+    }
+
+    /// The distance to the exact posterior drawn against a swept variable, where the track
+    /// has one.
+    pub fn distance_metric(self) -> Option<&'static str> {
+        match self {
+            Track::Regression => Some(names::W2_ANCHOR),
+            Track::Classification => None,
+        }
+    }
+
+    /// The joint metric drawn against a swept variable: KL from the exact posterior
+    /// predictive (regression) or from the labels' distribution (classification).
+    pub fn joint_metric(self) -> &'static str {
+        match self {
+            Track::Regression => names::JOINT_KL,
+            Track::Classification => names::ENV_KL,
+        }
+    }
+
+    /// How the report presents the track.
+    pub fn report(self) -> ReportPlan {
+        match self {
+            Track::Regression => ReportPlan {
+                states_noise: true,
+                aggregates: AggregateTables::Regression,
+                ranked: [names::W2_ANCHOR, names::CRPS],
+            },
+            Track::Classification => ReportPlan {
+                states_noise: false,
+                aggregates: AggregateTables::Classification,
+                ranked: [names::NLL, names::ABS_ERROR],
+            },
+        }
+    }
+
     /// The track of a resolved problem.
     pub fn of(problem: &Problem) -> Track {
         if problem.classification().is_some() {

@@ -8,8 +8,8 @@ use anyhow::Result;
 use uqbench_eval::compare;
 use uqbench_eval::spec::NoiseSource;
 use uqbench_eval::store::write_atomic;
-use uqbench_eval::summary::names;
-use uqbench_eval::Track;
+use uqbench_eval::summary::{catalogue::column, names};
+use uqbench_eval::{AggregateTables, Track};
 
 use crate::figures::Written;
 use uqbench_eval::summary::{Scalar, SettingSummary, Summary, UNDERFIT_FACTOR};
@@ -80,7 +80,8 @@ pub fn write(
             .join(", "),
         header.methods.join(", ")
     );
-    if header.track == Track::Regression {
+    let plan = header.track.report();
+    if plan.states_noise {
         let _ = writeln!(
             md,
             "The noise sd of a new y (prediction intervals, PICF) for methods without a noise \
@@ -123,12 +124,19 @@ pub fn write(
             f.svg.display()
         );
     }
-    if header.track == Track::Classification {
-        classification_table(&mut md, header.methods, summary);
-        joint_tables(&mut md, header.methods, summary);
-        rankings(&mut md, summary, &[names::NLL, names::ABS_ERROR]);
-        return Ok(write_atomic(&dir.join("report.md"), md.as_bytes())?);
+    match plan.aggregates {
+        AggregateTables::Regression => regression_tables(&mut md, header.methods, summary),
+        AggregateTables::Classification => {
+            classification_table(&mut md, header.methods, summary);
+        }
     }
+    joint_tables(&mut md, header.methods, summary);
+    rankings(&mut md, summary, &plan.ranked);
+    Ok(write_atomic(&dir.join("report.md"), md.as_bytes())?)
+}
+
+/// The aggregates of a regression run: what they are, then one table per setting.
+fn regression_tables(md: &mut String, methods: &[String], summary: &Summary) {
     let _ = writeln!(md, "## Aggregates\n");
     let _ = writeln!(
         md,
@@ -148,11 +156,8 @@ pub fn write(
          repetitions are counted and left out of every metric.\n"
     );
     for s in &summary.settings {
-        regression_table(&mut md, header.methods, s);
+        regression_table(md, methods, s);
     }
-    joint_tables(&mut md, header.methods, summary);
-    rankings(&mut md, summary, &[names::W2_ANCHOR, names::CRPS]);
-    Ok(write_atomic(&dir.join("report.md"), md.as_bytes())?)
 }
 
 /// Which differences between methods are real: per setting, the ranking by each of
@@ -193,7 +198,7 @@ fn rankings(md: &mut String, summary: &Summary, metrics: &[&str]) {
 /// distribution (all test inputs; per region in `aggregate.csv`).
 fn joint_tables(md: &mut String, methods: &[String], summary: &Summary) {
     let mut columns: Vec<String> = Vec::new();
-    for prefix in ["joint_kl", "env_kl"] {
+    for prefix in [names::JOINT_KL, names::ENV_KL] {
         for tau in crate::figures::joint_taus(summary, prefix) {
             columns.push(format!("{prefix}_{tau}"));
         }
@@ -264,12 +269,22 @@ fn regression_table(md: &mut String, methods: &[String], s: &SettingSummary) {
         .collect();
     let _ = write!(md, "| method | reps | diverged |");
     for r in &regions {
-        let _ = write!(md, " coverage ({r}) |");
+        let _ = write!(md, " {} ({r}) |", column(names::COVERAGE));
+    }
+    for metric in [
+        names::DEVIATION,
+        names::DEVIATION_RATIO,
+        names::UNCERTAINTY,
+        names::UNCERTAINTY_RATIO,
+        names::FIT_RATIO,
+    ] {
+        let _ = write!(md, " {} |", column(metric));
     }
     let _ = writeln!(
         md,
-        " deviation | deviation / BLR | uncertainty | uncertainty / BLR | fit ratio | \
-         CICF Brier 0.95 | W2 to BLR | learned rate |"
+        " {} 0.95 | {} | learned rate |",
+        column(names::CICF_BRIER),
+        column(names::W2_ANCHOR)
     );
     let _ = writeln!(md, "|{}", "---|".repeat(11 + regions.len()));
     let mut flags = Vec::new();
@@ -285,9 +300,9 @@ fn regression_table(md: &mut String, methods: &[String], s: &SettingSummary) {
                 .get(*r)
                 .and_then(|a| a.get(names::DEVIATION_RATIO))
         });
-        let rate = get("learned_p")
+        let rate = get(names::LEARNED_P)
             .map(|v| format!("p = {}", cell(Some(v))))
-            .or_else(|| get("learned_alpha").map(|v| format!("α = {}", cell(Some(v)))));
+            .or_else(|| get(names::LEARNED_ALPHA).map(|v| format!("α = {}", cell(Some(v)))));
         let mark = if m.flags.is_empty() { "" } else { " ⚠" };
         let _ = write!(
             md,
@@ -314,7 +329,7 @@ fn regression_table(md: &mut String, methods: &[String], s: &SettingSummary) {
             cell(get(names::W2_ANCHOR)),
             rate.unwrap_or_else(|| "–".to_string())
         );
-        if let Some(p) = get("calibration_points") {
+        if let Some(p) = get(names::CALIBRATION_POINTS) {
             notes.push(format!(
                 "- **{name}** held out {} of each repetition's training points for calibration \
                  (its base trained on the rest).",
@@ -358,10 +373,27 @@ fn classification_table(md: &mut String, methods: &[String], summary: &Summary) 
             s.setting.clone()
         };
         let _ = writeln!(md, "### {title}\n");
+        let _ = write!(md, "| method | reps | diverged |");
+        for r in [names::ALL, names::IN, names::OUT] {
+            let _ = write!(md, " {} ({r}) |", column(names::COVERAGE_AT));
+        }
+        let _ = write!(md, " {} (all) |", column(names::WIDTH));
+        for metric in [
+            names::ABS_ERROR,
+            names::ECE,
+            names::BRIER,
+            names::NLL,
+            names::ACCURACY,
+            names::AUC,
+            names::MUTUAL_INFORMATION,
+        ] {
+            let _ = write!(md, " {} |", column(metric));
+        }
         let _ = writeln!(
             md,
-            "| method | reps | diverged | coverage (all) | coverage (in) | coverage (out) | width \
-             (all) | abs error | ECE | Brier | NLL | accuracy | AUC | MI | referral 0.5 | random 0.5 |"
+            " {} 0.5 | {} 0.5 |",
+            column(names::REFERRAL_ACCURACY),
+            column(names::RANDOM_ACCURACY)
         );
         let _ = writeln!(md, "|{}", "---|".repeat(16));
         let mut flags = Vec::new();
@@ -370,7 +402,7 @@ fn classification_table(md: &mut String, methods: &[String], summary: &Summary) 
             .filter_map(|n| s.methods.get(n).map(|m| (n, m)))
         {
             let at = |r: &str, k: &str| m.aggregate.get(r).and_then(|a| a.get(k));
-            let cov = |r: &str| cell(at(r, &format!("{}_{name}", names::COVERAGE_AT)));
+            let cov = |r: &str| cell(at(r, &names::at(names::COVERAGE_AT, level)));
             let mark = if m.flags.is_empty() { "" } else { " ⚠" };
             flags.extend(m.flags.iter().map(|f| format!("- ⚠ **{method}**: {f}")));
             let _ = writeln!(
@@ -381,7 +413,7 @@ fn classification_table(md: &mut String, methods: &[String], summary: &Summary) 
                 cov(names::ALL),
                 cov(names::IN),
                 cov(names::OUT),
-                cell(at(names::ALL, &format!("{}_{name}", names::WIDTH))),
+                cell(at(names::ALL, &names::at(names::WIDTH, level))),
                 cell(at(names::ALL, names::ABS_ERROR)),
                 cell(at(names::ALL, names::ECE)),
                 cell(at(names::ALL, names::BRIER)),
@@ -389,8 +421,8 @@ fn classification_table(md: &mut String, methods: &[String], summary: &Summary) 
                 cell(at(names::ALL, names::ACCURACY)),
                 cell(at(names::ALL, names::AUC)),
                 cell(at(names::ALL, names::MUTUAL_INFORMATION)),
-                cell(at(names::ALL, "referral_accuracy_0.5")),
-                cell(at(names::ALL, "random_accuracy_0.5")),
+                cell(at(names::ALL, &names::at(names::REFERRAL_ACCURACY, 0.5))),
+                cell(at(names::ALL, &names::at(names::RANDOM_ACCURACY, 0.5))),
             );
         }
         let _ = writeln!(md);

@@ -31,7 +31,9 @@ use argmin::solver::quasinewton::LBFGS;
 use nalgebra::DVector;
 use serde::{Deserialize, Serialize};
 use uqbench_core::noise::{KnownSigma, Tau};
-use uqbench_core::{Compute, FactorJoint, Family, Method, MethodError, Prediction, Rng, Task};
+use uqbench_core::{
+    Compute, Extra, FactorJoint, Family, Method, MethodError, Prediction, Rng, Task,
+};
 
 mod marginal;
 
@@ -286,8 +288,6 @@ impl Gp {
         scalars.insert("gp_log_marginal_likelihood".into(), -e.nlml);
         Ok(Prediction {
             noise_std: Some(vec![h[N]; mean.len()]),
-            noise_samples: None,
-            predictive_std: None,
             noise_known: false,
             mean,
             std,
@@ -296,11 +296,7 @@ impl Gp {
             train_mean: Some(train_mean),
             scalars,
             diverged: false,
-            calibration: None,
-            quantiles: None,
-            joint: Some(joint),
-            sample_noise: None,
-            marginals_t: None,
+            extra: Extra::joint(Some(joint)),
         })
     }
 }

@@ -6,19 +6,18 @@
 //! The rooms: trained networks on the engine (`uqbench-models`), samplers
 //! (`uqbench-samplers`), exact references (the anchor in `uqbench-anchor`, the GP in
 //! `uqbench-gp`), and wrappers that take another method (`base`): the post-hoc calibrations
-//! and `inputs = "features"` (`uqbench_core::posthoc`, `uqbench_core::inputs`).
+//! and `inputs = "features"` (`uqbench-posthoc`).
 
 use uqbench_anchor::{Blr, GaussianBlr, Setting, ANCHOR};
-use uqbench_core::inputs::FeatureInputs;
-use uqbench_core::posthoc::{
-    Calibrated, ConformalConfig, RecalibratedConfig, DEFAULT_CALIBRATION_FRACTION,
-};
 use uqbench_core::Method;
 use uqbench_eval::spec::ExperimentSpec;
 use uqbench_gp::Gp;
 use uqbench_models::{
     BatchEnsemble, BootstrapScheme, Der, DropoutKind, DropoutMethod, EnsMcd, EnsPrior, Ensemble,
     EnsembleConfig, EnsembleKind, Epinet, Laplace, QuantileNet, SgKind, SgMcmc, Swag,
+};
+use uqbench_posthoc::{
+    Calibrated, ConformalConfig, FeatureInputs, RecalibratedConfig, DEFAULT_CALIBRATION_FRACTION,
 };
 use uqbench_samplers::{Hmc, Mfvi};
 

@@ -19,7 +19,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::MethodConfig;
 use crate::engine::{self, nig, Head, Resources};
-use uqbench_core::{Compute, Family, Method, MethodError, Prediction, Rng, TMarginals, Task};
+use uqbench_core::{
+    Compute, Extra, Family, Method, MethodError, Prediction, Rng, TMarginals, Task,
+};
 
 /// DER's own settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -189,7 +191,10 @@ impl Der {
                 .collect(),
         };
         let mut p = Prediction {
-            marginals_t: Some(marginals_t),
+            extra: Extra {
+                marginals_t: Some(marginals_t),
+                ..Extra::default()
+            },
             mean: nig.iter().map(|v| v[0]).collect(),
             std: epistemic.iter().map(|v| v.sqrt()).collect(),
             noise_std: Some(aleatoric.iter().map(|v| v.sqrt()).collect()),

@@ -12,7 +12,7 @@ use crate::engine::{self, Resources, TrainSettings};
 use crate::stochastic::{Bernoulli, Concrete, StochasticLayer, Variational};
 use uqbench_core::noise::Tau;
 use uqbench_core::MethodError;
-use uqbench_core::{Compute, Family, IntervalSetting, Likelihood, Method, Prediction, Task};
+use uqbench_core::{Compute, Extra, Family, IntervalSetting, Likelihood, Method, Prediction, Task};
 
 /// Which dropout method.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -294,8 +294,6 @@ impl Method for DropoutMethod {
                     noise_std: c
                         .heteroscedastic
                         .then(|| noise_var.iter().map(|v| v.sqrt()).collect()),
-                    noise_samples: None,
-                    predictive_std: None,
                     noise_known: false,
                     family,
                     samples: (keep_samples || family == Family::Empirical).then(|| {
@@ -311,11 +309,7 @@ impl Method for DropoutMethod {
                     ),
                     scalars,
                     diverged: out.diverged[k],
-                    calibration: None,
-                    quantiles: None,
-                    joint: None,
-                    sample_noise: None,
-                    marginals_t: None,
+                    extra: Extra::default(),
                 }
             })
             .collect())

@@ -331,11 +331,11 @@ impl Method for Ensemble {
                         })
                         .unzip();
                     o.noise_std = Some(noise);
-                    o.predictive_std = Some(predictive);
+                    o.extra.predictive_std = Some(predictive);
                     // Each member's own σ_m(x), row for row with the samples (the members
                     // kept), for the joint predictive (spec §10).
                     if o.samples.is_some() {
-                        o.sample_noise = Some(member_sds(&variances, &kept, mt));
+                        o.extra.sample_noise = Some(member_sds(&variances, &kept, mt));
                     }
                 }
                 let resamples: Vec<&Resample> = match self.config.jackknife_plus {
@@ -352,8 +352,8 @@ impl Method for Ensemble {
                             resample: &resamples[r].0,
                         })
                         .collect();
-                    o.calibration = jackknife_plus(&bag, &task.y_train[k]);
-                    if let Some(c) = &o.calibration {
+                    o.extra.calibration = jackknife_plus(&bag, &task.y_train[k]);
+                    if let Some(c) = &o.extra.calibration {
                         o.scalars
                             .insert("out_of_bag_points".into(), c.points() as f64);
                     }

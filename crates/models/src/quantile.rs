@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::MethodConfig;
 use crate::engine::head::{Taus, MAX_QUANTILES};
 use crate::engine::{self, Resources, TrainSettings};
-use uqbench_core::{Compute, Family, Method, MethodError, Prediction, QuantileBand, Task};
+use uqbench_core::{Compute, Extra, Family, Method, MethodError, Prediction, QuantileBand, Task};
 
 /// The quantile network's own settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -154,7 +154,10 @@ impl Method for QuantileNet {
                     mean: (0..m).map(|i| q(i, 0)).collect(),
                     std: vec![0.0; m],
                     family: Family::Normal,
-                    quantiles: Some(bands),
+                    extra: Extra {
+                        quantiles: Some(bands),
+                        ..Extra::default()
+                    },
                     train_mean: Some(train_mean),
                     diverged,
                     ..Prediction::default()

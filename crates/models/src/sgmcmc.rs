@@ -35,7 +35,9 @@ use crate::engine::collect::{Collected, Collector, Event, Want};
 use crate::engine::{self, Batching, Dynamics, Langevin, LearnedNoise, Resources, StepSchedule};
 use crate::host_net::{self, TrainedNet};
 use uqbench_core::noise::{fixed_noise_sd, Tau};
-use uqbench_core::{par_map, Compute, Family, Likelihood, Method, MethodError, Prediction, Task};
+use uqbench_core::{
+    par_map, Compute, Extra, Family, Likelihood, Method, MethodError, Prediction, Task,
+};
 use uqbench_metrics::mcmc;
 
 /// Which SG-MCMC.
@@ -518,7 +520,10 @@ impl SgMcmc {
             mean,
             std,
             noise_std,
-            noise_samples,
+            extra: Extra {
+                noise_samples,
+                ..Extra::default()
+            },
             family: Family::Empirical,
             samples: Some(rows),
             train_mean: Some(train_mean),

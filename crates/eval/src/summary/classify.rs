@@ -206,9 +206,9 @@ fn label_metrics(prob: &[f64], labels: &[bool], idx: &[usize]) -> Result<BTreeMa
         calibration_error(&rows, &y, &CalibrationConfig::ece(ECE_BINS))?,
     );
     out.insert(names::BRIER.into(), brier(&rows, &y)?);
-    out.insert("brier_uncertainty".into(), dec.uncertainty);
-    out.insert("brier_resolution".into(), dec.resolution);
-    out.insert("brier_reliability".into(), dec.reliability);
+    out.insert(names::BRIER_UNCERTAINTY.into(), dec.uncertainty);
+    out.insert(names::BRIER_RESOLUTION.into(), dec.resolution);
+    out.insert(names::BRIER_RELIABILITY.into(), dec.reliability);
     out.insert(names::NLL.into(), nll(&clipped, &y)?);
     Ok(out)
 }
@@ -493,10 +493,10 @@ fn label_metrics_of(
         for pt in curve? {
             let q = level_name(pt.retained);
             for (what, v) in [
-                ("referral_accuracy", pt.accuracy),
-                ("referral_auc", pt.auc),
-                ("random_accuracy", pt.random_accuracy),
-                ("random_auc", pt.random_auc),
+                (names::REFERRAL_ACCURACY, pt.accuracy),
+                (names::REFERRAL_AUC, pt.auc),
+                (names::RANDOM_ACCURACY, pt.random_accuracy),
+                (names::RANDOM_AUC, pt.random_auc),
             ] {
                 referral.entry(format!("{what}_{q}")).or_default().push(v);
             }
@@ -561,15 +561,15 @@ impl Labelled {
         let total = self.pooled_labels.len() as f64;
         for (b, bin) in bins.iter().enumerate().filter(|(_, b)| b.count > 0) {
             all.insert(
-                format!("reliability_confidence_{b}"),
+                format!("{}_{b}", names::RELIABILITY_CONFIDENCE),
                 Scalar::bare(bin.confidence),
             );
             all.insert(
-                format!("reliability_accuracy_{b}"),
+                format!("{}_{b}", names::RELIABILITY_ACCURACY),
                 Scalar::bare(bin.accuracy),
             );
             all.insert(
-                format!("reliability_share_{b}"),
+                format!("{}_{b}", names::RELIABILITY_SHARE),
                 Scalar::bare(bin.count as f64 / total),
             );
         }

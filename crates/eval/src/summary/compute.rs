@@ -552,28 +552,28 @@ pub(super) fn mixing_flag<'a>(
     };
     let has = |key: &str| scalars.clone().any(|s| s.contains_key(key));
     let mut flags = Vec::new();
-    let flagged = count("rhat_flagged");
+    let flagged = count(names::RHAT_FLAGGED);
     if flagged > 0 {
         flags.push(format!(
             "{flagged} of {total} repetitions have chains that did not mix (R̂ = max(bulk, tail) \
              above the threshold; see rhat_max, ess_bulk_min, ess_tail_min)"
         ));
     }
-    let low = count("ebfmi_flagged");
+    let low = count(names::EBFMI_FLAGGED);
     if low > 0 {
         flags.push(format!(
             "{low} of {total} repetitions have a chain with E-BFMI below 0.3 (ebfmi_min)"
         ));
     }
-    let divergent = count("divergent_transitions");
+    let divergent = count(names::DIVERGENT_TRANSITIONS);
     if divergent > 0 {
         flags.push(format!(
             "{divergent} of {total} repetitions had divergent transitions after warm-up \
              (energy error above 1000)"
         ));
     }
-    if has("reference_grade") {
-        let good = count("reference_grade");
+    if has(names::REFERENCE_GRADE) {
+        let good = count(names::REFERENCE_GRADE);
         flags.push(format!(
             "{good} of {total} repetitions meet posteriordb's reference standard (R̂ < 1.01, bulk \
              and tail ESS > 400 at every test input, no divergent transitions){}",

@@ -83,10 +83,7 @@ pub fn name(prefix: &str, tau: usize) -> String {
     format!("{prefix}_{tau}")
 }
 
-/// KL from the exact posterior predictive (spec §10).
-pub const JOINT_KL: &str = "joint_kl";
-/// KL from the data-generating distribution.
-pub const ENV_KL: &str = "env_kl";
+pub use super::names::{ENV_KL, JOINT_KL};
 
 /// What a method's joint is made of, as the report states it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -230,9 +227,9 @@ pub struct MethodJoint<'a> {
 impl<'a> MethodJoint<'a> {
     /// The method's joint: its Gaussian joint, else its draws, else its marginals.
     pub fn new(out: &'a Prediction, noise_sd: &'a [f64]) -> MethodJoint<'a> {
-        let kind = if out.joint.is_some() {
+        let kind = if out.extra.joint.is_some() {
             JointKind::Gaussian
-        } else if out.marginals_t.is_some() {
+        } else if out.extra.marginals_t.is_some() {
             JointKind::Marginals
         } else if out.samples.as_ref().is_some_and(|s| !s.is_empty()) {
             JointKind::Draws
@@ -273,7 +270,7 @@ impl<'a> MethodJoint<'a> {
         };
         match self.kind {
             JointKind::Gaussian => {
-                let j = out.joint.as_ref().expect("kind Gaussian");
+                let j = out.extra.joint.as_ref().expect("kind Gaussian");
                 Some(Parts {
                     mean: pick(&out.mean, u),
                     factor: pick_rows(&j.factor, j.rank, u),
@@ -282,19 +279,21 @@ impl<'a> MethodJoint<'a> {
                     dof,
                 })
             }
-            JointKind::Marginals if dof.is_none() && out.marginals_t.is_none() => Some(Parts {
-                mean: pick(&out.mean, u),
-                factor: Vec::new(),
-                rank: 0,
-                var: u
-                    .iter()
-                    .map(|&i| match &out.predictive_std {
-                        Some(p) => p[i] * p[i],
-                        None => out.std[i].powi(2) + self.noise_sd[i].powi(2),
-                    })
-                    .collect(),
-                dof: None,
-            }),
+            JointKind::Marginals if dof.is_none() && out.extra.marginals_t.is_none() => {
+                Some(Parts {
+                    mean: pick(&out.mean, u),
+                    factor: Vec::new(),
+                    rank: 0,
+                    var: u
+                        .iter()
+                        .map(|&i| match &out.extra.predictive_std {
+                            Some(p) => p[i] * p[i],
+                            None => out.std[i].powi(2) + self.noise_sd[i].powi(2),
+                        })
+                        .collect(),
+                    dof: None,
+                })
+            }
             _ => None,
         }
     }
@@ -303,7 +302,7 @@ impl<'a> MethodJoint<'a> {
     /// (HMC), or the method's noise sd.
     fn sds(out: &Prediction, noise_sd: &[f64], x: &[usize]) -> Vec<f64> {
         let rows = out.samples.as_ref().expect("kind Draws");
-        match (&out.sample_noise, &out.noise_samples) {
+        match (&out.extra.sample_noise, &out.extra.noise_samples) {
             (Some(noise), _) => noise.iter().flat_map(|r| pick(r, x)).collect(),
             (None, Some(per_draw)) => per_draw
                 .iter()
@@ -321,12 +320,12 @@ impl<'a> MethodJoint<'a> {
     /// them (`marginals_t`), else the family's ν with its predictive sd as the scale.
     fn t_marginals(&self, x: &[usize]) -> Joint {
         let out = self.out;
-        let dof = match (&out.marginals_t, out.family) {
+        let dof = match (&out.extra.marginals_t, out.family) {
             (Some(_), _) => None,
             (None, Family::StudentT { dof }) => Some(dof),
             (None, _) => unreachable!("parts are None only for draws and t marginals"),
         };
-        if let Some(t) = &out.marginals_t {
+        if let Some(t) = &out.extra.marginals_t {
             return Joint::Independent(
                 x.iter()
                     .map(|&i| Marginal {
@@ -341,7 +340,7 @@ impl<'a> MethodJoint<'a> {
             x.iter()
                 .map(|&i| Marginal {
                     mean: out.mean[i],
-                    scale: match &out.predictive_std {
+                    scale: match &out.extra.predictive_std {
                         Some(p) => p[i],
                         None => out.std[i].hypot(self.noise_sd[i]),
                     },

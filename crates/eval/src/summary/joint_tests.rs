@@ -1,4 +1,5 @@
 use nalgebra::DMatrix;
+use uqbench_core::Extra;
 use uqbench_metrics::distance::{kl as kl_1d, LocScale, Shape};
 
 use super::*;
@@ -60,10 +61,10 @@ fn the_exact_joint_scores_zero_and_tau_1_is_the_mean_marginal_kl() {
     let blr = Prediction {
         mean: mean.clone(),
         std: std.clone(),
-        joint: Some(FactorJoint {
+        extra: Extra::joint(Some(FactorJoint {
             factor: factor.clone(),
             rank: 2,
-        }),
+        })),
         ..Default::default()
     };
     let (kind, out) = regression(&blr, &noise, &truth, &noise, &input).unwrap();

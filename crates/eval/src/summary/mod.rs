@@ -19,6 +19,7 @@
 //! - `files`: summary.json, summary.csv, aggregate.csv and repetitions.csv.
 
 mod by_rep;
+pub mod catalogue;
 mod classify;
 mod compute;
 mod distance;

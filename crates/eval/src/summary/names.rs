@@ -1,8 +1,10 @@
-//! The names of metrics and regions as summaries and files spell them, in one place: a new
-//! metric is named here once, and every reader (figures, report, tests) uses the constant.
-//! Metrics with a level are the prefix and the level's name (`cicf_0.95`), see [`at`].
+//! The names of metrics, regions and the scalars the report reads, as summaries and files
+//! spell them, in one place: a new metric is named here once, described once in
+//! [`super::catalogue`], and every reader (figures, report, compare, tests) uses the
+//! constant. Metrics with a level are the prefix and the level's name (`cicf_0.95`), see
+//! [`at`]; the joint metrics the prefix and τ (`joint_kl_10`).
 
-use super::types::level_name;
+use super::levels::level_name;
 
 /// The region of every test input; the others are `uqbench_anchor::Region`'s names.
 pub const ALL: &str = "all";
@@ -87,6 +89,40 @@ pub const REFERRAL_AUC: &str = "referral_auc";
 pub const RANDOM_ACCURACY: &str = "random_accuracy";
 /// Random referral's AUC.
 pub const RANDOM_AUC: &str = "random_auc";
+
+/// Mean squared error of the training fit, (ŷ_i − y_i)² over the training inputs.
+pub const TRAIN_MSE: &str = "train_mse";
+/// Classification: the reliability part of the Brier score's decomposition.
+pub const BRIER_RELIABILITY: &str = "brier_reliability";
+/// Classification: the resolution part of the Brier score's decomposition.
+pub const BRIER_RESOLUTION: &str = "brier_resolution";
+/// Classification: the uncertainty part of the Brier score's decomposition.
+pub const BRIER_UNCERTAINTY: &str = "brier_uncertainty";
+/// KL from the exact posterior predictive at τ inputs (spec §10), per τ (`joint_kl_10`).
+pub const JOINT_KL: &str = "joint_kl";
+/// KL from the data-generating distribution at τ inputs (spec §10), per τ.
+pub const ENV_KL: &str = "env_kl";
+/// Classification: a reliability diagram's mean confidence per bin (`_B`).
+pub const RELIABILITY_CONFIDENCE: &str = "reliability_confidence";
+/// Classification: a reliability diagram's accuracy per bin.
+pub const RELIABILITY_ACCURACY: &str = "reliability_accuracy";
+/// Classification: a reliability diagram's share of the points per bin.
+pub const RELIABILITY_SHARE: &str = "reliability_share";
+/// MCMC: whether a repetition's chains did not mix (R̂ above the threshold).
+pub const RHAT_FLAGGED: &str = "rhat_flagged";
+/// MCMC: whether a repetition has a chain with E-BFMI below 0.3.
+pub const EBFMI_FLAGGED: &str = "ebfmi_flagged";
+/// MCMC: divergent transitions after warm-up.
+pub const DIVERGENT_TRANSITIONS: &str = "divergent_transitions";
+/// MCMC: whether a repetition meets posteriordb's reference standard.
+pub const REFERENCE_GRADE: &str = "reference_grade";
+
+/// Method scalar: concrete dropout's learned rate p.
+pub const LEARNED_P: &str = "learned_p";
+/// Method scalar: variational dropout's learned α.
+pub const LEARNED_ALPHA: &str = "learned_alpha";
+/// Method scalar: a post-hoc method's held-out points.
+pub const CALIBRATION_POINTS: &str = "calibration_points";
 
 /// A levelled metric's name: `at(CICF, 0.95)` is `cicf_0.95`.
 pub fn at(prefix: &str, level: f64) -> String {

@@ -18,6 +18,7 @@ use super::joint::{JointInput, JointKind, JointMetrics};
 pub(super) use super::levels::nullable_vec;
 pub use super::levels::{level_name, with_coverage_level, LevelBounds, PiBounds, COVERAGE_LEVEL};
 use super::levels::{nullable_map, nullable_opt_vec};
+use super::names;
 
 /// The reference method's name.
 pub use uqbench_anchor::ANCHOR;
@@ -149,8 +150,8 @@ impl RepContext<'_> {
             mse += r2;
             ratio += r2 / (s * s);
         }
-        scalars.insert("train_mse".into(), mse / n);
-        scalars.insert("fit_ratio".into(), ratio / n);
+        scalars.insert(names::TRAIN_MSE.into(), mse / n);
+        scalars.insert(names::FIT_RATIO.into(), ratio / n);
     }
 
     /// Every level whose intervals are computed: the run's, and 0.95 for spec §2's coverage.
@@ -171,7 +172,7 @@ impl RepResult {
         let mut crps = None;
         let mut columns = None;
         if let (Family::StudentTPerInput, false) = (out.family, out.diverged) {
-            let Some(t) = &out.marginals_t else {
+            let Some(t) = &out.extra.marginals_t else {
                 bail!("repetition {rep}: a Student-t-per-input family needs its t marginals");
             };
             let (ints, c) = per_input_t(&out.mean, t, &ctx.all_levels(), ctx.truth)?;
@@ -187,7 +188,7 @@ impl RepResult {
             let Some(samples) = &out.samples else {
                 bail!("repetition {rep}: an empirical predictive family needs its samples");
             };
-            let noise = match (&out.sample_noise, &out.noise_samples) {
+            let noise = match (&out.extra.sample_noise, &out.extra.noise_samples) {
                 (Some(rows), _) => NoiseSd::PerDrawPoint(rows),
                 (None, Some(sds)) => NoiseSd::PerDraw(sds),
                 (None, None) => {
@@ -208,14 +209,14 @@ impl RepResult {
             _ => (None, None),
         };
         let mut calibrated_pi = BTreeMap::new();
-        if let (Some(cal), false) = (&out.calibration, out.diverged) {
+        if let (Some(cal), false) = (&out.extra.calibration, out.diverged) {
             for level in ctx.all_levels() {
                 let (lower, upper) = cal.interval(&out.mean, level).map_err(|e| {
                     crate::error::EvalError::from(e).context(format!("repetition {rep}"))
                 })?;
                 calibrated_pi.insert(level_name(level), PiBounds { lower, upper });
             }
-        } else if let (Some(bands), false) = (&out.quantiles, out.diverged) {
+        } else if let (Some(bands), false) = (&out.extra.quantiles, out.diverged) {
             // Quantile regression without calibration: its bands are its intervals of y.
             for level in ctx.all_levels() {
                 let Some(b) = bands.iter().find(|b| (b.level - level).abs() < 1e-9) else {
@@ -254,7 +255,7 @@ impl RepResult {
             mean: out.mean,
             std: out.std,
             noise_std: out.noise_std,
-            predictive_std: out.predictive_std,
+            predictive_std: out.extra.predictive_std,
             family: out.family,
             intervals,
             crps,

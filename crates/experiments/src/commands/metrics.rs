@@ -16,8 +16,12 @@ pub struct MetricsArgs {
     /// {"kind": "joint", "samples" | "mean" with "cov" or "std", "sigma", "exact_mean" and
     /// "exact_cov" and/or "truth"[, "tau", "kappa", "batches", "seed"]} (joint predictions,
     /// docs/metrics.md).
-    #[arg(long)]
-    pub input: PathBuf,
+    #[arg(long, required_unless_present = "catalogue")]
+    pub input: Option<PathBuf>,
+    /// Print the catalogue of the metrics a run computes instead (name, track, index,
+    /// direction, where it is computed, report column, figures), as JSON.
+    #[arg(long, conflicts_with = "input")]
+    pub catalogue: bool,
     /// Bins of the classification calibration errors (equal width for ECE/RMSCE/SCE, equal
     /// mass for ACE/TACE).
     #[arg(long, default_value_t = 15)]
@@ -32,15 +36,20 @@ pub struct MetricsArgs {
 
 /// Runs `uqbench metrics`.
 pub fn run(args: &MetricsArgs) -> Result<()> {
-    let text = std::fs::read_to_string(&args.input)
-        .with_context(|| format!("cannot read metrics input {}", args.input.display()))?;
+    let Some(path) = &args.input else {
+        let list = serde_json::to_value(uqbench_eval::summary::catalogue::METRICS)?;
+        outln!("{list}");
+        return Ok(());
+    };
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read metrics input {}", path.display()))?;
     let input: Input = serde_json::from_str(&text).with_context(|| {
         format!(
             "{} is not a metrics input: expected {{\"kind\": \"regression\", \"mean\", \"std\", \"y\"[, \
              \"samples\"]}}, {{\"kind\": \"classification\", \"probs\", \"labels\"}} or \
              {{\"kind\": \"draws\", \"draws\": [[chain 0], [chain 1], ..]}} or {{\"kind\": \"joint\", \
              ..}} (docs/metrics.md)",
-            args.input.display()
+            path.display()
         )
     })?;
     let out = compute(

@@ -254,7 +254,7 @@ fn aggregates(
     g: &Group<'_>,
     level: Option<f64>,
 ) -> (String, AgainstVariable) {
-    let regions: Vec<String> = [names::ALL, names::IN, "gap", "out"]
+    let regions: Vec<String> = [names::ALL, names::IN, names::GAP, names::OUT]
         .iter()
         .filter(|r| {
             input
@@ -265,46 +265,20 @@ fn aggregates(
         })
         .map(|r| r.to_string())
         .collect();
-    let mut columns: Vec<(String, Option<f64>)> =
-        if input.track == uqbench_eval::Track::Classification {
-            Vec::new()
-        } else {
-            vec![
-                (names::DEVIATION.into(), None),
-                (names::UNCERTAINTY.into(), None),
-                (names::COVERAGE.into(), Some(0.95)),
-            ]
-        };
-    if input.track == uqbench_eval::Track::Classification {
-        // [002] Fig. 7–9: coverage of P(y = 1 | x) by the interval, its width, ECE;
-        // and the mean |P̂ − P|.
-        if let Some(l) = level {
-            let name = uqbench_eval::summary::level_name(l);
-            columns.push((format!("{}_{name}", names::COVERAGE_AT), Some(l)));
-            columns.push((format!("{}_{name}", names::WIDTH), None));
+    let mut columns = input.track.against_metrics(level);
+    // The distance to the exact posterior, where the track and the run have it.
+    if let Some(distance) = input.track.distance_metric() {
+        let has = input
+            .summary
+            .settings
+            .iter()
+            .any(|s| s.methods.values().any(|m| m.points.contains_key(distance)));
+        if has {
+            columns.push((distance.into(), None));
         }
-        columns.push((names::ECE.into(), None));
-        columns.push((names::ABS_ERROR.into(), None));
-    } else if let Some(l) = level {
-        let name = uqbench_eval::summary::level_name(l);
-        columns.push((format!("{}_{name}", names::CICP), Some(l)));
-        columns.push((format!("{}_{name}", names::WIDTH), None));
-    }
-    // The distance to the exact posterior, where the run has it.
-    let has_w2 = input.summary.settings.iter().any(|s| {
-        s.methods
-            .values()
-            .any(|m| m.points.contains_key(names::W2_ANCHOR))
-    });
-    if has_w2 && input.track == uqbench_eval::Track::Regression {
-        columns.push((names::W2_ANCHOR.into(), None));
     }
     // The joint KL at the run's largest τ (spec §10), where the run has it.
-    let prefix = if input.track == uqbench_eval::Track::Regression {
-        "joint_kl"
-    } else {
-        "env_kl"
-    };
+    let prefix = input.track.joint_metric();
     if let Some(tau) = super::joint::taus(input.summary, prefix).last() {
         columns.push((format!("{prefix}_{tau}"), None));
     }

@@ -6,7 +6,6 @@ use std::path::PathBuf;
 use anyhow::Result;
 use plotters::coord::Shift;
 use plotters::prelude::*;
-use uqbench_eval::Track;
 
 use super::{grid_shape, heading, pe, render, Band, Ctx, Figure, FONT};
 
@@ -103,9 +102,6 @@ pub(super) fn draw(c: &Ctx<'_>) -> Result<Vec<(String, PathBuf)>> {
     let (input, s, sf, out, label, design) = (c.input, c.s, c.sf, c.out, &c.label, &c.design);
     let test = &s.test;
     let mut written = Vec::new();
-    if input.track != Track::Regression {
-        return Ok(written);
-    }
     let mut push = |fig: &dyn Fn() -> Result<(String, PathBuf)>| -> Result<()> {
         written.push(fig()?);
         Ok(())

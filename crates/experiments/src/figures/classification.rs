@@ -302,11 +302,8 @@ fn referral(s: &SettingSummary, methods: &[&String], head: &str) -> Option<Panel
     })
 }
 
-/// The classification track's figures of a setting (none for a regression problem).
+/// The classification track's figures of a setting.
 pub(super) fn draw_setting(c: &Ctx<'_>) -> Result<Vec<(String, PathBuf)>> {
-    if c.input.track != uqbench_eval::Track::Classification {
-        return Ok(Vec::new());
-    }
     draw(
         c.s,
         &c.sf.setting.label(),

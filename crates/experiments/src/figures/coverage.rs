@@ -7,7 +7,6 @@ use anyhow::Result;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use uqbench_eval::summary::names;
-use uqbench_eval::Track;
 
 use super::{
     colour, coverage_levels, finite_or_zero, grid_shape, heading, legend_row, pe, point_values,
@@ -182,9 +181,6 @@ pub(super) fn along(c: &Ctx<'_>) -> Result<Vec<(String, PathBuf)>> {
     let (input, s, sf, out, label, design) = (c.input, c.s, c.sf, c.out, &c.label, &c.design);
     let test = &s.test;
     let mut written = Vec::new();
-    if input.track != Track::Regression {
-        return Ok(written);
-    }
     let mut push = |fig: &dyn Fn() -> Result<(String, PathBuf)>| -> Result<()> {
         written.push(fig()?);
         Ok(())
@@ -242,9 +238,6 @@ pub(super) fn along(c: &Ctx<'_>) -> Result<Vec<(String, PathBuf)>> {
 pub(super) fn histograms(c: &Ctx<'_>) -> Result<Vec<(String, PathBuf)>> {
     let (input, s, sf, out, label, design) = (c.input, c.s, c.sf, c.out, &c.label, &c.design);
     let mut written = Vec::new();
-    if input.track != Track::Regression {
-        return Ok(written);
-    }
     let mut push = |fig: &dyn Fn() -> Result<(String, PathBuf)>| -> Result<()> {
         written.push(fig()?);
         Ok(())

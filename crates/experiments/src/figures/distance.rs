@@ -8,7 +8,6 @@ use anyhow::Result;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use uqbench_eval::summary::names;
-use uqbench_eval::Track;
 
 use super::{colour, heading, legend_row, pe, point_values, render, Ctx, Figure, FONT};
 
@@ -95,7 +94,7 @@ impl Figure for DistanceAlong {
 /// W2 and KL to the anchor along the coordinate of a 1-D test design.
 pub(super) fn along(c: &Ctx<'_>) -> Result<Vec<(String, PathBuf)>> {
     let (input, s, sf) = (c.input, c.s, c.sf);
-    if input.track != Track::Regression || sf.d != 1 {
+    if sf.d != 1 {
         return Ok(Vec::new());
     }
     let (coord_name, coord) = match &s.test.coord {

@@ -7,7 +7,6 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::colors::colormaps::ViridisRGB;
 use uqbench_eval::summary::names;
-use uqbench_eval::Track;
 
 use super::{heading, pe, point_values, render, Ctx, Figure, FONT};
 
@@ -105,9 +104,6 @@ pub(super) fn draw(c: &Ctx<'_>) -> Result<Vec<(String, PathBuf)>> {
     let (input, s, sf, out, label, design) = (c.input, c.s, c.sf, c.out, &c.label, &c.design);
     let test = &s.test;
     let mut written = Vec::new();
-    if input.track != Track::Regression {
-        return Ok(written);
-    }
     let mut push = |fig: &dyn Fn() -> Result<(String, PathBuf)>| -> Result<()> {
         written.push(fig()?);
         Ok(())

@@ -112,8 +112,8 @@ pub(super) fn against_tau(c: &Ctx<'_>) -> Result<Vec<(String, PathBuf)>> {
     let (input, s) = (c.input, c.s);
     let methods: Vec<String> = input.methods.to_vec();
     let panels: Vec<Panel> = [
-        ("KL from the exact posterior predictive", "joint_kl"),
-        ("KL from the data-generating distribution", "env_kl"),
+        ("KL from the exact posterior predictive", names::JOINT_KL),
+        ("KL from the data-generating distribution", names::ENV_KL),
     ]
     .into_iter()
     .filter_map(|(what, prefix)| {

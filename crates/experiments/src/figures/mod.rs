@@ -178,8 +178,9 @@ pub struct FigureInput<'a> {
     pub repetitions: u64,
     /// The repetition the bands show.
     pub band_repetition: u64,
-    /// A classification problem: maps of P(y = 1 | x), reliability diagrams and referral
-    /// curves instead of the regression figures.
+    /// The problem's track, which names the figures that apply (classification: maps of
+    /// P(y = 1 | x), reliability diagrams and referral curves instead of the regression
+    /// figures).
     pub track: uqbench_eval::Track,
     /// The summary.
     pub summary: &'a Summary,
@@ -205,7 +206,8 @@ pub(super) struct Ctx<'a> {
 type SettingFigure = fn(&Ctx<'_>) -> Result<Vec<(String, PathBuf)>>;
 
 /// The figures of every setting, in report order. A new figure is a file with its drawing
-/// function and one entry here.
+/// function, one entry here, and its name in the tracks it applies to
+/// (`uqbench_eval::Track::setting_figures`).
 const SETTING_FIGURES: &[(&str, SettingFigure)] = &[
     ("bands", bands::draw),
     ("heatmaps", heatmaps::draw),
@@ -232,7 +234,8 @@ pub fn draw_all(dir: &Path, input: &FigureInput<'_>) -> Result<Vec<Written>> {
                 .filter(|&i| s.test.label[i].is_none())
                 .collect(),
         };
-        for (_, draw) in SETTING_FIGURES {
+        let names = input.track.setting_figures();
+        for (_, draw) in SETTING_FIGURES.iter().filter(|(n, _)| names.contains(n)) {
             written.extend(draw(&ctx)?);
         }
     }

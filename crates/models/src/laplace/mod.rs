@@ -38,7 +38,9 @@ enum Fitted {
     Dense(Posterior),
     Kron(Vec<KronLayer>, f64),
 }
-use uqbench_core::{Compute, FactorJoint, Likelihood, Method, MethodError, Prediction, Task, Tau};
+use uqbench_core::{
+    Compute, Extra, FactorJoint, Likelihood, Method, MethodError, Prediction, Task, Tau,
+};
 
 /// The noise sd at the training and at the test inputs.
 type Sigmas = (Vec<f64>, Vec<f64>);
@@ -469,7 +471,7 @@ impl Laplace {
         let mut pred = Prediction {
             noise_std: (!bernoulli).then_some(s_test),
             train_mean: Some(fit(&net)),
-            joint: (!bernoulli).then_some(joint),
+            extra: Extra::joint((!bernoulli).then_some(joint)),
             ..Prediction::normal(mean, std, samples)
         };
         let scalars = [

@@ -364,7 +364,7 @@ fn mean_variance_members_estimate_the_noise() {
     );
     // The predictive sd of y is the members' mixture's: var = mean σ²_m + (1/M)·Σ (μ_m − μ̄)²
     // = noise² + ((M − 1)/M)·std², std the members' sample sd (M − 1), not noise² + std².
-    let predictive = o.predictive_std.as_ref().expect("the mixture's sd");
+    let predictive = o.extra.predictive_std.as_ref().expect("the mixture's sd");
     let m = 5.0;
     for i in 0..x.len() {
         let mixture = noise[i].powi(2) + (m - 1.0) / m * o.std[i].powi(2);

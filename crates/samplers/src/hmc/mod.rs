@@ -72,7 +72,7 @@ pub use adapt::Metric;
 use chain::{ChainRecord, HmcTrainer};
 use uqbench_core::noise::{fixed_noise_sd, Tau};
 use uqbench_core::MethodError;
-use uqbench_core::{Compute, Family, Likelihood, Method, Prediction, Task};
+use uqbench_core::{Compute, Extra, Family, Likelihood, Method, Prediction, Task};
 
 mod adapt;
 pub(crate) mod chain;
@@ -366,19 +366,16 @@ impl Hmc {
             mean,
             std,
             noise_std: (!bernoulli).then(|| vec![noise; m]),
-            noise_samples: (!bernoulli).then_some(sigma_draws),
-            predictive_std: None,
             noise_known: false,
             family: Family::Empirical,
             samples: Some(rows),
             train_mean: Some(train_mean),
             scalars,
             diverged,
-            calibration: None,
-            quantiles: None,
-            joint: None,
-            sample_noise: None,
-            marginals_t: None,
+            extra: Extra {
+                noise_samples: (!bernoulli).then_some(sigma_draws),
+                ..Extra::default()
+            },
         }
     }
 

@@ -301,7 +301,7 @@ fn hmc_pairs_each_draw_with_its_own_sigma() {
     assert_eq!(o.scalars["divergent_transitions"], 0.0, "{:?}", o.scalars);
     assert_eq!(o.scalars["reference_grade"], 1.0, "{:?}", o.scalars);
     let f: Vec<f64> = o.samples.as_ref().unwrap().iter().map(|r| r[0]).collect();
-    let sigma = o.noise_samples.as_ref().unwrap();
+    let sigma = o.extra.noise_samples.as_ref().unwrap();
     assert_eq!(f.len(), sigma.len());
     let ess = o.scalars["ess_bulk_min"];
     let (grid, w, m, v) = sigma_quadrature(&x, &y, xs, 10.0);

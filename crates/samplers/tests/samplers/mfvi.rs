@@ -2,10 +2,10 @@
 
 use nalgebra::{DMatrix, DVector};
 use uqbench_anchor::Rng;
-use uqbench_core::inputs::FeatureInputs;
 use uqbench_core::{Method, SeedBase, Task};
 use uqbench_engine::engine::Resources;
 use uqbench_engine::{open_device, BackendKind, NetConfig, OptimConfig};
+use uqbench_posthoc::FeatureInputs;
 use uqbench_samplers::{Mfvi, MfviConfig, MfviSettings};
 
 /// The task with inputs `x` and features [1, x] at the training and test inputs.

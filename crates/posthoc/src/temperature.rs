@@ -3,7 +3,44 @@
 //! P̂(y = 1 | x) = mean_s sigmoid(f_s(x)/T), the mean over the method's draws (members,
 //! passes), which is how the track turns a method's logits into a probability.
 
-use crate::prediction::Prediction;
+use uqbench_core::{Likelihood, MethodError, Prediction};
+
+use crate::split::HeldOut;
+use crate::Calibrator;
+
+/// Temperature scaling of a classifier's logits: T fitted on the held-out labels, then every
+/// logit of the test prediction divided by it.
+pub struct Temperature;
+
+impl Calibrator for Temperature {
+    fn describe(&self) -> &'static str {
+        "temperature scaling"
+    }
+
+    fn likelihood(&self) -> Likelihood {
+        Likelihood::Bernoulli
+    }
+
+    fn calibrate(
+        &self,
+        held: &HeldOut<'_>,
+        out: &mut Prediction,
+        cal: &Prediction,
+    ) -> Result<(), MethodError> {
+        let draws = cal.samples.as_ref().ok_or_else(|| {
+            MethodError::invalid(
+                format!("[methods.{}] base", held.table),
+                "a method without its draws",
+                "a classification method (it returns its members' or passes' logits)",
+            )
+        })?;
+        let t = fit(draws, &held.labels());
+        apply(out, t);
+        out.scalars
+            .insert("calibration_points".into(), held.indices().len() as f64);
+        Ok(())
+    }
+}
 
 fn sigmoid(v: f64) -> f64 {
     if v >= 0.0 {
@@ -65,7 +102,7 @@ pub fn apply(p: &mut Prediction, t: f64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::seed::Rng;
+    use uqbench_core::Rng;
 
     #[test]
     fn recovers_the_temperature_of_overconfident_logits() {

@@ -7,11 +7,11 @@
 
 use statrs::distribution::{ContinuousCDF, Normal};
 use uqbench_anchor::{Blr, Rng};
-use uqbench_core::posthoc::{Calibrated, ConformalConfig, RecalibratedConfig, Score};
 use uqbench_core::{
     central_quantile, Compute, Features, Likelihood, Method, MethodError, NoiseInfo, Prediction,
     QuantileBand, SeedBase, Task,
 };
+use uqbench_posthoc::{Calibrated, ConformalConfig, RecalibratedConfig, Recalibration, Score};
 
 const N: usize = 60;
 const M: usize = 10;
@@ -74,7 +74,11 @@ fn coverage(method: &dyn Method, known: bool, reps: u64) -> Vec<Vec<f64>> {
                 .run(&task, &Compute::host(), false, &|_| {})
                 .unwrap()
                 .remove(0);
-            let cal = out.calibration.as_ref().expect("a calibrated prediction");
+            let cal = out
+                .extra
+                .calibration
+                .as_ref()
+                .expect("a calibrated prediction");
             LEVELS
                 .iter()
                 .map(|&level| {
@@ -145,10 +149,7 @@ fn recalibrating_an_exact_base_keeps_it_calibrated() {
     // recalibration moves its quantiles only by the calibration sample's error, so both keep
     // the marginal coverage of y within 0.02 of nominal (the average over 400 repetitions of
     // a coverage whose per-repetition sd is ≤ 0.1: SE ≤ 0.005, so 0.02 is 4 SE).
-    for recalibration in [
-        uqbench_core::posthoc::Recalibration::StdScaling,
-        uqbench_core::posthoc::Recalibration::Isotonic,
-    ] {
+    for recalibration in [Recalibration::StdScaling, Recalibration::Isotonic] {
         let m = Calibrated::recalibrated(
             "Recalibrated",
             Box::new(Blr),
@@ -189,6 +190,79 @@ fn a_calibration_fraction_that_leaves_nothing_is_an_error() {
     }
 }
 
+#[test]
+fn a_rule_on_the_other_track_is_an_error_before_training() {
+    // Conformal prediction and the recalibrations calibrate intervals of y, temperature
+    // scaling rescales logits: each refuses the other track's task with an error that names
+    // the table, the rule and what the problem takes instead.
+    let x: Vec<f64> = (0..8).map(|i| f64::from(i) / 8.0).collect();
+    let y = vec![x
+        .iter()
+        .map(|&v| f64::from(u8::from(v > 0.5)))
+        .collect::<Vec<f64>>()];
+    let task = |likelihood| Task {
+        d: 1,
+        x_train: &x,
+        y_train: &y,
+        repetitions: &[0],
+        x_test: &x,
+        epochs: 1,
+        known_sigma: None,
+        seeds: SeedBase {
+            base: 0,
+            experiment: "mismatch".into(),
+            setting: String::new(),
+        },
+        features: None,
+        noise: NoiseInfo {
+            train: &[],
+            test: &[],
+            known: false,
+        },
+        likelihood,
+    };
+    let recalibrated = |recalibration| {
+        let c = RecalibratedConfig {
+            base: "BLR".into(),
+            calibration_fraction: 0.25,
+            recalibration,
+        };
+        Calibrated::recalibrated("R", Box::new(Blr), &c).unwrap()
+    };
+    for (method, likelihood, needles) in [
+        (
+            conformal(Score::Absolute),
+            Likelihood::Bernoulli,
+            [
+                "split conformal prediction on a classification problem",
+                "temperature",
+            ],
+        ),
+        (
+            recalibrated(Recalibration::Isotonic),
+            Likelihood::Bernoulli,
+            [
+                "isotonic recalibration on a classification problem",
+                "temperature",
+            ],
+        ),
+        (
+            recalibrated(Recalibration::Temperature),
+            Likelihood::Gaussian,
+            ["temperature scaling on a regression problem", "std_scaling"],
+        ),
+    ] {
+        let err = method
+            .run(&task(likelihood), &Compute::host(), false, &|_| {})
+            .err()
+            .expect("an error")
+            .to_string();
+        for needle in needles {
+            assert!(err.contains(needle), "{needle:?} not in {err}");
+        }
+    }
+}
+
 /// A quantile base from the anchor, deliberately too narrow: per level the band
 /// μ ± 0.5·z·sqrt(std² + σ²) of y (half the exact predictive band's width).
 struct NarrowBands;
@@ -215,7 +289,7 @@ impl Method for NarrowBands {
                 .zip(task.noise.test)
                 .map(|(s, n)| (s * s + n * n).sqrt())
                 .collect();
-            p.quantiles = Some(
+            p.extra.quantiles = Some(
                 LEVELS
                     .iter()
                     .map(|&level| {

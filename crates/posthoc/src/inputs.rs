@@ -7,9 +7,7 @@
 //! dropped: the network's output bias stands for them, and keeping them would make the linear
 //! network's parameters unidentifiable (a flat-prior posterior would not exist).
 
-use crate::error::MethodError;
-use crate::prediction::Prediction;
-use crate::task::{Compute, Method, Task};
+use uqbench_core::{Compute, Method, MethodError, Prediction, Task};
 
 /// A method trained and evaluated on the features G(x) of a linear problem.
 pub struct FeatureInputs {
