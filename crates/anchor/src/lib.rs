@@ -35,8 +35,8 @@ pub use expr::{Expr, Num};
 pub use features::{FeatureMap, FeatureSpec, Term};
 pub use posterior::{Anchor, Posterior, RANK_TOLERANCE};
 pub use problem::{
-    DesignMode, Draw, GammaSpec, Model, Noise, Problem, ProblemSpec, RandomInputs, ReportPoint,
-    Setting, SurrogateInfo, TestSet,
+    DesignMode, Draw, GammaSpec, Model, Noise, Problem, ProblemKind, ProblemSpec, RandomInputs,
+    ReportPoint, Setting, SurrogateInfo, TestSet,
 };
 pub use seed::{Rng, SeedPath};
 pub use surrogate::SurrogateSpec;

@@ -10,7 +10,7 @@ use crate::bail;
 use crate::error::{Context, Result};
 use crate::spec::{ExperimentSpec, NoiseSource};
 use crate::summary::joint::{Exact, JointInput};
-use crate::summary::{self, AnchorRef, RepContext};
+use crate::summary::{self, names, AnchorRef, RepContext};
 use crate::track::{Stored, Track};
 
 /// Runs `method` on repetitions `reps` of one setting of `spec` (its problem resolved) and
@@ -97,7 +97,7 @@ fn predict_block(
     let parameters = method.parameters(&task);
     for (k, o) in outputs.iter_mut().enumerate() {
         if let (Some(p), false) = (parameters, o.diverged) {
-            o.scalars.insert("parameters".into(), p as f64);
+            o.scalars.insert(names::PARAMETERS.into(), p as f64);
         }
         let valid = with_validation.then(|| split_off(o, m_test));
         if classification || o.noise_std.is_some() || o.noise_known || o.diverged {

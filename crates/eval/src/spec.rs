@@ -9,8 +9,8 @@ use crate::summary::joint::JointSettings;
 use crate::track::Track;
 use serde::{Deserialize, Serialize};
 use uqbench_anchor::{
-    problem::reserved_name, ClassificationSpec, Expr, Num, Problem, ProblemSpec, Setting,
-    SurrogateSpec,
+    problem::reserved_name, ClassificationSpec, Expr, Num, Problem, ProblemKind, ProblemSpec,
+    Setting, SurrogateSpec,
 };
 
 /// One experiment: a problem, the sweep over its settings, the methods and how to run them,
@@ -53,17 +53,23 @@ pub enum ProblemDecl {
 }
 
 impl ProblemDecl {
+    /// The problem's kind, as its resolved [`Problem`] will have it.
+    pub fn kind(&self) -> ProblemKind {
+        match self {
+            ProblemDecl::Linear(_) => ProblemKind::Linear,
+            ProblemDecl::Surrogate(_) => ProblemKind::Surrogate,
+            ProblemDecl::Classification(_) => ProblemKind::Classification,
+        }
+    }
+
     /// Which track its results take.
     pub fn track(&self) -> Track {
-        match self {
-            ProblemDecl::Classification(_) => Track::Classification,
-            _ => Track::Regression,
-        }
+        Track::of_kind(self.kind())
     }
 
     /// Whether the problem has an anchor (the exact posterior).
     pub fn has_anchor(&self) -> bool {
-        matches!(self, ProblemDecl::Linear(_))
+        self.kind().has_anchor()
     }
 
     /// Whether the problem has a validation set.

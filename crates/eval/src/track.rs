@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use uqbench_anchor::{logistic, Problem};
+use uqbench_anchor::{logistic, Problem, ProblemKind};
 use uqbench_core::Prediction;
 
 use crate::error::{Context, Result};
@@ -157,10 +157,15 @@ impl Track {
 
     /// The track of a resolved problem.
     pub fn of(problem: &Problem) -> Track {
-        if problem.classification().is_some() {
-            Track::Classification
-        } else {
-            Track::Regression
+        Track::of_kind(problem.kind())
+    }
+
+    /// The track of a problem kind, declared or resolved: the one place that maps the one to
+    /// the other.
+    pub fn of_kind(kind: ProblemKind) -> Track {
+        match kind {
+            ProblemKind::Linear | ProblemKind::Surrogate => Track::Regression,
+            ProblemKind::Classification => Track::Classification,
         }
     }
 

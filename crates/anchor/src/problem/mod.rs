@@ -13,9 +13,11 @@ use crate::seed::{purpose, Rng, SeedPath};
 use crate::surrogate::{self, SurrogateSpec, Table};
 use crate::tcc::{ClassificationSpec, Tcc};
 
+mod model;
 mod random;
 mod sources;
 
+pub use model::{Model, ProblemKind, SurrogateInfo};
 pub use random::{DesignMode, RandomInputs};
 
 /// The parameters γ as written in a spec.
@@ -180,41 +182,6 @@ pub enum Noise {
     /// Labels y ~ Bernoulli(P(y = 1 | x)) (a classification problem); the tabulated σ is the
     /// Bernoulli sd √(p(1 − p)).
     Bernoulli,
-}
-
-/// What the true f is.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Model {
-    /// f = G(x)ᵀγ: linear in known features, so the anchor exists.
-    Linear {
-        /// G.
-        features: FeatureMap,
-        /// γ.
-        gamma: Vec<f64>,
-    },
-    /// f and σ² are random forests fitted to a real data set ([004] §5.5): no anchor.
-    Surrogate(SurrogateInfo),
-    /// [002]'s two-class problem: the targets are labels 0/1 and the truth is the exact
-    /// P(y = 1 | x) ([`crate::tcc`]); no anchor.
-    Classification(Tcc),
-}
-
-/// What a surrogate problem was built from.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SurrogateInfo {
-    /// The data file.
-    pub data: String,
-    /// The target column.
-    pub target: String,
-    /// The covariates, in input order.
-    pub covariates: Vec<String>,
-    /// Rows in the data.
-    pub rows: usize,
-    /// The target's mean and sd in the data's units ((0, 1) when not standardised): results
-    /// are in units of the sd.
-    pub target_scale: (f64, f64),
-    /// Out-of-bag R² of the forest that is f.
-    pub oob_r2: f64,
 }
 
 /// A problem resolved for one setting: feature map, γ, σ and designs are fixed numbers.
@@ -390,6 +357,15 @@ impl Problem {
         match (&self.noise, self.sigma_known) {
             (Noise::Constant(s), true) => Some(*s),
             _ => None,
+        }
+    }
+
+    /// The problem's kind.
+    pub fn kind(&self) -> ProblemKind {
+        match &self.model {
+            Model::Linear { .. } => ProblemKind::Linear,
+            Model::Surrogate(_) => ProblemKind::Surrogate,
+            Model::Classification(_) => ProblemKind::Classification,
         }
     }
 

@@ -121,6 +121,8 @@ pub const REFERENCE_GRADE: &str = "reference_grade";
 pub const LEARNED_P: &str = "learned_p";
 /// Method scalar: variational dropout's learned α.
 pub const LEARNED_ALPHA: &str = "learned_alpha";
+/// Scalar of every trained method: its number of parameters per replica (set by the runner).
+pub const PARAMETERS: &str = "parameters";
 /// Method scalar: a post-hoc method's held-out points.
 pub const CALIBRATION_POINTS: &str = "calibration_points";
 

@@ -162,7 +162,7 @@ fn classification(
         .test
         .region
         .iter()
-        .filter(|r| r.as_str() == "in")
+        .filter(|r| r.as_str() == uqbench_eval::summary::names::IN)
         .count();
     outln!("{} — repetition {}", problem.display_name(), args.rep);
     outln!(

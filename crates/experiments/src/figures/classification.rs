@@ -231,8 +231,8 @@ fn reliability(s: &SettingSummary, methods: &[&String], head: &str) -> Option<Pa
             let pts: Vec<(f64, f64)> = (0..ECE_BINS)
                 .filter_map(|b| {
                     Some((
-                        get(format!("reliability_confidence_{b}"))?,
-                        get(format!("reliability_accuracy_{b}"))?,
+                        get(format!("{}_{b}", names::RELIABILITY_CONFIDENCE))?,
+                        get(format!("{}_{b}", names::RELIABILITY_ACCURACY))?,
                     ))
                 })
                 .collect();
@@ -271,12 +271,20 @@ fn referral(s: &SettingSummary, methods: &[&String], head: &str) -> Option<Panel
             .collect()
     };
     let mut panels = Vec::new();
-    for (what, name) in [(names::ACCURACY, names::ACCURACY), (names::AUC, "ROC AUC")] {
+    let curves = [
+        (
+            names::ACCURACY,
+            names::REFERRAL_ACCURACY,
+            names::RANDOM_ACCURACY,
+        ),
+        ("ROC AUC", names::REFERRAL_AUC, names::RANDOM_AUC),
+    ];
+    for (name, referral, random) in curves {
         let mut lines = Vec::new();
         let mut lo = 1.0f64;
         for (i, method) in methods.iter().enumerate() {
-            for (dashed, metric) in [(false, "referral"), (true, "random")] {
-                let pts = curve(method, &format!("{metric}_{what}"));
+            for (dashed, metric) in [(false, referral), (true, random)] {
+                let pts = curve(method, metric);
                 lo = pts
                     .iter()
                     .map(|p| p.1)

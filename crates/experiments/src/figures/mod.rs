@@ -25,7 +25,7 @@ mod joint;
 pub(crate) use joint::taus as joint_taus;
 
 use uqbench_eval::store::setting_dir;
-use uqbench_eval::summary::{SettingSummary, Summary};
+use uqbench_eval::summary::{names, SettingSummary, Summary};
 
 /// One figure written to disk.
 #[derive(Debug, Clone)]
@@ -139,7 +139,7 @@ fn coverage_levels(s: &SettingSummary, methods: &[String]) -> Vec<f64> {
         .iter()
         .filter_map(|m| s.methods.get(m))
         .flat_map(|m| m.points.keys())
-        .filter_map(|k| k.strip_prefix("cicf_")?.parse::<f64>().ok())
+        .filter_map(|k| k.strip_prefix(names::CICF)?.strip_prefix('_')?.parse().ok())
         .collect();
     levels.sort_by(f64::total_cmp);
     levels.dedup();

@@ -18,7 +18,7 @@ use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use uqbench_anchor::Setting;
 use uqbench_eval::store::{setting_dir, write_atomic};
-use uqbench_eval::summary::Summary;
+use uqbench_eval::summary::{names, Summary};
 
 /// One unit's time.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -122,8 +122,8 @@ pub fn write(dir: &Path, summary: &Summary) -> Result<()> {
             .iter()
             .find(|s| setting_dir(&s.setting) == *setting)
             .and_then(|s| s.methods.get(method))
-            .and_then(|m| m.aggregate.get("all"))
-            .and_then(|a| a.get("parameters"))
+            .and_then(|m| m.aggregate.get(names::ALL))
+            .and_then(|a| a.get(names::PARAMETERS))
             .map(|p| p.value);
         let per = seconds / (*reps).max(1) as f64;
         let p = params.map_or(String::new(), |p| format!("{p}"));
