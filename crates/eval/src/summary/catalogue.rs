@@ -52,7 +52,7 @@ pub enum Better {
 
 /// One metric of the catalogue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct Metric {
+pub struct MetricInfo {
     /// Its name, or the prefix of an indexed family.
     pub name: &'static str,
     /// How the name is indexed.
@@ -71,8 +71,8 @@ pub struct Metric {
     pub about: &'static str,
 }
 
-const fn metric(name: &'static str, on: On, better: Better, computed: &'static str) -> Metric {
-    Metric {
+const fn metric(name: &'static str, on: On, better: Better, computed: &'static str) -> MetricInfo {
+    MetricInfo {
         name,
         index: Index::None,
         on,
@@ -84,20 +84,20 @@ const fn metric(name: &'static str, on: On, better: Better, computed: &'static s
     }
 }
 
-impl Metric {
-    const fn indexed(mut self, index: Index) -> Metric {
+impl MetricInfo {
+    const fn indexed(mut self, index: Index) -> MetricInfo {
         self.index = index;
         self
     }
-    const fn column(mut self, header: &'static str) -> Metric {
+    const fn column(mut self, header: &'static str) -> MetricInfo {
         self.column = Some(header);
         self
     }
-    const fn figures(mut self, stems: &'static [&'static str]) -> Metric {
+    const fn figures(mut self, stems: &'static [&'static str]) -> MetricInfo {
         self.figures = stems;
         self
     }
-    const fn about(mut self, about: &'static str) -> Metric {
+    const fn about(mut self, about: &'static str) -> MetricInfo {
         self.about = about;
         self
     }
@@ -115,7 +115,7 @@ const MCMC: &str = "samplers::hmc (per repetition)";
 const AGAINST: &[&str] = &["aggregates"];
 
 /// Every metric, regression first.
-pub const METRICS: &[Metric] = &[
+pub const METRICS: &[MetricInfo] = &[
     metric(n::DEVIATION, Regression, Lower, COMPUTE)
         .column("deviation")
         .figures(&["aggregates", "complexity"])
@@ -265,7 +265,7 @@ pub const METRICS: &[Metric] = &[
 /// The catalogue entry of a metric as summaries spell it (`deviation`, `cicf_0.95`,
 /// `joint_kl_10`, `referral_accuracy_0.5`), or `None` for a name it does not hold (a method's
 /// own scalar, such as `learned_p`).
-pub fn lookup(name: &str) -> Option<&'static Metric> {
+pub fn lookup(name: &str) -> Option<&'static MetricInfo> {
     if let Some(m) = METRICS
         .iter()
         .find(|m| m.index == Index::None && m.name == name)

@@ -256,3 +256,30 @@ pub(super) fn finite_or_zero(v: f64) -> f64 {
         0.0
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::SETTING_FIGURES;
+    use uqbench_eval::Track;
+
+    #[test]
+    fn every_figure_a_track_names_exists_and_every_figure_has_a_track() {
+        // A misspelt name in `Track::setting_figures` would silently drop a figure, and a
+        // figure no track names would never be drawn.
+        let tracks = [Track::Regression, Track::Classification];
+        for track in tracks {
+            for name in track.setting_figures() {
+                assert!(
+                    SETTING_FIGURES.iter().any(|(n, _)| n == name),
+                    "{track:?} names {name}, which is not a figure"
+                );
+            }
+        }
+        for (name, _) in SETTING_FIGURES {
+            assert!(
+                tracks.iter().any(|t| t.setting_figures().contains(name)),
+                "no track draws {name}"
+            );
+        }
+    }
+}
