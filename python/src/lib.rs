@@ -567,7 +567,7 @@ fn compare<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let opts = uqbench_eval::compare::Options {
         metric,
-        region: region.unwrap_or_else(|| "all".to_string()),
+        region: region.unwrap_or_else(|| uqbench_eval::summary::names::ALL.to_string()),
         setting,
         resamples,
         seed,
@@ -587,6 +587,17 @@ fn compare<'py>(
         })
         .map_err(value_error)?;
     from_json(py, &out)
+}
+
+/// The metric catalogue (what `uqbench metrics --catalogue` prints): one dict per metric with
+/// its `name`, `index` (`none`, `level`, `tau`, `fraction`, `bin`), track (`on`), `better`
+/// (`lower`, `higher`, `target`, `neither`), where it is `computed`, its report `column`, the
+/// `figures` that draw it and what it is (`about`).
+#[pyfunction]
+fn metric_catalogue<'py>(py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+    let list = serde_json::to_value(uqbench_eval::summary::catalogue::METRICS)
+        .map_err(value_error)?;
+    from_json(py, &list)
 }
 
 /// The native module.
@@ -610,6 +621,7 @@ fn method_kinds<'py>(py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
 fn _uqbench(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyProblem>()?;
     m.add_function(wrap_pyfunction!(method_kinds, m)?)?;
+    m.add_function(wrap_pyfunction!(metric_catalogue, m)?)?;
     m.add_function(wrap_pyfunction!(metrics, m)?)?;
     m.add_function(wrap_pyfunction!(compare, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -46,7 +46,7 @@ from ._arrays import as_float_array, as_int, as_levels
 from ._uqbench import Problem as _NativeProblem
 from ._uqbench import __version__
 from ._uqbench import compare as _native_compare
-from ._uqbench import method_kinds
+from ._uqbench import method_kinds, metric_catalogue
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -62,6 +62,7 @@ __all__ = [
     "read_run",
     "metrics",
     "method_kinds",
+    "metric_catalogue",
     "__version__",
 ]
 
