@@ -64,8 +64,9 @@ pub struct Recalibrate {
 impl Calibrator for Recalibrate {
     fn describe(&self) -> &'static str {
         match self.rule {
+            CalibrationRule::StdScaling => "std scaling",
             CalibrationRule::Isotonic => "isotonic recalibration",
-            _ => "std scaling",
+            _ => "a recalibration",
         }
     }
 
