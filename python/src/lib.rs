@@ -420,7 +420,7 @@ impl PyProblem {
     fn read_prediction(&self, track: Track, d: &Bound<'_, PyDict>) -> Result<Read, String> {
         let keys: Vec<String> = d.keys().iter().map(|k| k.to_string()).collect::<Vec<_>>();
         let valid: &[&str] = match track {
-            Track::Regression => &["mean", "std", "noise_std", "samples", "cov"],
+            Track::Regression => &["mean", "std", "noise_std", "samples", "sample_noise", "cov"],
             Track::Classification => &["probs"],
         };
         if let Some(bad) = keys.iter().find(|k| !valid.contains(&k.as_str())) {
@@ -462,14 +462,19 @@ impl PyProblem {
                 };
                 let prediction = match matrix("samples", "test inputs × draws")? {
                     Some(samples) => {
-                        if keys.iter().any(|k| k != "samples" && k != "noise_std") {
+                        if keys
+                            .iter()
+                            .any(|k| !["samples", "noise_std", "sample_noise"].contains(&k.as_str()))
+                        {
                             return Err("`samples` comes alone or with `noise_std` (one per \
-                                        draw); mean and std are taken from them"
+                                        draw) or `sample_noise` (test inputs × draws); mean \
+                                        and std are taken from them"
                                 .into());
                         }
                         External::Samples {
                             samples,
                             noise_std: vector("noise_std")?,
+                            sample_noise: matrix("sample_noise", "test inputs × draws")?,
                         }
                     }
                     None => External::Gaussian {

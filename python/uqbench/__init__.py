@@ -43,6 +43,8 @@ import numpy as np
 
 from . import metrics
 from ._arrays import as_float_array, as_int, as_levels
+from ._draws import read_draws
+from ._draws import score_input as _draws_score_input
 from ._uqbench import Problem as _NativeProblem
 from ._uqbench import __version__
 from ._uqbench import compare as _native_compare
@@ -60,6 +62,7 @@ __all__ = [
     "score",
     "evaluate",
     "read_run",
+    "read_draws",
     "metrics",
     "method_kinds",
     "metric_catalogue",
@@ -253,6 +256,7 @@ _KEYS = {
     "std": ((1,), "one value per test input"),
     "noise_std": ((1,), "one value per test input (or per draw, with samples)"),
     "samples": ((2,), "test inputs × draws"),
+    "sample_noise": ((2,), "test inputs × draws, like samples"),
     "cov": ((2,), "test inputs × test inputs"),
     "probs": ((1, 2), "test inputs, or test inputs × draws"),
 }
@@ -302,7 +306,8 @@ def score(
     ``{"mean": array, "cov": array}`` (a Gaussian joint of f: the covariance at the test
     inputs), or ``{"samples": array}`` (test inputs × draws: intervals from their quantiles;
     a draw is one function, so the draws are also the joint; optionally ``"noise_std"`` per
-    draw), or for a
+    draw or ``"sample_noise"``, the noise sd of each draw at each input, shaped like
+    ``samples``; ``Run.draws`` reads a run's stored draws in this form), or for a
     classification problem ``{"probs": array}`` (P(y = 1 | x) per test input, or test inputs
     × draws). ``levels``: the interval levels (default 0.95, 0.9, 0.8, 0.7).
     """
@@ -460,6 +465,22 @@ class Run:
             with open(path, encoding="utf-8") as f:
                 out.append(_arrays(json.load(f)))
         return out
+
+    def draws(self, setting: str, method: str, k: int) -> Dict[str, np.ndarray]:
+        """Repetition ``k``'s stored joint predictive of ``method`` at ``setting``
+        (``rep-NNN.draws``) as a prediction of :func:`score`: ``{"samples"}`` (test inputs ×
+        draws) with the noise sd per draw (``noise_std``) or per draw and input
+        (``sample_noise``) where the method has one, or ``{"mean", "cov"}`` for a Gaussian
+        joint; what ``uqbench draws`` writes. :func:`read_draws` reads the file as stored."""
+        k = _rep_index(k)
+        folder = os.path.join(self.path, "reps", _setting_dir(setting), method)
+        path = os.path.join(folder, f"rep-{k:03d}.draws")
+        if not os.path.isfile(path):
+            raise ValueError(
+                f"setting {setting!r}, method {method!r}, repetition {k}: no draws file {path} "
+                "(a method with marginals only has none, and run.draws = \"none\" writes none)"
+            )
+        return _draws_score_input(read_draws(path))
 
     @property
     def by_repetition(self) -> "pd.DataFrame":

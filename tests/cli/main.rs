@@ -9,6 +9,7 @@ mod bad_specs;
 mod bench;
 mod compare;
 mod design;
+mod draws;
 mod export_and_score;
 mod host;
 mod limits;

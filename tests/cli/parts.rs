@@ -29,12 +29,13 @@ fn a_killed_run_resumes_and_shards_merge_to_the_same_results() {
         .spawn()
         .unwrap();
     let start = Instant::now();
-    while count_files(&part.join("reps")) == 0 && start.elapsed() < Duration::from_secs(60) {
+    while count_files(&part.join("reps"), "json") == 0 && start.elapsed() < Duration::from_secs(60)
+    {
         std::thread::sleep(Duration::from_millis(5));
     }
     child.kill().unwrap();
     child.wait().unwrap();
-    let partial = count_files(&part.join("reps"));
+    let partial = count_files(&part.join("reps"), "json");
     assert!(
         partial > 0 && partial < 2 * 8 * 20,
         "killed after {partial} result files"
@@ -47,6 +48,19 @@ fn a_killed_run_resumes_and_shards_merge_to_the_same_results() {
         reference,
         "resumed run differs"
     );
+    // Its draws files too: one written before the kill and not followed by its repetition
+    // file is written again.
+    assert_eq!(
+        count_files(&part.join("reps"), "draws"),
+        count_files(&full.join("reps"), "draws")
+    );
+    for f in files_under(&full.join("reps")) {
+        assert_eq!(
+            std::fs::read(part.join("reps").join(&f)).unwrap(),
+            std::fs::read(full.join("reps").join(&f)).unwrap(),
+            "{f:?} of the resumed run differs"
+        );
+    }
 
     // Two shards, merged.
     let (s0, s1, merged) = (
@@ -59,7 +73,10 @@ fn a_killed_run_resumes_and_shards_merge_to_the_same_results() {
         assert!(o.status.success(), "{}", stderr(&o));
         assert!(!dir.join("summary.json").exists());
     }
-    let files = (count_files(&s0.join("reps")), count_files(&s1.join("reps")));
+    let files = (
+        count_files(&s0.join("reps"), "json"),
+        count_files(&s1.join("reps"), "json"),
+    );
     assert!(
         files.0 > 0 && files.1 > 0 && files.0 + files.1 == 2 * 8 * 20,
         "{files:?}"
@@ -80,6 +97,12 @@ fn a_killed_run_resumes_and_shards_merge_to_the_same_results() {
         reference,
         "merged run differs"
     );
+    // The merge carries every repetition's draws file.
+    assert_eq!(
+        count_files(&merged.join("reps"), "draws"),
+        count_files(&full.join("reps"), "draws")
+    );
+    assert!(stderr(&o).contains("with draws files"), "{}", stderr(&o));
 }
 
 /// Every file under `dir`, relative to it.
@@ -117,7 +140,13 @@ fn a_repetition_depends_on_nothing_but_itself() {
         for f in &files {
             let name = f.file_name().unwrap().to_str().unwrap();
             assert!(
-                name == "rep-001.json" || name == "rep-002.json",
+                [
+                    "rep-001.json",
+                    "rep-002.json",
+                    "rep-001.draws",
+                    "rep-002.draws"
+                ]
+                .contains(&name),
                 "{spec}: {f:?}"
             );
             methods.insert(f.parent().unwrap().to_path_buf());
@@ -127,7 +156,11 @@ fn a_repetition_depends_on_nothing_but_itself() {
                 "{spec}: {f:?} differs from the full run's"
             );
         }
-        assert_eq!(files.len(), 2 * methods.len(), "{spec}");
+        assert_eq!(
+            count_files(&part.join("reps"), "json"),
+            2 * methods.len(),
+            "{spec}"
+        );
         let meta: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(part.join("run.json")).unwrap()).unwrap();
         assert_eq!(meta["reps"], "1..3");

@@ -84,8 +84,10 @@ fn e1_quick_produces_every_output_and_the_anchor_covers() {
             );
         }
     }
-    // 2 settings × 8 methods (seven and the anchor) × 20 repetitions.
-    assert_eq!(count_files(&out.join("reps")), 2 * 8 * 20);
+    // 2 settings × 8 methods (seven and the anchor) × 20 repetitions, each with its draws
+    // (the anchor: its Gaussian joint) in 8 bits.
+    assert_eq!(count_files(&out.join("reps"), "json"), 2 * 8 * 20);
+    assert_eq!(count_files(&out.join("reps"), "draws"), 2 * 8 * 20);
     let csv = std::fs::read_to_string(out.join("summary.csv")).unwrap();
     let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
     for col in [

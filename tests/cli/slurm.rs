@@ -210,6 +210,10 @@ fn slurm_options_reach_their_jobs_and_the_cluster_limits_hold() {
         "quick",
         "--out",
         dir.to_str().unwrap(),
+        "--joint-tau",
+        "1,10,100",
+        "--draws",
+        "f32",
     ];
     let with = |extra: &[&str]| {
         let mut args: Vec<&str> = base.to_vec();
@@ -257,6 +261,8 @@ fn slurm_options_reach_their_jobs_and_the_cluster_limits_hold() {
         "#SBATCH --gres=gpu:1",
         "#SBATCH --mail-type=END",
         "\nmodule load cuda/12\nset -euo pipefail\n",
+        // What the recorded spec holds reaches every task, or merge would refuse the parts.
+        " --joint-tau 1,10,100 --draws f32",
     ] {
         assert!(run.contains(needle), "run.sbatch lacks {needle:?}:\n{run}");
     }

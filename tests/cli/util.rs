@@ -78,8 +78,9 @@ pub fn run_spec(spec: &Path, out: &Path, extra: &[&str]) {
     assert!(o.status.success(), "{}", stderr(&o));
 }
 
-/// Files under `dir`, recursively (0 for a missing directory).
-pub fn count_files(dir: &Path) -> usize {
+/// Files under `dir` whose extension is `ext` (`json`: repetition files; `draws`: their
+/// draws files), recursively (0 for a missing directory).
+pub fn count_files(dir: &Path, ext: &str) -> usize {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return 0;
     };
@@ -87,9 +88,9 @@ pub fn count_files(dir: &Path) -> usize {
         .map(|e| {
             let p = e.unwrap().path();
             if p.is_dir() {
-                count_files(&p)
+                count_files(&p, ext)
             } else {
-                1
+                usize::from(p.extension().is_some_and(|e| e == ext))
             }
         })
         .sum()

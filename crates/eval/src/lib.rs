@@ -16,10 +16,13 @@
 //!   (per test input and per region, error bars over repetitions) and their files;
 //! - [`track`]: the two tracks (regression, classification): each one's stored repetition,
 //!   how an output becomes one, how it is read and summarised;
+//! - [`draws`]: a repetition's joint predictive on disk (`rep-NNN.draws`, 8 bits or f32 per
+//!   value), written by a run, read by `uqbench draws` and the Python package;
 //! - [`store`]: atomic writes, the run directory's paths and its `run.json`.
 //! - [`error`]: the crate's error type, `EvalError`.
 
 pub mod compare;
+pub mod draws;
 pub mod error;
 pub mod kinds;
 pub mod metrics;

@@ -7,15 +7,27 @@ use uqbench_anchor::{Anchor, Posterior, Problem, SeedPath, Setting, ANCHOR};
 use uqbench_core::{Compute, Method, Prediction, SeedBase};
 
 use crate::bail;
+use crate::draws::{self, DrawFormat};
 use crate::error::{Context, Result};
 use crate::spec::{ExperimentSpec, NoiseSource};
 use crate::summary::joint::{Exact, JointInput};
 use crate::summary::{self, names, AnchorRef, RepContext};
 use crate::track::{Stored, Track};
 
+/// One repetition's prediction in stored form, with its joint predictive's file
+/// ([`draws::encode`]) where the run stores one.
+#[derive(Debug, Clone)]
+pub struct Predicted {
+    /// The repetition file's content.
+    pub stored: Stored,
+    /// The draws file's bytes (`None`: `run.draws = "none"`, a diverged repetition, or a
+    /// joint of marginals only).
+    pub draws: Option<Vec<u8>>,
+}
+
 /// Runs `method` on repetitions `reps` of one setting of `spec` (its problem resolved) and
-/// returns their stored forms: the same path for every method, the anchor included, in a run
-/// and in `score`. `progress` receives the fraction done.
+/// returns their stored forms and draws files: the same path for every method, the anchor
+/// included, in a run and in `score`. `progress` receives the fraction done.
 pub fn predict(
     spec: &ExperimentSpec,
     setting: &Setting,
@@ -24,7 +36,7 @@ pub fn predict(
     reps: &[u64],
     compute: &Compute,
     progress: &(dyn Fn(f64) + Sync),
-) -> Result<Vec<Stored>> {
+) -> Result<Vec<Predicted>> {
     if !problem.is_random_design() {
         return predict_block(spec, setting, problem, method, reps, compute, progress);
     }
@@ -57,7 +69,7 @@ fn predict_block(
     reps: &[u64],
     compute: &Compute,
     progress: &(dyn Fn(f64) + Sync),
-) -> Result<Vec<Stored>> {
+) -> Result<Vec<Predicted>> {
     let track = Track::of(problem);
     let classification = track == Track::Classification;
     // A spec without [run] (scored, not run) has no levels, the known noise, and no training.
@@ -85,9 +97,10 @@ fn predict_block(
     );
     let total = (reps.len() * method.replicas_per_repetition()) as f64;
     let context = || format!("method {} at {}", method.name(), problem.display_name());
-    // Classification needs every member's or pass's logits; the joint metrics every method's
-    // draws (used in memory when the repetition is stored, not written).
-    let keep_samples = classification || spec.joint_settings().is_some();
+    // Classification needs every member's or pass's logits; the joint metrics and the draws
+    // files every method's draws.
+    let keep_samples =
+        classification || spec.joint_settings().is_some() || draw_format(spec) != DrawFormat::None;
     let mut outputs = method
         .run(&task, compute, keep_samples, &|done| {
             progress(done as f64 / total)
@@ -167,10 +180,11 @@ fn store(
     ys: &[Vec<f64>],
     posteriors: &[Option<Posterior>],
     levels: &[f64],
-) -> Result<Vec<Stored>> {
+) -> Result<Vec<Predicted>> {
     let context = || format!("method {} at {}", method.name(), problem.display_name());
     let is_anchor = method.name() == ANCHOR;
     let joint = spec.joint_settings();
+    let format = draw_format(spec);
     let regions = summary::regions(&summary::TestInfo::of(problem));
     let label = setting.label();
     reps.iter()
@@ -204,9 +218,18 @@ fn store(
                 train_y: y,
                 train_sigma: &problem.train_sigma,
             };
-            track.store(r, o, &ctx).with_context(context)
+            let draws = draws::encode(&o, format, track == Track::Classification);
+            Ok(Predicted {
+                stored: track.store(r, o, &ctx).with_context(context)?,
+                draws,
+            })
         })
         .collect()
+}
+
+/// How the run stores draws (a spec without `[run]`, scored, stores none).
+fn draw_format(spec: &ExperimentSpec) -> DrawFormat {
+    spec.run.as_ref().map_or(DrawFormat::None, |r| r.draws)
 }
 
 /// Splits the predictions at the inputs after the first `m` (the validation inputs) off a

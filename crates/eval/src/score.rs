@@ -42,7 +42,10 @@ pub fn score_setting(
             &Compute::host(),
             &|_| {},
         )?;
-        methods.insert(ANCHOR.to_string(), anchor);
+        methods.insert(
+            ANCHOR.to_string(),
+            anchor.into_iter().map(|p| p.stored).collect(),
+        );
     }
     methods.insert(method.to_string(), external);
     let labels = label_source(spec, problem);
@@ -79,7 +82,60 @@ pub enum External {
         samples: Vec<Vec<f64>>,
         /// The noise sd of y that goes with each draw (`[S]`), when the method draws it.
         noise_std: Option<Vec<f64>>,
+        /// The noise sd of y of each draw at each test input (`[M][S]`, like `samples`), when
+        /// every draw has its own σ(x) (a mean–variance ensemble's members).
+        sample_noise: Option<Vec<Vec<f64>>>,
     },
+}
+
+/// Checks external draws (`[M][S]`) and their noise sds for `m` test inputs: one row of
+/// draws per input, `noise_std` one value > 0 per draw, `sample_noise` (`[M][S]`) one per draw
+/// and input, not both; returns `sample_noise` as rows per draw (`[S][M]`).
+fn check_samples(
+    draws: &[Vec<f64>],
+    noise_std: Option<&[f64]>,
+    sample_noise: Option<Vec<Vec<f64>>>,
+    m: usize,
+) -> Result<Option<Vec<Vec<f64>>>> {
+    if draws.len() != m {
+        bail!(
+            "samples for {} test inputs, but the problem has {m} (one row of draws per test \
+             input, in test order)",
+            draws.len()
+        );
+    }
+    let s = draws.first().map_or(0, Vec::len);
+    if let Some(n) = noise_std {
+        if n.len() != s || n.iter().any(|v| !(v.is_finite() && *v > 0.0)) {
+            bail!(
+                "noise_std with samples: {} values; valid: one finite value > 0 per draw ({s})",
+                n.len()
+            );
+        }
+    }
+    let Some(n) = sample_noise else {
+        return Ok(None);
+    };
+    let bad = n.len() != m
+        || n.iter()
+            .any(|r| r.len() != s || r.iter().any(|v| !(v.is_finite() && *v > 0.0)));
+    if bad {
+        bail!(
+            "sample_noise with samples: valid: one row per test input ({m}) of one finite value \
+             > 0 per draw ({s})"
+        );
+    }
+    if noise_std.is_some() {
+        bail!("noise_std (per draw) and sample_noise (per draw and input): give one");
+    }
+    Ok(Some(transpose(&n)))
+}
+
+/// `[M][S]` (one row per test input) as `[S][M]` (one row per draw), as methods return draws.
+fn transpose(cols: &[Vec<f64>]) -> Vec<Vec<f64>> {
+    (0..cols[0].len())
+        .map(|k| cols.iter().map(|c| c[k]).collect())
+        .collect()
 }
 
 /// Mean and sample standard deviation (n − 1) of each test input's draws.
@@ -193,6 +249,7 @@ pub fn regression_rep(
     let anchor = own_fit.as_ref().or(anchor);
     let problem = problem.as_ref();
     let m = problem.test.truth.len();
+    let mut per_draw_input = None;
     let (mean, std, noise_std, samples, noise_samples, cov) = match prediction {
         External::Gaussian {
             mean,
@@ -210,20 +267,10 @@ pub fn regression_rep(
         External::Samples {
             samples: draws,
             noise_std,
+            sample_noise,
         } => {
-            if draws.len() != m {
-                bail!(
-                    "samples for {} test inputs, but the problem has {m} (one row of draws per \
-                     test input, in test order)",
-                    draws.len()
-                );
-            }
+            per_draw_input = check_samples(&draws, noise_std.as_deref(), sample_noise, m)?;
             let (mean, std) = from_samples(&draws)?;
-            if let Some(n) = &noise_std {
-                if n.len() != draws[0].len() || n.iter().any(|v| !(v.is_finite() && *v > 0.0)) {
-                    bail!("noise_std with samples: {} values; valid: one finite value > 0 per draw ({})", n.len(), draws[0].len());
-                }
-            }
             (mean, std, None, Some(draws), noise_std, None)
         }
     };
@@ -252,11 +299,7 @@ pub fn regression_rep(
     }
     let factor = cov.as_deref().map(|c| factor_of(c, m)).transpose()?;
     // Draws become rows (one per draw), as methods return them.
-    let rows = samples.map(|cols| {
-        (0..cols[0].len())
-            .map(|k| cols.iter().map(|c| c[k]).collect())
-            .collect()
-    });
+    let rows = samples.as_deref().map(transpose);
     let mut out = Prediction {
         family: if rows.is_some() {
             Family::Empirical
@@ -271,6 +314,7 @@ pub fn regression_rep(
         ..Default::default()
     };
     out.extra.noise_samples = noise_samples;
+    out.extra.sample_noise = per_draw_input;
     // The exact posterior of the same repetition, where the problem has one.
     let train_y = problem.draw(rep).train_y;
     let posterior = anchor.and_then(|a| a.posterior(&train_y).ok());

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use crate::bail;
+use crate::draws::DrawFormat;
 use crate::error::{Context, Result};
 use crate::summary::joint::JointSettings;
 use crate::track::Track;
@@ -210,6 +211,11 @@ pub struct RunSpec {
     /// Batches per repetition, region and τ.
     #[serde(default = "default_joint_batches")]
     pub joint_batches: usize,
+    /// How each repetition's joint predictive (draws, Gaussian joint) is stored beside its
+    /// repetition file: `i8` (8 bits per value, the default), `f32` or `none` (see
+    /// [`crate::draws`]).
+    #[serde(default)]
+    pub draws: DrawFormat,
 }
 
 impl RunSpec {

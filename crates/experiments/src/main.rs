@@ -67,6 +67,8 @@ enum Command {
     Export(commands::export::ExportArgs),
     /// Summarise predictions made by another tool against the truth and the anchor.
     Score(commands::score::ScoreArgs),
+    /// Write a run's stored draws (or Gaussian joints) of one method as `score`'s input.
+    Draws(commands::draws::DrawsArgs),
     /// Compare every pair of methods repetition by repetition: paired differences, t
     /// intervals, bootstrap, Holm, and rankings whose ties the data do not separate.
     Compare(commands::compare::CompareArgs),
@@ -88,6 +90,7 @@ fn main() -> ExitCode {
         Command::Metrics(args) => commands::metrics::run(args),
         Command::Export(args) => commands::export::run(args),
         Command::Score(args) => commands::score::run(args),
+        Command::Draws(args) => commands::draws::run(args),
         Command::Compare(args) => commands::compare::run(args),
     };
     match result {

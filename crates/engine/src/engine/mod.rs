@@ -21,6 +21,10 @@
 //! - `chunk`: the built-in network's training of one chunk;
 //! - `host`: the same for small networks on the CPU, as fused loops over one replica's
 //!   points (`crate::cpu::feature_major`), for the jobs that need no more than full batches and ½·MSE;
+//! - [`epinet`]: the epinet (a base network and a small index-conditioned network beside
+//!   it) on the host loops;
+//! - [`rank1`]: a rank-1 ensemble (BatchEnsemble: members sharing one weight matrix per
+//!   layer) on the host loops, each member through the host network's passes;
 //! - [`ops`]: counting the tensor operations a run issues, in burn's fusion server (GPU);
 //! - `probe` (tests): the objective's gradient against finite differences.
 //!
@@ -30,6 +34,7 @@
 
 pub(crate) mod chunk;
 pub mod collect;
+pub mod epinet;
 pub mod head;
 mod host;
 pub mod job;
@@ -41,9 +46,11 @@ pub mod ops;
 pub mod pool;
 #[cfg(test)]
 mod probe;
+pub mod rank1;
 pub mod settings;
 
 pub use chunk::{PURPOSE_FIT, PURPOSE_NOISE, PURPOSE_PREDICT};
+pub use epinet::{train_epinet_host, EpinetParts};
 pub use head::Head;
 pub use job::Job;
 pub use langevin::{start_sigma2, Dynamics, Langevin, LearnedNoise, StepSchedule, NOISE_PRIOR};
@@ -54,6 +61,7 @@ pub use memory::{
 pub use network::{try_download, upload};
 pub use ops::OpCounts;
 pub use pool::{run_chunks, ChunkOut, ChunkTrainer, TrainOutput, Transfers};
+pub use rank1::{train_rank1_host, FastWeights, Rank1Parts};
 pub use settings::{Batching, LrSwitch, TrainSettings};
 
 use crate::mlp::MlpShape;

@@ -3,8 +3,9 @@
 //! distribution to the method's (`env_kl_T`, the Neural Testbed's quantity), per region.
 //!
 //! Computed when a repetition is stored, from what the method returned in memory (its
-//! draws, its Gaussian joint or its marginals): the draws are not written to the run
-//! directory, so the joint metrics cost no disk and no second pass.
+//! draws, its Gaussian joint or its marginals), in full precision and without a second pass;
+//! [`crate::draws`] writes the same draws or joint beside the repetition file (8 bits per
+//! value by default), from which `uqbench draws` and `uqbench score` compute them again.
 //!
 //! Batches: for τ > 1, `batches` batches of τ inputs by dyadic sampling (κ anchors drawn
 //! uniformly with replacement from the region's test inputs, then each of the τ inputs
@@ -95,6 +96,22 @@ pub enum JointKind {
     Draws,
     /// Marginals only: scored with their product.
     Marginals,
+}
+
+impl JointKind {
+    /// What a method's output gives its joint: its Gaussian joint, else (without per-input t
+    /// marginals, which stand for themselves) its draws, else its marginals.
+    pub fn of(out: &Prediction) -> JointKind {
+        if out.extra.joint.is_some() {
+            JointKind::Gaussian
+        } else if out.extra.marginals_t.is_some() {
+            JointKind::Marginals
+        } else if out.samples.as_ref().is_some_and(|s| !s.is_empty()) {
+            JointKind::Draws
+        } else {
+            JointKind::Marginals
+        }
+    }
 }
 
 /// The exact posterior of f at the test inputs of one repetition (from the anchor).
@@ -227,15 +244,7 @@ pub struct MethodJoint<'a> {
 impl<'a> MethodJoint<'a> {
     /// The method's joint: its Gaussian joint, else its draws, else its marginals.
     pub fn new(out: &'a Prediction, noise_sd: &'a [f64]) -> MethodJoint<'a> {
-        let kind = if out.extra.joint.is_some() {
-            JointKind::Gaussian
-        } else if out.extra.marginals_t.is_some() {
-            JointKind::Marginals
-        } else if out.samples.as_ref().is_some_and(|s| !s.is_empty()) {
-            JointKind::Draws
-        } else {
-            JointKind::Marginals
-        };
+        let kind = JointKind::of(out);
         let (mut draws, mut draw_inv_sd, mut draw_ln_sd) = (Vec::new(), Vec::new(), Vec::new());
         if kind == JointKind::Draws {
             let rows = out.samples.as_ref().expect("kind Draws");

@@ -7,6 +7,7 @@ use clap::Args;
 
 use super::status::ranges;
 use crate::runner::{self, Plan};
+use uqbench_eval::draws::{draws_path, EXTENSION};
 use uqbench_eval::spec::ExperimentSpec;
 use uqbench_eval::store::rep_path;
 use uqbench_eval::store::{prepare_dir, write_atomic, RunMeta, SPEC_FILE};
@@ -57,10 +58,17 @@ pub fn run(args: &MergeArgs) -> Result<()> {
                 .collect();
             match holders.as_slice() {
                 [] => missing.push((ui, r)),
-                [one] => sources.push((
-                    rep_path(one, setting, &unit.method, r),
-                    rep_path(&args.out, setting, &unit.method, r),
-                )),
+                [one] => {
+                    // The draws file first (where the run wrote one), then the repetition's.
+                    let draws = draws_path(one, setting, &unit.method, r);
+                    if draws.is_file() {
+                        sources.push((draws, draws_path(&args.out, setting, &unit.method, r)));
+                    }
+                    sources.push((
+                        rep_path(one, setting, &unit.method, r),
+                        rep_path(&args.out, setting, &unit.method, r),
+                    ))
+                }
                 _ => duplicated.push((rep_path(Path::new(""), setting, &unit.method, r), holders)),
             }
         }
@@ -74,7 +82,9 @@ pub fn run(args: &MergeArgs) -> Result<()> {
     prepare_dir(&args.out, &text, true)?;
     let meta = metas[0].clone();
     let mut copied = 0usize;
+    let mut draws = 0usize;
     for (source, target) in sources {
+        let is_draws = source.extension().is_some_and(|e| e == EXTENSION);
         let bytes = std::fs::read(&source)?;
         if target.is_file() {
             if std::fs::read(&target)? != bytes {
@@ -86,7 +96,11 @@ pub fn run(args: &MergeArgs) -> Result<()> {
             }
         } else {
             write_atomic(&target, &bytes)?;
-            copied += 1;
+            if is_draws {
+                draws += 1;
+            } else {
+                copied += 1;
+            }
         }
     }
     for d in &args.dirs {
@@ -100,7 +114,7 @@ pub fn run(args: &MergeArgs) -> Result<()> {
     };
     merged.write(&args.out)?;
     eprintln!(
-        "merged {copied} repetition files from {} shards into {}",
+        "merged {copied} repetition files ({draws} with draws files) from {} shards into {}",
         args.dirs.len(),
         args.out.display()
     );

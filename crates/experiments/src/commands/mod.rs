@@ -7,6 +7,7 @@ pub mod bench_hmc;
 pub mod bench_method;
 pub mod check;
 pub mod compare;
+pub mod draws;
 pub mod export;
 pub mod merge;
 pub mod methods;

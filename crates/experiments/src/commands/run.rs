@@ -37,6 +37,11 @@ pub struct RunArgs {
     /// spec's run.joint_tau (default 1,10); `none` turns the joint metrics off.
     #[arg(long, value_name = "LIST")]
     pub joint_tau: Option<String>,
+    /// How each repetition's draws (or Gaussian joint) are stored beside its file: i8 (8 bits
+    /// per value, within 1/508 of each test input's range), f32 or none, replacing the spec's
+    /// run.draws (default i8).
+    #[arg(long, value_name = "FORMAT")]
+    pub draws: Option<String>,
     /// Continue an interrupted run in --out: finished units are kept, the rest is run.
     #[arg(long)]
     pub resume: bool,
@@ -210,6 +215,9 @@ pub fn plan_of(args: &RunArgs) -> Result<(Plan, Option<std::ops::Range<u64>>)> {
     let mut spec = ExperimentSpec::load_profile(&args.spec, args.profile.as_deref())?;
     if let (Some(list), Some(run)) = (&args.joint_tau, spec.run.as_mut()) {
         run.joint_tau = parse_taus(list)?;
+    }
+    if let (Some(format), Some(run)) = (&args.draws, spec.run.as_mut()) {
+        run.draws = uqbench_eval::draws::DrawFormat::parse(format)?;
     }
     let mut plan = Plan::new(spec, args.methods.as_deref())?;
     let reps = args

@@ -26,7 +26,8 @@ pub struct ScoreArgs {
     /// holding `rep-NNN.csv` (columns mean,std[,noise_std]) or `rep-NNN.json`
     /// ({"mean", "std"[, "noise_std"]}, {"mean", "cov"[, "noise_std"]} with the covariance of
     /// f at the test inputs, or {"samples": [[..] per test input][, "noise_std": [.. per
-    /// draw]]}: a draw is one function, the same index at every input). For a
+    /// draw] or "sample_noise": [[.. per draw] per test input]]}: a draw is one function, the
+    /// same index at every input; `uqbench draws` writes a run's stored draws in this form). For a
     /// classification problem: `rep-NNN.csv` with a column `prob`, or `rep-NNN.json` with
     /// {"probs": [P(y = 1 | x) per test input]} or {"probs": [[draws] per test input]}.
     #[arg(long)]
@@ -62,6 +63,8 @@ enum JsonPrediction {
         samples: Vec<Vec<f64>>,
         #[serde(default)]
         noise_std: Option<Vec<f64>>,
+        #[serde(default)]
+        sample_noise: Option<Vec<Vec<f64>>>,
     },
 }
 
@@ -163,9 +166,15 @@ fn read_rep(
                     noise_std,
                     cov,
                 },
-                JsonPrediction::Samples { samples, noise_std } => {
-                    External::Samples { samples, noise_std }
-                }
+                JsonPrediction::Samples {
+                    samples,
+                    noise_std,
+                    sample_noise,
+                } => External::Samples {
+                    samples,
+                    noise_std,
+                    sample_noise,
+                },
             };
             (prediction, json)
         }

@@ -231,6 +231,13 @@ fn run_arguments(args: &SlurmArgs, spec: &Path) -> Result<Vec<String>> {
     if let Some(m) = &r.methods {
         out.extend(["--methods".into(), m.join(",")]);
     }
+    // What changes the recorded spec (checked by `plan_of` before the script is written):
+    // every task's spec must be the plan's, or `merge` refuses the shards.
+    for (flag, v) in [("--joint-tau", &r.joint_tau), ("--draws", &r.draws)] {
+        if let Some(v) = v {
+            out.extend([flag.into(), v.clone()]);
+        }
+    }
     if let Some(t) = r.threads.or(args.cpus_per_task) {
         out.extend(["--threads".into(), t.to_string()]);
     }

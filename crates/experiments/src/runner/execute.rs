@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use anyhow::Result;
 use uqbench_core::{Compute, Method};
+use uqbench_eval::draws::draws_path;
 use uqbench_eval::predict::predict;
 use uqbench_eval::store::{rep_path, write_atomic};
 
@@ -183,9 +184,13 @@ pub fn run_unit(
         progress,
     )?;
     for (&r, rep) in reps.iter().zip(stored) {
+        // The draws first: a repetition is finished when its repetition file exists.
+        if let Some(bytes) = &rep.draws {
+            write_atomic(&draws_path(dir, setting, &unit.method, r), bytes)?;
+        }
         write_atomic(
             &rep_path(dir, setting, &unit.method, r),
-            rep.to_json()?.as_bytes(),
+            rep.stored.to_json()?.as_bytes(),
         )?;
     }
     super::timings::record(

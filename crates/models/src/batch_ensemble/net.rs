@@ -23,8 +23,8 @@ use burn::optim::GradientsParams;
 use burn::tensor::{Device, Tensor, TensorData};
 
 use crate::engine::{
-    run_chunks, try_download, upload, ChunkOut, ChunkTrainer, Job, Resources, TrainOutput,
-    TrainSettings,
+    run_chunks, train_rank1_host, trains_on_host, try_download, upload, ChunkOut, ChunkTrainer,
+    FastWeights, Job, Rank1Parts, Resources, TrainOutput, TrainSettings,
 };
 use uqbench_core::{MethodError, Rng};
 use uqbench_engine::cpu::kernels::KernelPath;
@@ -63,6 +63,24 @@ impl BatchLayer {
     }
 }
 
+/// One replica's initial fast weights from its seed: layer by layer, for every member r_m
+/// then s_m, each N(1, `fast_sd`²) (the draws' order is the format of both routes).
+pub fn fast_init(shape: &MlpShape, members: usize, seed: u64, fast_sd: f64) -> FastWeights {
+    let mut rng = Rng::new(seed);
+    shape
+        .layers()
+        .into_iter()
+        .map(|(d_in, d_out)| {
+            let (mut fast_in, mut fast_out) = (Vec::new(), Vec::new());
+            for _ in 0..members {
+                fast_in.extend((0..d_in).map(|_| (1.0 + fast_sd * rng.normal()) as f32));
+                fast_out.extend((0..d_out).map(|_| (1.0 + fast_sd * rng.normal()) as f32));
+            }
+            (fast_in, fast_out)
+        })
+        .collect()
+}
+
 /// R replicas of an M-member BatchEnsemble MLP.
 #[derive(Module, Debug)]
 pub struct BatchEnsembleNet {
@@ -85,22 +103,20 @@ impl BatchEnsembleNet {
         device: &Device,
     ) -> BatchEnsembleNet {
         let r = shared_seeds.len();
-        let mut rngs: Vec<Rng> = fast_seeds.iter().map(|&s| Rng::new(s)).collect();
+        let fast: Vec<FastWeights> = fast_seeds
+            .iter()
+            .map(|&s| fast_init(shape, members, s, fast_sd))
+            .collect();
         let param =
             |v: Vec<f32>, dims: [usize; 3]| Param::from_data(TensorData::new(v, dims), device);
         let layers = xavier_init(shape, shared_seeds)
             .layers
             .into_iter()
             .zip(shape.layers())
-            .map(|((w, _), (d_in, d_out))| {
-                // Per replica, r_m then s_m for every member, layer by layer.
-                let (mut fast_in, mut fast_out) = (Vec::new(), Vec::new());
-                for rng in &mut rngs {
-                    for _ in 0..members {
-                        fast_in.extend((0..d_in).map(|_| (1.0 + fast_sd * rng.normal()) as f32));
-                        fast_out.extend((0..d_out).map(|_| (1.0 + fast_sd * rng.normal()) as f32));
-                    }
-                }
+            .enumerate()
+            .map(|(l, ((w, _), (d_in, d_out)))| {
+                let fast_in = fast.iter().flat_map(|f| f[l].0.iter().copied()).collect();
+                let fast_out = fast.iter().flat_map(|f| f[l].1.iter().copied()).collect();
                 BatchLayer {
                     weight: param(w, [r, d_in, d_out]),
                     fast_in: param(fast_in, [r, members, d_in]),
@@ -179,6 +195,22 @@ pub fn train(
     res: &Resources,
     progress: &(dyn Fn(usize) + Sync),
 ) -> Result<TrainOutput, MethodError> {
+    if trains_on_host(res) {
+        // The CPU's host loops: each member through an ensemble member's passes.
+        let fast = |r: usize| {
+            fast_init(
+                job.shape,
+                parts.members,
+                parts.fast_seeds[r],
+                parts.fast_init_sd,
+            )
+        };
+        let rank1 = Rank1Parts {
+            members: parts.members,
+            fast: &fast,
+        };
+        return train_rank1_host(job, &rank1, settings, res, progress);
+    }
     job.validate()?;
     settings.validate(job.n_train(), job.shape)?;
     let trainer = BatchTrainer {
@@ -377,6 +409,88 @@ mod tests {
             .map(|i| (out[i] - out[n + i]).abs())
             .fold(0.0, f64::max);
         assert!(spread > 1e-3, "members 0 and 1 differ: {spread}");
+    }
+
+    /// The host loops (`engine::rank1`) follow the tensor route step for step: 8 epochs of
+    /// lr 1e-2 from the same weights and fast weights, for the feature-major loops (2-6-4-1)
+    /// and the point-major tiles (2-30-37-1: in·out = 1 110 > 800), three replicas of three
+    /// members. The two differ in the floating-point order of their sums only (f32, about 1e-7
+    /// relative per operation), which eight Adam steps carry into the outputs at well under
+    /// 1e-4; a wrong gradient of W, r, s or b moves a step by up to lr = 1e-2, a hundred times
+    /// that. With unit fast weights the members stay one network on the host too.
+    #[test]
+    fn the_host_loops_follow_the_tensor_route() {
+        use crate::engine::{Job, TrainSettings};
+        use uqbench_engine::backend::BackendKind;
+        let n = 43;
+        let x: Vec<f32> = (0..2 * n).map(|i| (i as f32 * 0.61).sin()).collect();
+        let y: Vec<f32> = (0..n)
+            .map(|i| (i as f32 * 0.3).cos() + 0.2 * x[2 * i])
+            .collect();
+        let x_test: Vec<f32> = (0..2 * 17).map(|i| (i as f32 * 0.23).cos()).collect();
+        let targets = vec![y];
+        for (hidden, fast_sd) in [(vec![6, 4], 0.5), (vec![30, 37], 0.5), (vec![6, 4], 0.0)] {
+            let shape = MlpShape {
+                d_in: 2,
+                hidden,
+                d_out: 1,
+                negative_slope: 0.01,
+            };
+            let job = Job {
+                shape: &shape,
+                x_train: &x,
+                targets: &targets,
+                replica_targets: &[0, 0, 0],
+                init_seeds: &[1, 2, 3],
+                stream_seeds: &[4, 5, 6],
+                replica_ids: &[0, 1, 2],
+                x_test: &x_test,
+            };
+            let settings = TrainSettings::paper(8, n);
+            let parts = BatchParts {
+                members: 3,
+                fast_seeds: &[7, 8, 9],
+                fast_init_sd: fast_sd,
+            };
+            let run = |host: bool| {
+                let mut res = Resources::new(BackendKind::Flex, Device::flex());
+                res.host_loops = host;
+                res.threads = 1;
+                train(&job, &parts, &settings, &res, &|_| {}).unwrap()
+            };
+            let (h, t) = (run(true), run(false));
+            let case = format!("{:?}, fast sd {fast_sd}", shape.hidden);
+            let close = |a: &[f32], b: &[f32], what: &str| {
+                assert_eq!(a.len(), b.len(), "{case}: {what}");
+                for (i, (u, v)) in a.iter().zip(b).enumerate() {
+                    assert!(
+                        (u - v).abs() <= 1e-4 * (1.0 + v.abs()),
+                        "{case}: {what}[{i}] {u} vs {v}"
+                    );
+                }
+            };
+            close(&h.test_out, &t.test_out, "predictions");
+            close(&h.train_pred, &t.train_pred, "fit");
+            for (a, b) in h.final_objective.iter().zip(&t.final_objective) {
+                assert!(
+                    (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
+                    "{case}: objective {a} vs {b}"
+                );
+            }
+            // Members [R, M, T]: distinct with fast weights, one network without.
+            let m = x_test.len() / 2;
+            let spread = (0..m)
+                .map(|i| (h.test_out[i] - h.test_out[m + i]).abs())
+                .fold(0.0f32, f32::max);
+            if fast_sd > 0.0 {
+                assert!(
+                    spread > 1e-3,
+                    "{case}: members differ after training: {spread}"
+                );
+            } else {
+                assert_eq!(spread, 0.0, "{case}: unit fast weights are one network");
+            }
+        }
     }
 
     /// With unit fast weights every member is the plain MLP of the shared weights, the Glorot

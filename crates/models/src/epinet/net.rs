@@ -26,9 +26,10 @@ use burn::module::Module;
 use burn::optim::GradientsParams;
 use burn::tensor::{Device, Tensor};
 
+pub use crate::engine::EpinetParts;
 use crate::engine::{
-    run_chunks, try_download, upload, ChunkOut, ChunkTrainer, Job, Resources, TrainOutput,
-    TrainSettings, PURPOSE_FIT, PURPOSE_NOISE, PURPOSE_PREDICT,
+    run_chunks, train_epinet_host, trains_on_host, try_download, upload, ChunkOut, ChunkTrainer,
+    Job, Resources, TrainOutput, TrainSettings, PURPOSE_FIT, PURPOSE_NOISE, PURPOSE_PREDICT,
 };
 use uqbench_core::MethodError;
 use uqbench_engine::cpu::kernels::KernelPath;
@@ -156,24 +157,6 @@ impl EpinetNet {
     }
 }
 
-/// What the epinet's trainer needs beyond the engine's job.
-pub struct EpinetParts<'a> {
-    /// The epinet's shape (input D + d + H, hidden, output D).
-    pub epi: MlpShape,
-    /// Per replica, the epinet's initialisation seed.
-    pub epi_seeds: &'a [u64],
-    /// p_d at the training inputs `[R, n, D]`, row-major.
-    pub prior_train: &'a [f32],
-    /// p_d at the test inputs `[R, m, D]`.
-    pub prior_test: &'a [f32],
-    /// β, the prior's scale.
-    pub prior_scale: f64,
-    /// Index samples K per training step.
-    pub index_samples: usize,
-    /// Index samples T at prediction.
-    pub passes: usize,
-}
-
 /// Trains every replica of `job` (one per repetition) and predicts T = `parts.passes` index
 /// samples at the test inputs.
 pub fn train(
@@ -183,6 +166,10 @@ pub fn train(
     res: &Resources,
     progress: &(dyn Fn(usize) + Sync),
 ) -> Result<TrainOutput, MethodError> {
+    if trains_on_host(res) {
+        // The CPU's host loops (`uqbench_engine::engine::epinet`).
+        return train_epinet_host(job, parts, settings, res, progress);
+    }
     job.validate()?;
     settings.validate(job.n_train(), job.shape)?;
     let trainer = EpinetTrainer {
@@ -484,6 +471,95 @@ mod tests {
         let (at_zero, _) = host(net.with_index(&mu, &features, zero, &prior, beta));
         let (mu, _) = host(mu);
         assert_eq!(at_zero, mu, "f(x, 0) = μ(x)");
+    }
+
+    /// The host loops (`engine::epinet`) follow the tensor route step for step: 8 epochs of
+    /// lr 1e-2 from the same weights with the same index draws (training, prediction and
+    /// fit streams), three replicas, for the base network on the feature-major loops (2-6-4-1)
+    /// and on the point-major tiles (2-30-37-1), with the prior (β = 0.7) and K = 3 indices
+    /// of D = 4. The two differ in the floating-point order of their sums only, which eight
+    /// Adam steps carry into the outputs at well under 1e-4; a wrong gradient of either
+    /// network moves a step by up to lr = 1e-2, a hundred times that (a flipped sign of the
+    /// output bias's gradient, or the epinet's gradient left out, fail it by 0.02–0.3). Adam's
+    /// step is blind to a constant factor on a whole parameter's gradient, so the scale of the
+    /// loss is checked through the objective, which both routes compute.
+    #[test]
+    fn the_host_loops_follow_the_tensor_route() {
+        use crate::engine::TrainSettings;
+        use uqbench_engine::backend::BackendKind;
+        let (n, m, dz) = (43, 17, 4);
+        let x: Vec<f32> = (0..2 * n).map(|i| (i as f32 * 0.61).sin()).collect();
+        let y: Vec<f32> = (0..n)
+            .map(|i| (i as f32 * 0.3).cos() + 0.2 * x[2 * i])
+            .collect();
+        let x_test: Vec<f32> = (0..2 * m).map(|i| (i as f32 * 0.23).cos()).collect();
+        let targets = vec![y];
+        let prior_train: Vec<f32> = (0..3 * n * dz).map(|i| (i as f32 * 0.53).sin()).collect();
+        let prior_test: Vec<f32> = (0..3 * m * dz).map(|i| (i as f32 * 0.29).cos()).collect();
+        for hidden in [vec![6, 4], vec![30, 37]] {
+            let h = *hidden.last().unwrap();
+            let shape = MlpShape {
+                d_in: 2,
+                hidden,
+                d_out: 1,
+                negative_slope: 0.01,
+            };
+            let job = Job {
+                shape: &shape,
+                x_train: &x,
+                targets: &targets,
+                replica_targets: &[0, 0, 0],
+                init_seeds: &[1, 2, 3],
+                stream_seeds: &[4, 5, 6],
+                replica_ids: &[0, 1, 2],
+                x_test: &x_test,
+            };
+            let parts = EpinetParts {
+                epi: MlpShape {
+                    d_in: dz + 2 + h,
+                    hidden: vec![7, 5],
+                    d_out: dz,
+                    negative_slope: 0.0,
+                },
+                epi_seeds: &[7, 8, 9],
+                prior_train: &prior_train,
+                prior_test: &prior_test,
+                prior_scale: 0.7,
+                index_samples: 3,
+                passes: 5,
+            };
+            let settings = TrainSettings::paper(8, n);
+            let run = |host: bool| {
+                let mut res = Resources::new(BackendKind::Flex, Device::flex());
+                res.host_loops = host;
+                res.threads = 1;
+                train(&job, &parts, &settings, &res, &|_| {}).unwrap()
+            };
+            let (h, t) = (run(true), run(false));
+            let case = format!("{:?}", shape.hidden);
+            let close = |a: &[f32], b: &[f32], what: &str| {
+                assert_eq!(a.len(), b.len(), "{case}: {what}");
+                for (i, (u, v)) in a.iter().zip(b).enumerate() {
+                    assert!(
+                        (u - v).abs() <= 1e-4 * (1.0 + v.abs()),
+                        "{case}: {what}[{i}] {u} vs {v}"
+                    );
+                }
+            };
+            close(&h.test_out, &t.test_out, "predictions");
+            close(&h.train_pred, &t.train_pred, "fit");
+            for (a, b) in h.final_objective.iter().zip(&t.final_objective) {
+                assert!(
+                    (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
+                    "{case}: objective {a} vs {b}"
+                );
+            }
+            // The passes are distinct functions.
+            let spread = (0..m)
+                .map(|i| (h.test_out[i] - h.test_out[m + i]).abs())
+                .fold(0.0f32, f32::max);
+            assert!(spread > 1e-3, "{case}: index samples differ: {spread}");
+        }
     }
 
     /// The epinet reads the base's features with their gradient stopped: the base's gradient
