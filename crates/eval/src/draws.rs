@@ -63,6 +63,11 @@ pub enum DrawFormat {
 }
 
 impl DrawFormat {
+    /// Whether it is the default, 8 bits.
+    pub fn is_default(&self) -> bool {
+        *self == DrawFormat::I8
+    }
+
     /// Parses `i8`, `f32` or `none` (`--draws`).
     pub fn parse(text: &str) -> Result<DrawFormat> {
         Ok(match text {

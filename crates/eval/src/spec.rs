@@ -213,8 +213,9 @@ pub struct RunSpec {
     pub joint_batches: usize,
     /// How each repetition's joint predictive (draws, Gaussian joint) is stored beside its
     /// repetition file: `i8` (8 bits per value, the default), `f32` or `none` (see
-    /// [`crate::draws`]).
-    #[serde(default)]
+    /// [`crate::draws`]). Left out of the recorded spec when it is the default, so that a run
+    /// directory written before the setting existed resumes and merges.
+    #[serde(default, skip_serializing_if = "DrawFormat::is_default")]
     pub draws: DrawFormat,
 }
 

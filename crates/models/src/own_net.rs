@@ -75,3 +75,27 @@ pub fn per_repetition(
         .map(|k| combine_members(&[out.member(k, m, n)], family, keep_samples))
         .collect()
 }
+
+/// Test support: the host loops' and the tensor route's outputs of one job agree within
+/// 1e-4·(1 + |v|) (predictions, fit, objective), what eight Adam steps of lr 1e-2 leave of
+/// f32's different summation orders (see the `the_host_loops_follow_the_tensor_route` tests).
+#[cfg(test)]
+pub(crate) fn assert_routes_agree(h: &TrainOutput, t: &TrainOutput, case: &str) {
+    let close = |a: &[f32], b: &[f32], what: &str| {
+        assert_eq!(a.len(), b.len(), "{case}: {what}");
+        for (i, (u, v)) in a.iter().zip(b).enumerate() {
+            assert!(
+                (u - v).abs() <= 1e-4 * (1.0 + v.abs()),
+                "{case}: {what}[{i}] {u} vs {v}"
+            );
+        }
+    };
+    close(&h.test_out, &t.test_out, "predictions");
+    close(&h.train_pred, &t.train_pred, "fit");
+    for (a, b) in h.final_objective.iter().zip(&t.final_objective) {
+        assert!(
+            (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
+            "{case}: objective {a} vs {b}"
+        );
+    }
+}

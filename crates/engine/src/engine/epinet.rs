@@ -18,7 +18,7 @@ use std::ops::Range;
 
 use super::chunk::{PURPOSE_FIT, PURPOSE_NOISE, PURPOSE_PREDICT};
 use super::memory::Resources;
-use super::{run_chunks, Batching, ChunkOut, ChunkTrainer, Job, TrainOutput, TrainSettings};
+use super::{run_chunks, ChunkOut, ChunkTrainer, Job, TrainOutput, TrainSettings};
 use crate::cpu::feature_major::{feature_major, FeatureMajorNet};
 use crate::cpu::kernels::AdamStep;
 use crate::cpu::point_major::PointMajorNet;
@@ -58,18 +58,11 @@ pub fn train_epinet_host(
 ) -> Result<TrainOutput, MethodError> {
     job.validate()?;
     settings.validate(job.n_train(), job.shape)?;
-    let unsupported = !matches!(settings.batching, Batching::Full)
-        || settings.dropout.is_some()
-        || settings.adversarial.is_some()
-        || settings.langevin.is_some()
-        || !settings.collectors.is_empty()
-        || job.shape.d_out != 1
-        || job.shape.hidden.is_empty();
-    if unsupported || parts.index_samples == 0 || parts.passes == 0 {
+    settings.check_plain(job.shape, "an epinet")?;
+    if job.shape.hidden.is_empty() || parts.index_samples == 0 || parts.passes == 0 {
         return Err(MethodError::Failed(
-            "an epinet on the host trains one output of a network with a hidden layer on full \
-             batches, without a stochastic layer, adversarial pass, Langevin dynamics or \
-             collectors, with at least one index sample"
+            "an epinet needs a hidden layer (its features), an index sample per step and a \
+             prediction pass"
                 .into(),
         ));
     }

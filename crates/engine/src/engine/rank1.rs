@@ -23,7 +23,7 @@
 use std::ops::Range;
 
 use super::memory::Resources;
-use super::{run_chunks, Batching, ChunkOut, ChunkTrainer, Job, TrainOutput, TrainSettings};
+use super::{run_chunks, ChunkOut, ChunkTrainer, Job, TrainOutput, TrainSettings};
 use crate::cpu::feature_major::{feature_major, FeatureMajorNet};
 use crate::cpu::kernels::AdamStep;
 use crate::cpu::point_major::PointMajorNet;
@@ -56,18 +56,9 @@ pub fn train_rank1_host(
 ) -> Result<TrainOutput, MethodError> {
     job.validate()?;
     settings.validate(job.n_train(), job.shape)?;
-    let unsupported = !matches!(settings.batching, Batching::Full)
-        || settings.dropout.is_some()
-        || settings.adversarial.is_some()
-        || settings.langevin.is_some()
-        || !settings.collectors.is_empty()
-        || job.shape.d_out != 1;
-    if unsupported || parts.members == 0 {
-        return Err(MethodError::Failed(
-            "a rank-1 ensemble on the host trains one output on full batches, without a \
-             stochastic layer, adversarial pass, Langevin dynamics or collectors"
-                .into(),
-        ));
+    settings.check_plain(job.shape, "a rank-1 ensemble")?;
+    if parts.members == 0 {
+        return Err(MethodError::invalid("members", 0, "at least 1"));
     }
     let trainer = Rank1Host {
         job,

@@ -92,6 +92,25 @@ pub struct LrSwitch {
 }
 
 impl TrainSettings {
+    /// The jobs a network of its own runs on the host loops (`rank1`, `epinet`): one output
+    /// on full batches, without a stochastic layer, adversarial pass, Langevin dynamics or
+    /// collectors; otherwise an error naming `what` and what it takes.
+    pub(crate) fn check_plain(&self, shape: &MlpShape, what: &str) -> Result<(), MethodError> {
+        let plain = matches!(self.batching, Batching::Full)
+            && self.dropout.is_none()
+            && self.adversarial.is_none()
+            && self.langevin.is_none()
+            && self.collectors.is_empty()
+            && shape.d_out == 1;
+        if plain {
+            return Ok(());
+        }
+        Err(MethodError::Failed(format!(
+            "{what} on the host trains one output on full batches, without a stochastic layer, \
+             adversarial pass, Langevin dynamics or collectors"
+        )))
+    }
+
     /// Spec §3's optimiser for N training points: Adam(1e-2, 0.9, 0.999, 1e-8), λ = 1/N,
     /// full batch.
     pub fn paper(epochs: usize, n_train: usize) -> TrainSettings {

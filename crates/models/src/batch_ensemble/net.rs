@@ -460,23 +460,7 @@ mod tests {
             };
             let (h, t) = (run(true), run(false));
             let case = format!("{:?}, fast sd {fast_sd}", shape.hidden);
-            let close = |a: &[f32], b: &[f32], what: &str| {
-                assert_eq!(a.len(), b.len(), "{case}: {what}");
-                for (i, (u, v)) in a.iter().zip(b).enumerate() {
-                    assert!(
-                        (u - v).abs() <= 1e-4 * (1.0 + v.abs()),
-                        "{case}: {what}[{i}] {u} vs {v}"
-                    );
-                }
-            };
-            close(&h.test_out, &t.test_out, "predictions");
-            close(&h.train_pred, &t.train_pred, "fit");
-            for (a, b) in h.final_objective.iter().zip(&t.final_objective) {
-                assert!(
-                    (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
-                    "{case}: objective {a} vs {b}"
-                );
-            }
+            crate::own_net::assert_routes_agree(&h, &t, &case);
             // Members [R, M, T]: distinct with fast weights, one network without.
             let m = x_test.len() / 2;
             let spread = (0..m)
