@@ -282,7 +282,8 @@ impl<'t> Replica<'t> {
             d_mu: zeros(points),
             dh: zeros(points * hw),
             z: zeros(k.max(parts.passes) * dz),
-            y_tiled: zeros(k * n),
+            // The targets once per index block, for the head over the K·n points.
+            y_tiled: job.targets[job.replica_targets[at]].repeat(k),
         }
     }
 
@@ -370,9 +371,6 @@ impl<'t> Replica<'t> {
         stream.normal(t, &mut self.z[..k * dz]);
         self.base(base, xt, n);
         self.with_index(epi, xt, prior, n, k);
-        for b in 0..k {
-            self.y_tiled[b * n..(b + 1) * n].copy_from_slice(y);
-        }
         // δ at f: the head's over the K·n points, the mean over indices of each mean loss.
         st.head()
             .delta_host(&self.f[..kn], &self.y_tiled[..kn], &mut self.delta[..kn]);

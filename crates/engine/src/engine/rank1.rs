@@ -241,25 +241,17 @@ impl<'t> Replica<'t> {
         }
     }
 
-    /// Member k's weights W ∘ r_k s_kᵀ and bias b_k into `theta`.
-    fn member(&mut self, k: usize) {
+    /// Member k's loops ([`Members`]): its weights W ∘ r_k s_kᵀ and bias b_k into `theta`,
+    /// or with `chain` its network gradient (`theta_grad`) into the shared and member
+    /// gradients.
+    fn members(&mut self, k: usize, chain: bool) {
         let layers = self.trainer.job.shape.layers();
-        let op = Members {
-            layers: &layers,
-            p: &self.p,
-            w_at: &self.w_at,
-            own_at: &self.own_at,
-            k,
-            net: (&self.net_w, &self.net_b),
-            theta: &mut self.theta,
-            chain: None,
+        let (theta, chain) = if chain {
+            let scratch = (&mut self.grad[..], self.shared, &mut self.row[..]);
+            (&mut self.theta_grad, Some(scratch))
+        } else {
+            (&mut self.theta, None)
         };
-        simd::dispatch_at(self.trainer.level, op);
-    }
-
-    /// Member k's network gradient (`theta_grad`) into the shared and member gradients.
-    fn chain(&mut self, k: usize) {
-        let layers = self.trainer.job.shape.layers();
         let op = Members {
             layers: &layers,
             p: &self.p,
@@ -267,8 +259,8 @@ impl<'t> Replica<'t> {
             own_at: &self.own_at,
             k,
             net: (&self.net_w, &self.net_b),
-            theta: &mut self.theta_grad,
-            chain: Some((&mut self.grad, self.shared, &mut self.row)),
+            theta,
+            chain,
         };
         simd::dispatch_at(self.trainer.level, op);
     }
@@ -285,7 +277,7 @@ impl<'t> Replica<'t> {
         // W's gradient sums over members, s_m's over the rows of W: both start at zero.
         self.grad.fill(0.0);
         for k in 0..members {
-            self.member(k);
+            self.members(k, false);
             forward_at(level, net, &self.theta, xt, &mut self.out[..n]);
             head.delta_host(&self.out[..n], y, &mut self.delta[..n]);
             for d in &mut self.delta[..n] {
@@ -300,7 +292,7 @@ impl<'t> Replica<'t> {
                 &mut self.theta_grad,
                 None,
             );
-            self.chain(k);
+            self.members(k, true);
         }
         let weights = AdamStep::new(lr, st.beta1, st.beta2, st.eps, t, st.weight_decay);
         let plain = AdamStep {
@@ -332,7 +324,7 @@ impl<'t> Replica<'t> {
         let mut loss = 0.0f32;
         let mut fit = vec![0.0f64; n];
         for k in 0..members {
-            self.member(k);
+            self.members(k, false);
             forward_at(level, net, &self.theta, xt, &mut self.out[..n]);
             loss += st.head().value_host(Lanes::BASELINE, &self.out[..n], y);
             for (f, &o) in fit.iter_mut().zip(&self.out[..n]) {
