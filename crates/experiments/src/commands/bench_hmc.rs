@@ -51,6 +51,14 @@ pub struct HmcBench {
     /// NUTS's largest tree depth.
     #[arg(long, default_value_t = 10)]
     max_depth: usize,
+    /// Integrate the output layer out (`marginalise_output = true`): the move on the hidden
+    /// layer under the marginal likelihood, the output layer drawn exactly.
+    #[arg(long)]
+    marginalise_output: bool,
+    /// Parallel-tempering rungs per chain (`temperatures`; 1: none). Gradient evaluations
+    /// count every rung's.
+    #[arg(long, default_value_t = 1)]
+    temperatures: usize,
     /// Backend: flex, ndarray or wgpu.
     #[arg(long, default_value = "flex")]
     backend: BackendKind,
@@ -108,6 +116,8 @@ fn config(args: &HmcBench) -> HmcConfig {
                 Algorithm::Hmc
             },
             max_tree_depth: args.max_depth,
+            marginalise_output: args.marginalise_output,
+            temperatures: args.temperatures,
             ..HmcSettings::default()
         },
         net: NetConfig {
@@ -194,6 +204,8 @@ pub fn run(args: &HmcBench) -> Result<()> {
                 "chain_sds": (args.chains <= 16).then_some(&modes.sds),
                 "diverged": out[0].diverged,
                 "algorithm": if args.nuts { "nuts" } else { "hmc" },
+                "marginalise_output": args.marginalise_output,
+                "temperatures": args.temperatures,
                 "leapfrogs_per_iteration": scalar("leapfrogs_per_iteration"),
                 "divergent_transitions": scalar("divergent_transitions"),
             })

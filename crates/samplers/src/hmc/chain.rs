@@ -45,6 +45,12 @@ pub(crate) struct ChainRecord {
     pub step_size: f64,
     pub energy: Vec<f64>,
     pub sigma: Vec<f64>,
+    /// The warm-up's final inverse mass (diagonal metric) of the host chain's β = 1 rung; empty
+    /// from the tensor chains.
+    pub inv_mass: Vec<f32>,
+    /// Parallel tempering's swap proposals between neighbouring rungs, and those accepted.
+    pub swaps_tried: u64,
+    pub swaps_accepted: u64,
 }
 
 /// The BNN's parameters for a chunk: per layer W `[R, in, out]` and b `[R, 1, out]`.
@@ -504,6 +510,7 @@ impl ChunkTrainer for HmcTrainer<'_> {
                     saturated: 0,
                     energy,
                     sigma,
+                    ..ChainRecord::default()
                 };
             }
         }

@@ -20,21 +20,20 @@ use uqbench_metrics::mcmc;
 use crate::cpu::feature_major::{feature_major, FeatureMajorNet};
 use crate::cpu::simd;
 use crate::engine::ChunkOut;
-use crate::hmc::adapt::{DualAveraging, Welford, Windows};
-use crate::hmc::chain::{start_s2, ChainRecord, HmcTrainer, PRIOR_A0, PRIOR_B0};
+use crate::hmc::chain::{ChainRecord, HmcTrainer};
+use crate::hmc::collapsed::Collapsed;
 use crate::hmc::nuts::{self, kinetic};
-use crate::hmc::Algorithm;
 use crate::mlp::xavier_init;
 use uqbench_core::MethodError;
 
 /// One chain's state and what the potential needs.
-struct Chain<'a> {
-    net: FeatureMajorNet,
+pub(super) struct Chain<'a> {
+    pub(super) net: FeatureMajorNet,
     /// The training inputs, feature-major `[d, n]`.
-    x: &'a [f32],
+    pub(super) x: &'a [f32],
     /// The test inputs, feature-major `[d, m]`.
-    x_test: &'a [f32],
-    y: &'a [f32],
+    pub(super) x_test: &'a [f32],
+    pub(super) y: &'a [f32],
     f: Vec<f32>,
     delta: Vec<f32>,
     inv_p2: f64,
@@ -42,12 +41,19 @@ struct Chain<'a> {
     /// The instruction set the chain runs at (NUTS's potential is dispatched per call: its
     /// recursive tree is not inlined into the chain's dispatched copy).
     level: simd::Level,
+    /// The potential of the hidden layer with the output layer integrated out, when
+    /// `marginalise_output` is set: the move's state is then the hidden layer alone.
+    pub(super) collapsed: Option<Collapsed>,
 }
 
 impl Chain<'_> {
     /// U(θ) and the SSE (for labels: the NLL), with ∇U into `grad`, at 1/σ² `inv_s2`.
     #[inline(always)]
-    fn potential(&mut self, theta: &[f32], inv_s2: f64, grad: &mut [f32]) -> (f64, f64) {
+    pub(super) fn potential(&mut self, theta: &[f32], inv_s2: f64, grad: &mut [f32]) -> (f64, f64) {
+        if let Some(col) = self.collapsed.as_mut() {
+            // The SSE is the whole network's, set by the output layer's draw.
+            return (col.potential(theta, inv_s2, grad), 0.0);
+        }
         let mut f = std::mem::take(&mut self.f);
         self.net.forward(theta, self.x, &mut f);
         let mut data = 0.0f64;
@@ -180,6 +186,10 @@ impl HmcTrainer<'_> {
                 inv_p2: 1.0 / (c.prior_sd * c.prior_sd),
                 bernoulli: self.bernoulli,
                 level,
+                collapsed: c.marginalise_output.then(|| {
+                    let (width, slope) = (layers[0].1, self.shape.negative_slope);
+                    Collapsed::new(d, width, &xt_train, y, slope, c.prior_sd)
+                }),
             };
             let mut stream = Rng::new(self.stream[rep]);
             // The whole chain compiled for the CPU's widest vectors (the same bits).
@@ -215,156 +225,45 @@ impl HmcTrainer<'_> {
             reads: 0,
         })
     }
-
-    /// Every iteration of one chain: its record, its final potential, its draws of f at the
-    /// test inputs `[draws, M]` and its mean f at the training inputs. Inlined into
-    /// [`RunChain`], with the potential.
-    #[inline(always)]
-    fn run_chain(
-        &self,
-        chain: &mut Chain<'_>,
-        theta: &mut [f32],
-        y: &[f32],
-        stream: &mut Rng,
-    ) -> (ChainRecord, f64, Vec<f32>, Vec<f32>) {
-        let c = self.config;
-        let (n, m) = (y.len(), self.x_test.len() / self.shape.d_in);
-        let dim = chain.net.dim;
-        let mut s2 = start_s2(self.noise, y);
-        let inv = |s2: f64| f64::from((1.0 / s2) as f32);
-        let mut grad = vec![0.0f32; dim];
-        let (mut u, mut sse) = chain.potential(theta, inv(s2), &mut grad);
-        let mut bufs = Buffers {
-            q: vec![0.0f32; dim],
-            p: vec![0.0f32; dim],
-            g1: vec![0.0f32; dim],
-        };
-        let mut adapt = DualAveraging::new(c.step_size, 1);
-        // The diagonal inverse mass M⁻¹ (identity until the first slow window ends).
-        let windows = Windows::new(c.warmup, c.metric);
-        let mut inv_mass = vec![1.0f32; dim];
-        let mut window = Welford::new(dim);
-        let mut record = ChainRecord {
-            energy: Vec::with_capacity(c.draws),
-            sigma: Vec::with_capacity(c.draws),
-            ..ChainRecord::default()
-        };
-        let mut accepted = 0.0f64;
-        let mut draws = vec![0.0f32; c.draws * m];
-        let mut train_sum = vec![0.0f64; n];
-        let mut f_test = vec![0.0f32; m];
-        let mut f_train = vec![0.0f32; n];
-        for it in 0..c.warmup + c.draws {
-            let sampling = it >= c.warmup;
-            // The step scales with σ when σ is sampled (the module's doc says why).
-            let eps = adapt.eps[0] * if self.noise.is_none() { s2.sqrt() } else { 1.0 };
-            let mv = match c.algorithm {
-                Algorithm::Hmc => {
-                    let step = (if c.jitter {
-                        eps * (0.5 + stream.uniform())
-                    } else {
-                        eps
-                    }) as f32;
-                    let here = (&mut *theta, &mut grad[..], &mut u, &mut sse);
-                    hmc_move(
-                        c.leapfrog_steps,
-                        chain,
-                        here,
-                        step,
-                        &inv_mass,
-                        inv(s2),
-                        stream,
-                        &mut bufs,
-                    )
-                }
-                Algorithm::Nuts => {
-                    let here = (&mut *theta, &mut grad[..], &mut u, &mut sse);
-                    let depth = c.max_tree_depth;
-                    nuts_move(
-                        chain,
-                        here,
-                        eps as f32,
-                        &inv_mass,
-                        inv(s2),
-                        depth,
-                        stream,
-                        &mut bufs,
-                    )
-                }
-            };
-            let alpha = mv.alpha;
-            record.leapfrogs += mv.leapfrogs;
-            if sampling {
-                record.energy.push(mv.h0);
-                record.divergent += u64::from(mv.divergent);
-                record.saturated += u64::from(mv.saturated);
-                accepted += mv.accepted;
-            }
-            if !sampling {
-                adapt.update(&[alpha], c.target_accept, it + 1 == c.warmup);
-            }
-            if self.noise.is_none() {
-                let shape = PRIOR_A0 + n as f64 / 2.0;
-                let rate = PRIOR_B0 + sse / 2.0;
-                s2 = rate / stream.gamma(shape);
-                (u, sse) = chain.potential(theta, inv(s2), &mut grad);
-            }
-            if windows.collects(it) {
-                window.push(theta);
-                if windows.ends(it) {
-                    inv_mass = window.take_inverse_mass();
-                    adapt.restart();
-                }
-            }
-            if sampling {
-                let s = it - c.warmup;
-                chain.net.forward(theta, chain.x_test, &mut f_test);
-                draws[s * m..(s + 1) * m].copy_from_slice(&f_test);
-                record.sigma.push(s2.sqrt());
-                chain.net.forward(theta, chain.x, &mut f_train);
-                for (acc, &v) in train_sum.iter_mut().zip(&f_train) {
-                    *acc += f64::from(v);
-                }
-            }
-        }
-        record.accept_rate = accepted / c.draws as f64;
-        record.step_size = adapt.eps[0];
-        let train_mean = train_sum
-            .iter()
-            .map(|v| (v / c.draws as f64) as f32)
-            .collect();
-        // A state that became non-finite shows in its potential: the chain diverged.
-        (record, u, draws, train_mean)
-    }
 }
 
 /// A chain's working vectors for the HMC move: the proposal's position, momenta and gradient.
-struct Buffers {
+pub(super) struct Buffers {
     q: Vec<f32>,
     p: Vec<f32>,
     g1: Vec<f32>,
 }
 
+impl Buffers {
+    pub(super) fn new(dim: usize) -> Buffers {
+        Buffers {
+            q: vec![0.0; dim],
+            p: vec![0.0; dim],
+            g1: vec![0.0; dim],
+        }
+    }
+}
+
 /// What one move on θ did.
-struct Move {
+pub(super) struct Move {
     /// The energy H₀ at its start (fresh momenta).
-    h0: f64,
+    pub(super) h0: f64,
     /// Its acceptance probability (HMC) or statistic (NUTS), for the step's adaptation.
-    alpha: f64,
+    pub(super) alpha: f64,
     /// 1 for an accepted HMC proposal, 0 for a rejected one; NUTS's acceptance statistic.
-    accepted: f64,
+    pub(super) accepted: f64,
     /// Whether its trajectory diverged.
-    divergent: bool,
+    pub(super) divergent: bool,
     /// Leapfrog steps taken.
-    leapfrogs: u64,
+    pub(super) leapfrogs: u64,
     /// Whether NUTS's tree reached its largest depth.
-    saturated: bool,
+    pub(super) saturated: bool,
 }
 
 /// One NUTS transition of the chain at `here` = (θ, ∇U, U, SSE), which becomes the selected
 /// state; the potential is dispatched at the chain's instruction set per call.
 #[allow(clippy::too_many_arguments)]
-fn nuts_move(
+pub(super) fn nuts_move(
     chain: &mut Chain<'_>,
     here: (&mut [f32], &mut [f32], &mut f64, &mut f64),
     step: f32,
@@ -418,7 +317,7 @@ fn nuts_move(
 /// momenta ρ ∼ N(0, M), `steps` leapfrog steps of size `step`, a Metropolis accept.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn hmc_move(
+pub(super) fn hmc_move(
     steps: usize,
     chain: &mut Chain<'_>,
     here: (&mut [f32], &mut [f32], &mut f64, &mut f64),
@@ -571,6 +470,7 @@ mod tests {
                 inv_p2: 1.0 / (1.5 * 1.5),
                 bernoulli,
                 level: simd::Level::Baseline,
+                collapsed: None,
             };
             let mut got = vec![0.0f32; chain.net.dim];
             let (hu, hsse) = chain.potential(&theta, f64::from(inv_s2 as f32), &mut got);
@@ -630,6 +530,7 @@ mod tests {
                         inv_p2: 0.01,
                         bernoulli,
                         level,
+                        collapsed: None,
                     };
                     let mut grad = vec![0.0f32; chain.net.dim];
                     // The potential at 1/σ² = 1.7, dispatched as NUTS's calls are.

@@ -50,6 +50,12 @@
 //! where the repetition meets posteriordb's standard (R̂ < 1.01, bulk and tail ESS > 400 at
 //! every input, no divergent transitions). Also `accept_rate` and `step_size`.
 //!
+//! Two options change the iteration, both on the host chains on every backend (no tensor
+//! version): `marginalise_output` runs the θ move on the hidden layer with the output layer
+//! integrated out and draws the output layer exactly ([`collapsed`]), and `temperatures`
+//! runs K tempered rungs per chain with swaps between neighbours, the draws from the β = 1
+//! rung ([`rungs`]). Both sample the same posterior; docs/quartic-002.md measures them.
+//!
 //! The chains' momenta and accept draws come from each replica's own host stream. Two
 //! implementations run the same sampler from the same draws: on a CPU backend, for networks
 //! whose layers are small ([`crate::mlp::MlpShape::host_sized`]), `host.rs` (fused loops over one chain's points,
@@ -76,8 +82,10 @@ use uqbench_core::{Compute, Extra, Family, Likelihood, Method, Prediction, Task}
 
 mod adapt;
 pub(crate) mod chain;
+mod collapsed;
 mod host;
 mod nuts;
+mod rungs;
 
 /// HMC's own settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -113,6 +121,16 @@ pub struct HmcSettings {
     pub algorithm: Algorithm,
     /// NUTS's largest tree depth (10, Stan's).
     pub max_tree_depth: usize,
+    /// Integrate the output layer out ([`collapsed`]): the θ move runs on the hidden layer
+    /// with the output layer's conjugate Gaussian marginalised, and every iteration draws the
+    /// output layer exactly (false; one hidden layer and a Gaussian likelihood).
+    pub marginalise_output: bool,
+    /// Parallel tempering ([`rungs`]): rungs per chain at inverse temperatures
+    /// β_k = `beta_min`^(k/(K−1)) on the likelihood, with swaps between neighbours; the draws
+    /// come from the β = 1 rung (1: no tempering).
+    pub temperatures: usize,
+    /// The hottest rung's inverse temperature (0.05).
+    pub beta_min: f64,
 }
 
 /// HMC's move on θ given σ.
@@ -142,6 +160,9 @@ impl Default for HmcSettings {
             metric: Metric::Diag,
             algorithm: Algorithm::Hmc,
             max_tree_depth: 10,
+            marginalise_output: false,
+            temperatures: 1,
+            beta_min: 0.05,
         }
     }
 }
@@ -207,6 +228,27 @@ impl Hmc {
                 "a depth from 1 to 20 (2^depth leapfrog steps at most)",
             );
         }
+        if c.temperatures == 0 || c.temperatures > 64 {
+            return bad(
+                "temperatures",
+                c.temperatures.to_string(),
+                "from 1 (no tempering) to 64 rungs per chain",
+            );
+        }
+        if !(c.beta_min > 0.0 && c.beta_min < 1.0) {
+            return bad(
+                "beta_min",
+                c.beta_min.to_string(),
+                "an inverse temperature strictly between 0 and 1",
+            );
+        }
+        if c.marginalise_output && c.net.hidden.len() != 1 {
+            return bad(
+                "marginalise_output",
+                format!("true with hidden = {:?}", c.net.hidden),
+                "one hidden layer (the output layer's conjugacy needs f linear in it given the rest)",
+            );
+        }
         if c.rhat_threshold.is_nan() || c.rhat_threshold <= 1.0 {
             return bad("rhat_threshold", c.rhat_threshold.to_string(), "above 1");
         }
@@ -235,7 +277,13 @@ impl Method for Hmc {
             Algorithm::Hmc => c.leapfrog_steps,
             Algorithm::Nuts => 32,
         };
-        (c.chains * (c.warmup + c.draws) * steps * n_train) as f64
+        // Every rung runs the iteration; the collapsed gradient costs about (W + 1)/2 plain
+        // ones (measured by `bench hmc --marginalise-output`: 9.7× at W = 20, 6.1× at W = 10).
+        let collapsed = match (c.marginalise_output, c.net.hidden.first()) {
+            (true, Some(&w)) => (w + 1) as f64 / 2.0,
+            _ => 1.0,
+        };
+        (c.chains * c.temperatures * (c.warmup + c.draws) * steps * n_train) as f64 * collapsed
     }
 
     fn parameters(&self, task: &Task<'_>) -> Option<usize> {
@@ -259,8 +307,20 @@ impl Method for Hmc {
         let shape = c.net.shape(task.d, 1);
         // NUTS runs on the host chains on every backend: its trajectories differ in length
         // between chains, and no lockstep tensor version is built.
-        let host = (c.algorithm == Algorithm::Nuts || resources.sampler_host_loops(&shape))
-            .then_some(resources.simd);
+        let bernoulli = task.likelihood == Likelihood::Bernoulli;
+        if bernoulli && (c.marginalise_output || c.temperatures > 1) {
+            return Err(MethodError::invalid(
+                format!("{}.marginalise_output / temperatures", self.name),
+                format!(
+                    "{} / {} on a classification task",
+                    c.marginalise_output, c.temperatures
+                ),
+                "false and 1 for labels: both need the Gaussian likelihood's conjugate steps",
+            ));
+        }
+        let own_loops =
+            c.algorithm == Algorithm::Nuts || c.marginalise_output || c.temperatures > 1;
+        let host = (own_loops || resources.sampler_host_loops(&shape)).then_some(resources.simd);
         let trainer = HmcTrainer {
             config: c,
             shape,
@@ -272,7 +332,7 @@ impl Method for Hmc {
             noise: fixed_noise,
             device: resources.device.clone(),
             records: Mutex::new(vec![ChainRecord::default(); replicas.init.len()]),
-            bernoulli: task.likelihood == Likelihood::Bernoulli,
+            bernoulli,
             host,
         };
         let out = run_chunks(&trainer, resources, progress)?;
@@ -354,6 +414,27 @@ impl Hmc {
         let iterations = (self.config.warmup + t) as f64;
         let leapfrogs = per_chain_mean(&|c| c.leapfrogs as f64) / iterations;
         scalars.insert("leapfrogs_per_iteration".into(), leapfrogs);
+        if records.iter().all(|c| !c.inv_mass.is_empty()) {
+            // What the warm-up left: the adapted inverse mass (the posterior variance estimate
+            // per parameter of the move's state), averaged over the chains, at its extremes.
+            let dim = records[0].inv_mass.len();
+            let per_param: Vec<f64> = (0..dim)
+                .map(|i| per_chain_mean(&|c| f64::from(c.inv_mass[i])))
+                .collect();
+            let (lo, hi) = per_param
+                .iter()
+                .fold((f64::INFINITY, 0.0f64), |(lo, hi), &v| {
+                    (lo.min(v), hi.max(v))
+                });
+            scalars.insert("inv_mass_min".into(), lo);
+            scalars.insert("inv_mass_max".into(), hi);
+        }
+        if self.config.temperatures > 1 {
+            // Parallel tempering: the share of neighbour swaps accepted, over the chains.
+            let tried: u64 = records.iter().map(|c| c.swaps_tried).sum();
+            let accepted: u64 = records.iter().map(|c| c.swaps_accepted).sum();
+            scalars.insert("swap_rate".into(), accepted as f64 / tried.max(1) as f64);
+        }
         if self.config.algorithm == Algorithm::Nuts {
             // The share of draws whose trajectory stopped at the largest depth, not at a U-turn.
             let saturated: f64 = records.iter().map(|c| c.saturated as f64).sum();

@@ -224,6 +224,28 @@ fn bad_settings_name_the_key() {
     .unwrap_err()
     .to_string();
     assert!(e.contains("every width must be at least 1"), "{e}");
+    let e = err(HmcSettings {
+        temperatures: 0,
+        ..HmcSettings::default()
+    });
+    assert!(e.contains("HMC.temperatures") && e.contains("64"), "{e}");
+    let e = err(HmcSettings {
+        beta_min: 1.0,
+        ..HmcSettings::default()
+    });
+    assert!(
+        e.contains("HMC.beta_min") && e.contains("strictly between"),
+        "{e}"
+    );
+    // The default network has three hidden layers: the output layer is not conjugate alone.
+    let e = err(HmcSettings {
+        marginalise_output: true,
+        ..HmcSettings::default()
+    });
+    assert!(
+        e.contains("HMC.marginalise_output") && e.contains("one hidden layer"),
+        "{e}"
+    );
 }
 
 /// The exact posterior of the linear model with σ unknown, by quadrature over σ²: prior
@@ -269,6 +291,35 @@ fn sigma_quadrature(
 
 #[test]
 fn hmc_pairs_each_draw_with_its_own_sigma() {
+    sigma_pairing(pairing_settings());
+}
+
+/// 4 chains of 500 + 2 500 iterations, 10 leapfrog steps, prior sd 10.
+fn pairing_settings() -> HmcSettings {
+    HmcSettings {
+        chains: 4,
+        warmup: 500,
+        draws: 2500,
+        leapfrog_steps: 10,
+        prior_sd: 10.0,
+        ..HmcSettings::default()
+    }
+}
+
+#[test]
+fn tempered_chains_sample_the_same_posterior() {
+    // Parallel tempering (issue 39): four rungs down to β = 0.05, each with its tempered Gibbs
+    // step for σ², states swapped between neighbours. The cold rung must still sample the
+    // exact joint of (f, σ): a wrong swap ratio or a tempered σ² step at the cold rung biases
+    // the paired statistic and the predictive's tails that `sigma_pairing` checks.
+    sigma_pairing(HmcSettings {
+        temperatures: 4,
+        ..pairing_settings()
+    });
+}
+
+/// The exact check of HMC's (f, σ) draws on a conjugate linear model, for these settings.
+fn sigma_pairing(settings: HmcSettings) {
     // Six points, σ unknown (true σ = 1), prior sd 10, x* = 6 far outside the data: given σ,
     // f(x*) − m ≈ σ·N(0, c) with c ≈ 13, so f and σ are strongly dependent, and
     // E[(f − E f)²/σ²] is a quantity that only draws paired with their own σ reproduce:
@@ -279,20 +330,7 @@ fn hmc_pairs_each_draw_with_its_own_sigma() {
     let x: Vec<f64> = (0..n).map(|_| rng.uniform_in(-1.0, 1.0)).collect();
     let y: Vec<f64> = x.iter().map(|&v| 0.8 * v - 0.3 + rng.normal()).collect();
     let xs = 6.0;
-    let out = run_linear_sigma(
-        &x,
-        std::slice::from_ref(&y),
-        &[xs],
-        HmcSettings {
-            chains: 4,
-            warmup: 500,
-            draws: 2500,
-            leapfrog_steps: 10,
-            prior_sd: 10.0,
-            ..HmcSettings::default()
-        },
-        None,
-    );
+    let out = run_linear_sigma(&x, std::slice::from_ref(&y), &[xs], settings, None);
     let o = &out[0];
     // Reference-grade, without a divergent transition: the leapfrog step scales with the
     // Gibbs-drawn σ. (With one step for every σ, a small σ² made the step adapted to the
@@ -404,6 +442,38 @@ fn run_anisotropic(metric: uqbench_samplers::Metric, host_loops: bool) -> BTreeM
     out[0].scalars.clone()
 }
 
+/// The metric the warm-up leaves on `run_anisotropic`'s model (the host chains report it) is
+/// its posterior variance: exact, Σ = (XᵀX/σ² + I/σ_p²)⁻¹ over (w₁, w₂, b), whose diagonal
+/// spans about 10⁶ (w₂ the narrowest, w₁ the widest). Stan's estimate comes from the last slow
+/// window's 200 draws per chain, regularised toward 10⁻³ by 5/(n + 5) (+16% on w₂'s 1.5·10⁻⁴);
+/// with an ESS of 50 or more per window the relative sd of a variance is √(2/50) = 0.2, so a
+/// factor of 2 either way is four of them. The identity metric would report 1 and 1.
+fn assert_the_metric_is_the_posterior_variance(diag: &BTreeMap<String, f64>) {
+    let n = 50;
+    let mut rng = Rng::new(8);
+    let x: Vec<f64> = (0..n)
+        .flat_map(|_| [rng.uniform_in(-0.01, 0.01), rng.uniform_in(-10.0, 10.0)])
+        .collect();
+    let design = nalgebra::DMatrix::from_fn(n, 3, |i, j| if j < 2 { x[2 * i + j] } else { 1.0 });
+    let precision = design.transpose() * &design / 0.25
+        + nalgebra::DMatrix::<f64>::identity(3, 3) / (100.0 * 100.0);
+    let cov = precision.try_inverse().expect("invertible");
+    let var: Vec<f64> = (0..3).map(|i| cov[(i, i)]).collect();
+    let (lo, hi) = (
+        var.iter().cloned().fold(f64::INFINITY, f64::min),
+        var.iter().cloned().fold(0.0, f64::max),
+    );
+    for (name, got, want) in [
+        ("min", diag["inv_mass_min"], lo),
+        ("max", diag["inv_mass_max"], hi),
+    ] {
+        assert!(
+            (0.5..2.0).contains(&(got / want)),
+            "inverse mass {name}: adapted {got}, posterior variance {want} ({diag:?})"
+        );
+    }
+}
+
 #[test]
 fn the_diagonal_metric_mixes_where_the_identity_cannot() {
     // With the identity the step must suit w₂'s narrow direction, so w₁ barely moves in 500
@@ -414,6 +484,9 @@ fn the_diagonal_metric_mixes_where_the_identity_cannot() {
         let unit = run_anisotropic(uqbench_samplers::Metric::Unit, host_loops);
         let diag = run_anisotropic(uqbench_samplers::Metric::Diag, host_loops);
         assert_eq!(diag["reference_grade"], 1.0, "host {host_loops}: {diag:?}");
+        if host_loops {
+            assert_the_metric_is_the_posterior_variance(&diag);
+        }
         assert!(diag["ess_bulk_min"] > 400.0, "host {host_loops}: {diag:?}");
         // The identity metric's worst-input ESS is a small fraction of the diagonal one's.
         assert!(
