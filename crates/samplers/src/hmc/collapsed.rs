@@ -25,24 +25,51 @@
 //! C⁻¹y = (y − Φm)/σ² =: α, σ_p²ΦᵀC⁻¹y = m, so ∂U/∂Φ = ΦA⁻¹/σ² − α mᵀ. Its first W columns
 //! go back through the leaky ReLU to W₀ and b₀ (the last column is the constant 1).
 //!
-//! Arithmetic in f64 (the Gram matrix and its Cholesky factor need it); θ_h is the move's
-//! f32 state.
+//! Arithmetic in f64 (the Gram matrix and its Cholesky factor need it); the move's state is
+//! f32.
+//!
+//! # Polar units (`polar_units = true`)
+//!
+//! With the output layer integrated out, a unit's features depend on v_j = (W₀[·, j], b₀[j])
+//! through its direction (where the kink lies) and its radius r_j = ‖v_j‖ (the leaky ReLU is
+//! positively homogeneous, so r_j only rescales the feature, which the output layer's prior
+//! turns into a weak Occam factor). The likelihood pins the direction to about 0.01 rad
+//! while the N(0, σ_p² I) prior lets r_j range over 0 … 3σ_p: in v_j's coordinates the
+//! direction's curvature grows as 1/r_j², a funnel, and one step size cannot serve both ends
+//! (docs/quartic-002.md: NUTS's trees saturate at 1 024 steps of about 10⁻³ at widths 5–20).
+//! The polar state removes the funnel: per unit, u_j ∈ R^{d+1} and ρ_j, with
+//! v_j = e^{ρ_j} u_j/‖u_j‖, u_j ~ N(0, I) (only its direction matters; its length is an
+//! auxiliary variable of fixed chi law, as Stan's unit vectors) and ρ_j with density
+//! p(ρ) ∝ e^{(d+1)ρ} exp(−e^{2ρ}/(2σ_p²)). Derivation: the isotropic N(0, σ_p² I_{d+1}) is a
+//! uniform direction times a radius of density ∝ r^d e^{−r²/(2σ_p²)}; with r = e^ρ,
+//! p(ρ) = p_r(e^ρ)·e^ρ. So the pushforward of the state's prior is θ_h's prior, and that of its
+//! posterior is θ_h's posterior. The state's prior energy is Σ_j ½‖u_j‖² − (d+1)ρ_j +
+//! e^{2ρ_j}/(2σ_p²); with g = ∂U_lik/∂v_j, the chain rule gives ∂U/∂ρ_j = g·v_j − (d+1) +
+//! e^{2ρ_j}/σ_p² and ∂U/∂u_j = (r_j/‖u_j‖)(g − (g·ū_j)ū_j) + u_j (ū_j = u_j/‖u_j‖).
 
 use uqbench_anchor::Rng;
+
+use super::lanes64::{hsum, Unit, B, L};
+use crate::cpu::simd::Level;
+
+/// `n` rounded up to a multiple of `k`.
+fn round_up(n: usize, k: usize) -> usize {
+    n.div_ceil(k) * k
+}
 
 /// Σ a_i b_i with eight partial sums (a fixed order that the compiler vectorises).
 #[inline(always)]
 fn dot(a: &[f64], b: &[f64]) -> f64 {
-    let mut acc = [0.0f64; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let mut acc = [0.0f64; L];
+    let (ca, cb) = (a.chunks_exact(L), b.chunks_exact(L));
     let (ra, rb) = (ca.remainder(), cb.remainder());
     for (x, y) in ca.zip(cb) {
-        for i in 0..8 {
+        for i in 0..L {
             acc[i] += x[i] * y[i];
         }
     }
     let tail: f64 = ra.iter().zip(rb).map(|(x, y)| x * y).sum();
-    acc.iter().sum::<f64>() + tail
+    hsum(&acc) + tail
 }
 
 /// y += c·x.
@@ -54,39 +81,59 @@ fn axpy(y: &mut [f64], c: f64, x: &[f64]) {
 }
 
 /// The collapsed potential's dimensions and scratch, for one chain. Every vector over the
-/// training points is stored feature-major (`[features, n]`), so that the inner loops run
-/// over the points, contiguous.
+/// training points is stored feature-major (`[features, np]`, the points padded with zeros
+/// to a multiple of L), so that the inner loops run over the points, contiguous.
 pub(crate) struct Collapsed {
     d: usize,
     w: usize,
     n: usize,
+    /// The padded row length (a multiple of 2L: [`Unit::combine`]'s blocks).
+    np: usize,
+    /// The vector unit of the products over the points.
+    unit: Unit,
     slope: f64,
     prior_prec: f64,
-    /// The inputs `[d, n]` and targets in f64.
+    /// The inputs `[d, np]` in f64.
     x: Vec<f64>,
-    y: Vec<f64>,
-    /// Features Φᵀ `[P, n]`, the last row 1.
-    phi: Vec<f64>,
-    /// Pre-activations `[W, n]`.
+    /// Rows `[pp, np]`: the features Φᵀ (W hidden rows, then the constant 1), the targets y,
+    /// zero rows up to a multiple of B.
+    rows: Vec<f64>,
+    /// Pre-activations `[W, np]`.
     pre: Vec<f64>,
-    /// A's lower Cholesky factor `[P, P]` (row-major).
+    /// The Gram matrix of (Φ, y) `[P + 1, P + 1]` (lower triangle): ΦᵀΦ, then yᵀΦ and yᵀy.
+    gram: Vec<f64>,
+    /// The P × P matrices' padded row length (a multiple of L, so that their row operations
+    /// run in whole vectors).
+    ps: usize,
+    /// A's Cholesky factor as U = Lᵀ (A = UᵀU), its upper triangle in rows `[P, ps]`.
     chol: Vec<f64>,
-    /// A⁻¹ `[P, P]` and L⁻¹ `[P, P]`.
+    /// A⁻¹ `[P, ps]` and L⁻¹ `[P, ps]` (lower triangle).
     a_inv: Vec<f64>,
     l_inv: Vec<f64>,
+    /// A⁻¹'s first W rows over σ², zero-padded to a multiple of B rows `[wp, P]`, and m
+    /// padded alike: the gradient's coefficients.
+    coef: Vec<f64>,
+    m_pad: Vec<f64>,
     /// m, then Φᵀy.
     m: Vec<f64>,
     phi_y: Vec<f64>,
-    /// Scratch over the points: the fit Φm, α, ∂U/∂pre of one unit.
+    /// Scratch over the points: the fit Φm, α, ∂U/∂pre of B units `[B, np]`.
     fit: Vec<f64>,
     alpha: Vec<f64>,
     g: Vec<f64>,
-    yy: f64,
+    /// The move's state is each unit's direction and log-radius (see "Polar units").
+    polar: bool,
+    /// The hidden layer θ_h in f64 (mapped from the move's state), and ∂U_lik/∂θ_h.
+    h: Vec<f64>,
+    gh: Vec<f64>,
 }
 
 impl Collapsed {
     /// For a 1-W-1 network on `d` inputs (feature-major `x`, `[d, n]`), targets `y`, leaky-ReLU
-    /// `slope` and prior sd `prior_sd`.
+    /// `slope` and prior sd `prior_sd`; `polar` makes the move's state each unit's direction
+    /// and log-radius; the products over the points run on `level`'s vector unit (the same
+    /// bits at every level).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         d: usize,
         w: usize,
@@ -94,179 +141,311 @@ impl Collapsed {
         y: &[f32],
         slope: f64,
         prior_sd: f64,
+        polar: bool,
+        level: Level,
     ) -> Collapsed {
         let (n, p) = (y.len(), w + 1);
-        let y: Vec<f64> = y.iter().map(|&v| f64::from(v)).collect();
-        let mut phi = vec![0.0; p * n];
-        phi[w * n..].fill(1.0);
+        let np = round_up(n, 2 * L);
+        let (pp, wp) = (round_up(p + 1, B), round_up(w, B));
+        let mut rows = vec![0.0; pp * np];
+        rows[w * np..w * np + n].fill(1.0);
+        for (r, &v) in rows[p * np..].iter_mut().zip(y) {
+            *r = f64::from(v);
+        }
+        let mut xp = vec![0.0; d * np];
+        for a in 0..d {
+            for (t, &v) in xp[a * np..].iter_mut().zip(&x[a * n..(a + 1) * n]) {
+                *t = f64::from(v);
+            }
+        }
         Collapsed {
             d,
             w,
             n,
+            np,
+            unit: Unit::at(level),
             slope,
             prior_prec: 1.0 / (prior_sd * prior_sd),
-            x: x.iter().map(|&v| f64::from(v)).collect(),
-            yy: dot(&y, &y),
-            y,
-            phi,
-            pre: vec![0.0; w * n],
-            chol: vec![0.0; p * p],
-            a_inv: vec![0.0; p * p],
-            l_inv: vec![0.0; p * p],
+            x: xp,
+            rows,
+            pre: vec![0.0; w * np],
+            gram: vec![0.0; (p + 1) * (p + 1)],
+            ps: round_up(p, L),
+            chol: vec![0.0; p * round_up(p, L)],
+            a_inv: vec![0.0; p * round_up(p, L)],
+            l_inv: vec![0.0; p * round_up(p, L)],
+            coef: vec![0.0; wp * p],
+            m_pad: vec![0.0; wp],
             m: vec![0.0; p],
             phi_y: vec![0.0; p],
-            fit: vec![0.0; n],
-            alpha: vec![0.0; n],
-            g: vec![0.0; n],
+            fit: vec![0.0; np],
+            alpha: vec![0.0; np],
+            g: vec![0.0; B * np],
+            polar,
+            h: vec![0.0; (d + 1) * w],
+            gh: vec![0.0; (d + 1) * w],
         }
     }
 
-    /// θ_h's length: W₀ `[d, W]` row-major, then b₀ `[W]`.
+    /// The move's state length: θ_h's, W₀ `[d, W]` row-major then b₀ `[W]`; with polar units,
+    /// u `[W, d + 1]` (unit-major) then ρ `[W]`.
     pub(crate) fn dim(&self) -> usize {
-        (self.d + 1) * self.w
-    }
-
-    /// A whole network's flat parameters from θ_h and the output layer (a, c).
-    pub(crate) fn network(&self, h: &[f32], out: &[f64], theta: &mut [f32]) {
-        let (dw, w) = (self.d * self.w, self.w);
-        theta[..dw].copy_from_slice(&h[..dw]);
-        for j in 0..w {
-            theta[dw + j] = out[j] as f32;
+        if self.polar {
+            (self.d + 2) * self.w
+        } else {
+            (self.d + 1) * self.w
         }
-        theta[dw + w..dw + 2 * w].copy_from_slice(&h[dw..]);
-        theta[dw + 2 * w] = out[w] as f32;
     }
 
-    /// Φ, A's factor, m at θ_h and 1/σ² `inv_s2`; false where A is not numerically positive
-    /// definite (or a feature is not finite).
+    /// A starting state from the prior: θ_h ~ N(0, σ_p² I), or with polar units u ~ N(0, I)
+    /// and ρ = log ‖v‖ for v ~ N(0, σ_p² I_{d+1}) (so that θ_h is a prior draw as well).
+    pub(crate) fn prior_draw(&self, stream: &mut Rng) -> Vec<f32> {
+        let sd = 1.0 / self.prior_prec.sqrt();
+        if !self.polar {
+            return (0..self.dim())
+                .map(|_| (sd * stream.normal()) as f32)
+                .collect();
+        }
+        let (k, w) = (self.d + 1, self.w);
+        let mut z: Vec<f32> = (0..k * w).map(|_| stream.normal() as f32).collect();
+        for _ in 0..w {
+            let r2: f64 = (0..k).map(|_| (sd * stream.normal()).powi(2)).sum();
+            z.push((0.5 * r2.ln()) as f32);
+        }
+        z
+    }
+
+    /// θ_h (into `self.h`) from the move's state `z`; false where a polar unit's direction is
+    /// undefined (u = 0) or θ_h is not finite.
     #[inline(always)]
-    fn factor(&mut self, h: &[f32], inv_s2: f64) -> bool {
-        let (d, w, n, p) = (self.d, self.w, self.n, self.w + 1);
-        let (w0, b0) = h.split_at(d * w);
+    fn hidden(&mut self, z: &[f32]) -> bool {
+        if !self.polar {
+            for (h, &v) in self.h.iter_mut().zip(z) {
+                *h = f64::from(v);
+            }
+            return true;
+        }
+        let (d, w, k) = (self.d, self.w, self.d + 1);
         for j in 0..w {
-            let pre = &mut self.pre[j * n..(j + 1) * n];
-            pre.fill(f64::from(b0[j]));
-            for a in 0..d {
-                axpy(pre, f64::from(w0[a * w + j]), &self.x[a * n..(a + 1) * n]);
-            }
-            for (f, &z) in self.phi[j * n..(j + 1) * n].iter_mut().zip(pre.iter()) {
-                *f = if z > 0.0 { z } else { self.slope * z };
-            }
-        }
-        // A = ΦᵀΦ/σ² + I/σ_p² (lower triangle), Φᵀy.
-        let a = &mut self.chol;
-        for j in 0..p {
-            let row_j = &self.phi[j * n..(j + 1) * n];
-            self.phi_y[j] = dot(row_j, &self.y);
-            for k in 0..=j {
-                a[j * p + k] = dot(row_j, &self.phi[k * n..(k + 1) * n]) * inv_s2;
-            }
-            a[j * p + j] += self.prior_prec;
-        }
-        // In-place Cholesky, A = LLᵀ.
-        for j in 0..p {
-            let mut s = a[j * p + j];
-            for k in 0..j {
-                s -= a[j * p + k] * a[j * p + k];
-            }
-            if !(s > 0.0 && s.is_finite()) {
+            let u = &z[j * k..(j + 1) * k];
+            let norm = u.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>().sqrt();
+            let scale = f64::from(z[k * w + j]).exp() / norm;
+            if !(scale.is_finite() && norm > 0.0) {
                 return false;
             }
-            let l = s.sqrt();
-            a[j * p + j] = l;
-            for i in j + 1..p {
-                let mut s = a[i * p + j];
-                for k in 0..j {
-                    s -= a[i * p + k] * a[j * p + k];
-                }
-                a[i * p + j] = s / l;
+            // v = (W₀[·, j], b₀[j]) = e^ρ u/‖u‖.
+            for (a, &ua) in u.iter().enumerate() {
+                self.h[a * w + j] = scale * f64::from(ua);
             }
-        }
-        // m = A⁻¹Φᵀy/σ²: forward then backward substitution.
-        for j in 0..p {
-            let mut s = self.phi_y[j] * inv_s2;
-            for k in 0..j {
-                s -= a[j * p + k] * self.m[k];
-            }
-            self.m[j] = s / a[j * p + j];
-        }
-        for j in (0..p).rev() {
-            let mut s = self.m[j];
-            for k in j + 1..p {
-                s -= a[k * p + j] * self.m[k];
-            }
-            self.m[j] = s / a[j * p + j];
         }
         true
     }
 
-    /// U(θ_h) at 1/σ² `inv_s2` (see the module docs), with ∇U into `grad`; +∞ where A cannot
-    /// be factored (the move rejects it).
+    /// A whole network's flat parameters from the move's state and the output layer (a, c).
+    pub(crate) fn network(&mut self, z: &[f32], out: &[f64], theta: &mut [f32]) {
+        self.hidden(z);
+        let (dw, w) = (self.d * self.w, self.w);
+        for (t, &h) in theta[..dw].iter_mut().zip(&self.h) {
+            *t = h as f32;
+        }
+        for j in 0..w {
+            theta[dw + j] = out[j] as f32;
+            theta[dw + w + j] = self.h[dw + j] as f32;
+        }
+        theta[dw + 2 * w] = out[w] as f32;
+    }
+
+    /// Φ, A's factor, m at the state `z` and 1/σ² `inv_s2`; false where A is not numerically
+    /// positive definite (or a feature is not finite).
     #[inline(always)]
-    pub(crate) fn potential(&mut self, h: &[f32], inv_s2: f64, grad: &mut [f32]) -> f64 {
-        if !self.factor(h, inv_s2) {
+    fn factor(&mut self, z: &[f32], inv_s2: f64) -> bool {
+        if !self.hidden(z) {
+            return false;
+        }
+        let (d, w, n, np, p) = (self.d, self.w, self.n, self.np, self.w + 1);
+        let (w0, b0) = self.h.split_at(d * w);
+        for j in 0..w {
+            let pre = &mut self.pre[j * np..j * np + n];
+            pre.fill(b0[j]);
+            for a in 0..d {
+                axpy(pre, w0[a * w + j], &self.x[a * np..a * np + n]);
+            }
+            // The padding stays zero.
+            for (f, &z) in self.rows[j * np..j * np + n].iter_mut().zip(pre.iter()) {
+                *f = if z > 0.0 { z } else { self.slope * z };
+            }
+        }
+        // The Gram matrix of (Φ, y): ΦᵀΦ, and Φᵀy in its last row.
+        self.unit.gram_lower(&self.rows, np, p + 1, &mut self.gram);
+        // A = ΦᵀΦ/σ² + I/σ_p², both triangles.
+        let ps = self.ps;
+        let u = &mut self.chol;
+        for j in 0..p {
+            self.phi_y[j] = self.gram[p * (p + 1) + j];
+            for k in 0..=j {
+                let v = self.gram[j * (p + 1) + k] * inv_s2;
+                u[j * ps + k] = v;
+                u[k * ps + j] = v;
+            }
+            u[j * ps + j] += self.prior_prec;
+        }
+        // Cholesky, A = UᵀU, right-looking so that every operation is on whole rows (the
+        // matrix is symmetric: row k is column k): row k divided by √(pivot) becomes U's row
+        // k, and the rows below lose its outer product. Entries left of the diagonal are
+        // left stale and never read.
+        for k in 0..p {
+            let pivot = u[k * ps + k];
+            if !(pivot > 0.0 && pivot.is_finite()) {
+                return false;
+            }
+            let l = pivot.sqrt();
+            let (head, tail) = u.split_at_mut((k + 1) * ps);
+            let row_k = &mut head[k * ps..];
+            for v in row_k.iter_mut() {
+                *v /= l;
+            }
+            for i in k + 1..p {
+                let c = row_k[i];
+                let row_i = &mut tail[(i - k - 1) * ps..(i - k) * ps];
+                for (a, &b) in row_i.iter_mut().zip(row_k.iter()) {
+                    *a -= c * b;
+                }
+            }
+        }
+        // m = A⁻¹Φᵀy/σ²: Uᵀv = Φᵀy/σ² by columns (row j of U updates the rest), then
+        // Um = v by rows.
+        for (m, &b) in self.m.iter_mut().zip(&self.phi_y) {
+            *m = b * inv_s2;
+        }
+        for j in 0..p {
+            let v = self.m[j] / u[j * ps + j];
+            self.m[j] = v;
+            for i in j + 1..p {
+                self.m[i] -= u[j * ps + i] * v;
+            }
+        }
+        for j in (0..p).rev() {
+            let s = self.m[j] - dot(&u[j * ps + j + 1..j * ps + p], &self.m[j + 1..]);
+            self.m[j] = s / u[j * ps + j];
+        }
+        true
+    }
+
+    /// U at the state `z` and 1/σ² `inv_s2` (see the module docs), with ∇U into `grad`; +∞
+    /// where A cannot be factored (the move rejects it).
+    #[inline(always)]
+    pub(crate) fn potential(&mut self, z: &[f32], inv_s2: f64, grad: &mut [f32]) -> f64 {
+        if !self.factor(z, inv_s2) {
             grad.fill(0.0);
             return f64::INFINITY;
         }
-        let (d, w, n, p) = (self.d, self.w, self.n, self.w + 1);
-        let l = &self.chol;
+        let (d, w, n, np, p) = (self.d, self.w, self.n, self.np, self.w + 1);
+        let (ps, u) = (self.ps, &self.chol);
         let fit: f64 = self.phi_y.iter().zip(&self.m).map(|(a, b)| a * b).sum();
-        let log_det: f64 = (0..p).map(|j| l[j * p + j].ln()).sum();
-        // A⁻¹ = L⁻ᵀL⁻¹, with L⁻¹ column by column.
-        let (a_inv, l_inv) = (&mut self.a_inv, &mut self.l_inv);
-        l_inv.fill(0.0);
-        for c in 0..p {
-            for i in c..p {
-                let mut s = if i == c { 1.0 } else { 0.0 };
-                for k in c..i {
-                    s -= l[i * p + k] * l_inv[k * p + c];
-                }
-                l_inv[i * p + c] = s / l[i * p + i];
-            }
-        }
+        let log_det: f64 = (0..p).map(|j| u[j * ps + j].ln()).sum();
+        let yy = self.gram[(p + 1) * (p + 1) - 1];
+        // X = L⁻¹ by rows, LX = I with L = Uᵀ: X_j = (e_j − Σ_{k<j} L_jk X_k)/L_jj.
+        let x = &mut self.l_inv;
+        x.fill(0.0);
         for j in 0..p {
-            for k in 0..=j {
-                let s: f64 = (j..p).map(|i| l_inv[i * p + j] * l_inv[i * p + k]).sum();
-                a_inv[j * p + k] = s;
-                a_inv[k * p + j] = s;
+            let (done, rest) = x.split_at_mut(j * ps);
+            let row = &mut rest[..ps];
+            row[j] = 1.0;
+            for k in 0..j {
+                axpy(row, -u[k * ps + j], &done[k * ps..(k + 1) * ps]);
+            }
+            let l = u[j * ps + j];
+            for v in row.iter_mut() {
+                *v /= l;
             }
         }
-        // α = (y − Φm)/σ².
+        // A⁻¹ = XᵀX by rows: (A⁻¹)_j = Σ_{i ≥ j} X_ij X_i.
+        let a_inv = &mut self.a_inv;
+        a_inv.fill(0.0);
+        for j in 0..p {
+            let row = &mut a_inv[j * ps..(j + 1) * ps];
+            for i in j..p {
+                axpy(row, x[i * ps + j], &x[i * ps..(i + 1) * ps]);
+            }
+        }
+        for j in 0..w {
+            for k in 0..p {
+                self.coef[j * p + k] = a_inv[j * ps + k] * inv_s2;
+            }
+            self.m_pad[j] = self.m[j];
+        }
+        // α = (y − Φm)/σ² (zero on the padding).
         self.fit.fill(0.0);
         for k in 0..p {
-            axpy(&mut self.fit, self.m[k], &self.phi[k * n..(k + 1) * n]);
+            axpy(&mut self.fit, self.m[k], &self.rows[k * np..(k + 1) * np]);
         }
-        for ((a, &y), &f) in self.alpha.iter_mut().zip(&self.y).zip(&self.fit) {
+        let y = &self.rows[p * np..(p + 1) * np];
+        for ((a, &y), &f) in self.alpha.iter_mut().zip(y).zip(&self.fit) {
             *a = (y - f) * inv_s2;
         }
-        // ∂U/∂Φ_{ij} = (ΦA⁻¹)_{ij}/σ² − α_i m_j for the hidden columns j < W, through the
-        // leaky ReLU to W₀ and b₀.
-        let (gw, gb) = grad.split_at_mut(d * w);
-        for j in 0..w {
-            let g = &mut self.g;
-            for (gi, &ai) in g.iter_mut().zip(&self.alpha) {
-                *gi = -ai * self.m[j];
-            }
-            for k in 0..p {
-                axpy(g, a_inv[k * p + j] * inv_s2, &self.phi[k * n..(k + 1) * n]);
-            }
-            for (gi, &z) in g.iter_mut().zip(&self.pre[j * n..(j + 1) * n]) {
-                if z <= 0.0 {
-                    *gi *= self.slope;
+        // ∂U/∂Φ_{ij} = (ΦA⁻¹)_{ij}/σ² − α_i m_j for the hidden columns j < W, B units at a
+        // time in registers over L points (each loaded block of features serves B units),
+        // then through the leaky ReLU to W₀ and b₀.
+        let (gw, gb) = self.gh.split_at_mut(d * w);
+        for j0 in (0..w).step_by(B) {
+            let init: [f64; B] = std::array::from_fn(|t| -self.m_pad[j0 + t]);
+            let coef = &self.coef[j0 * p..(j0 + B) * p];
+            self.unit
+                .combine(&self.alpha, &init, coef, &self.rows, np, &mut self.g);
+            for t in 0..B.min(w - j0) {
+                let j = j0 + t;
+                let g = &mut self.g[t * np..(t + 1) * np];
+                for (gi, &z) in g[..n].iter_mut().zip(&self.pre[j * np..j * np + n]) {
+                    if z <= 0.0 {
+                        *gi *= self.slope;
+                    }
+                }
+                // Σ_i g_i, as the product with the constant row (1 on the points, 0 after).
+                gb[j] = dot(g, &self.rows[w * np..(w + 1) * np]);
+                for a in 0..d {
+                    gw[a * w + j] = dot(&self.x[a * np..(a + 1) * np], g);
                 }
             }
-            gb[j] = g.iter().sum::<f64>() as f32;
-            for a in 0..d {
-                gw[a * w + j] = dot(&self.x[a * n..(a + 1) * n], g) as f32;
+        }
+        let lik = 0.5 * (yy - fit) * inv_s2 + log_det;
+        lik + if self.polar {
+            self.polar_prior(z, grad)
+        } else {
+            let mut prior = 0.0;
+            for ((g, &gh), &t) in grad.iter_mut().zip(&self.gh).zip(&self.h) {
+                prior += t * t;
+                *g = (gh + t * self.prior_prec) as f32;
             }
+            0.5 * self.prior_prec * prior
         }
-        let mut prior = 0.0;
-        for (g, &t) in grad.iter_mut().zip(h) {
-            let t = f64::from(t);
-            prior += t * t;
-            *g += (t * self.prior_prec) as f32;
+    }
+
+    /// With polar units: ∇U by the chain rule from ∂U_lik/∂θ_h (in `self.gh`) into `grad`, and
+    /// the state's prior energy (see "Polar units").
+    #[inline(always)]
+    fn polar_prior(&self, z: &[f32], grad: &mut [f32]) -> f64 {
+        let (d, w, k) = (self.d, self.w, self.d + 1);
+        let mut energy = 0.0;
+        for j in 0..w {
+            let u = &z[j * k..(j + 1) * k];
+            let rho = f64::from(z[k * w + j]);
+            let r = rho.exp();
+            let norm = u.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>().sqrt();
+            // g_v and v for this unit: (W₀[·, j], b₀[j]).
+            let at = |a: usize| if a < d { a * w + j } else { d * w + j };
+            let gv_dot_v: f64 = (0..k).map(|a| self.gh[at(a)] * self.h[at(a)]).sum();
+            // ∂v/∂ρ = v; ∂v/∂u = (r/‖u‖)(I − ūūᵀ), and g_v·ū = g_v·v/r.
+            let radial = gv_dot_v / r;
+            for a in 0..k {
+                let ua = f64::from(u[a]);
+                let tangent = self.gh[at(a)] - radial * ua / norm;
+                grad[j * k + a] = (r / norm * tangent + ua) as f32;
+                energy += 0.5 * ua * ua;
+            }
+            grad[k * w + j] = (gv_dot_v - k as f64 + r * r * self.prior_prec) as f32;
+            energy += -(k as f64) * rho + 0.5 * r * r * self.prior_prec;
         }
-        0.5 * (self.yy - fit) * inv_s2 + log_det + 0.5 * self.prior_prec * prior
+        energy
     }
 
     /// An exact draw of the output layer (a, c) | θ_h, σ², y into `out` (P values), and the
@@ -274,35 +453,32 @@ impl Collapsed {
     #[inline(always)]
     pub(crate) fn draw_output(
         &mut self,
-        h: &[f32],
+        z: &[f32],
         inv_s2: f64,
         stream: &mut Rng,
         out: &mut [f64],
     ) -> Option<f64> {
-        if !self.factor(h, inv_s2) {
+        if !self.factor(z, inv_s2) {
             return None;
         }
-        let (n, p) = (self.n, self.w + 1);
+        let (np, p) = (self.np, self.w + 1);
         // out = m + L⁻ᵀz, z ~ N(0, I): back substitution Lᵀv = z.
         let z: Vec<f64> = (0..p).map(|_| stream.normal()).collect();
-        let l = &self.chol;
+        let (ps, u) = (self.ps, &self.chol);
         for j in (0..p).rev() {
-            let mut s = z[j];
-            for k in j + 1..p {
-                s -= l[k * p + j] * out[k];
-            }
-            out[j] = s / l[j * p + j];
+            let s = z[j] - dot(&u[j * ps + j + 1..j * ps + p], &out[j + 1..p]);
+            out[j] = s / u[j * ps + j];
         }
         for (o, &m) in out.iter_mut().zip(&self.m) {
             *o += m;
         }
         self.fit.fill(0.0);
-        for (&o, row) in out.iter().zip(self.phi.chunks_exact(n)) {
+        for (&o, row) in out.iter().zip(self.rows.chunks_exact(np)) {
             axpy(&mut self.fit, o, row);
         }
+        let y = &self.rows[p * np..(p + 1) * np];
         Some(
-            self.y
-                .iter()
+            y.iter()
                 .zip(&self.fit)
                 .map(|(y, f)| (y - f) * (y - f))
                 .sum(),
@@ -313,10 +489,12 @@ impl Collapsed {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cpu::simd;
 
-    /// A 2-input, 3-unit problem with targets from a fixed network plus noise.
+    /// A 2-input, 3-unit problem with targets from a fixed network plus noise (43 points: the
+    /// rows' padding to whole blocks is exercised).
     fn problem() -> (Vec<f32>, Vec<f32>, usize) {
-        let n = 40;
+        let n = 43;
         let mut rng = Rng::new(7);
         // Feature-major [d, n].
         let x: Vec<f32> = (0..2 * n)
@@ -331,20 +509,19 @@ mod tests {
         (x, y, n)
     }
 
-    #[test]
-    fn the_gradient_is_the_potentials_derivative() {
-        // Central differences in f64 of U at a point with kinks away from the data's
-        // points: the analytic gradient agrees to 1e-3 relative (f32 state, h = 1e-3).
+    /// Central differences in f64 of U at the state `z`, at a point with kinks away from the
+    /// data's points: the analytic gradient agrees to 1e-3 relative (f32 state, h = 1e-3).
+    fn assert_gradient(polar: bool, z: &[f32]) {
         let (x, y, _) = problem();
-        let mut col = Collapsed::new(2, 3, &x, &y, 0.01, 10.0);
-        let h: Vec<f32> = vec![0.8, -1.1, 0.4, 0.3, 0.9, -0.7, 0.25, -0.35, 0.6];
+        let mut col = Collapsed::new(2, 3, &x, &y, 0.01, 10.0, polar, Level::Baseline);
+        assert_eq!(z.len(), col.dim());
         let mut grad = vec![0.0f32; col.dim()];
         let inv_s2 = 1.0 / 0.09;
-        col.potential(&h, inv_s2, &mut grad);
+        col.potential(z, inv_s2, &mut grad);
         let mut scratch = vec![0.0f32; col.dim()];
-        for i in 0..h.len() {
+        for i in 0..z.len() {
             let step = 1e-3f32;
-            let (mut up, mut down) = (h.clone(), h.clone());
+            let (mut up, mut down) = (z.to_vec(), z.to_vec());
             up[i] += step;
             down[i] -= step;
             let fd = (col.potential(&up, inv_s2, &mut scratch)
@@ -353,8 +530,58 @@ mod tests {
             let g = f64::from(grad[i]);
             assert!(
                 (g - fd).abs() <= 1e-3 * fd.abs().max(1.0),
-                "parameter {i}: analytic {g}, central difference {fd}"
+                "polar {polar}, coordinate {i}: analytic {g}, central difference {fd}"
             );
+        }
+    }
+
+    #[test]
+    fn the_gradient_is_the_potentials_derivative() {
+        assert_gradient(false, &[0.8, -1.1, 0.4, 0.3, 0.9, -0.7, 0.25, -0.35, 0.6]);
+        // Polar units: u [3 units × 3] then ρ [3] (radii e^ρ of 1.1, 0.74 and 1.6).
+        assert_gradient(
+            true,
+            &[
+                0.8, 0.3, 0.25, -1.1, 0.9, -0.35, 0.4, -0.7, 0.6, 0.1, -0.3, 0.5,
+            ],
+        );
+    }
+
+    #[test]
+    fn every_vector_unit_gives_the_same_bits() {
+        // The products over the points run on AVX-512, AVX2 or plain lanes (`lanes64.rs`);
+        // all compute every lane's products and sums in one order, so U, ∇U and the output
+        // layer's draws are identical (where the CPU lacks a level, `Unit::at` falls back and
+        // the comparison is with the baseline itself). Run inside the dispatched copy, as the
+        // chains do.
+        struct Eval(Level, bool);
+        impl simd::Op for Eval {
+            type Output = (u64, Vec<u32>, Vec<u64>);
+            #[inline(always)]
+            fn call(self, _lanes: simd::Lanes) -> Self::Output {
+                let (x, y, _) = problem();
+                let mut col = Collapsed::new(2, 3, &x, &y, 0.01, 10.0, self.1, self.0);
+                let z: Vec<f32> = (0..col.dim()).map(|i| 0.3 * i as f32 - 1.1).collect();
+                let mut grad = vec![0.0f32; col.dim()];
+                let u = col.potential(&z, 1.0 / 0.09, &mut grad);
+                let mut out = vec![0.0; 4];
+                col.draw_output(&z, 1.0 / 0.09, &mut Rng::new(5), &mut out);
+                (
+                    u.to_bits(),
+                    grad.iter().map(|g| g.to_bits()).collect(),
+                    out.iter().map(|o| o.to_bits()).collect(),
+                )
+            }
+        }
+        for polar in [false, true] {
+            let base = simd::dispatch_at(Level::Baseline, Eval(Level::Baseline, polar));
+            for level in [Level::Avx2, Level::Avx512] {
+                assert_eq!(
+                    simd::dispatch_at(level, Eval(level, polar)),
+                    base,
+                    "{level:?}"
+                );
+            }
         }
     }
 
@@ -365,7 +592,7 @@ mod tests {
         // difference between two hidden layers is the same both ways.
         let (x, y, n) = problem();
         let (sp2, s2) = (100.0f64, 0.09f64);
-        let mut col = Collapsed::new(2, 3, &x, &y, 0.01, sp2.sqrt());
+        let mut col = Collapsed::new(2, 3, &x, &y, 0.01, sp2.sqrt(), false, Level::Baseline);
         let direct = |col: &mut Collapsed, h: &[f32]| {
             let p = 4;
             assert!(col.factor(h, 1.0 / s2));
@@ -373,7 +600,7 @@ mod tests {
             for i in 0..n {
                 for j in 0..n {
                     let dot: f64 = (0..p)
-                        .map(|k| col.phi[k * n + i] * col.phi[k * n + j])
+                        .map(|k| col.rows[k * col.np + i] * col.rows[k * col.np + j])
                         .sum();
                     c[(i, j)] = sp2 * dot + if i == j { s2 } else { 0.0 };
                 }
@@ -405,7 +632,7 @@ mod tests {
         // coordinate (sd of a mean of 4 000: √(A⁻¹_jj/4000)), their variance within 15% of A⁻¹'s
         // diagonal (the sd of a sample variance of 4 000 normals is 2.2%: 15% is 6.7 of them).
         let (x, y, _) = problem();
-        let mut col = Collapsed::new(2, 3, &x, &y, 0.01, 10.0);
+        let mut col = Collapsed::new(2, 3, &x, &y, 0.01, 10.0, false, Level::Baseline);
         let h: Vec<f32> = vec![0.8, -1.1, 0.4, 0.3, 0.9, -0.7, 0.25, -0.35, 0.6];
         let inv_s2 = 1.0 / 0.09;
         let mut g = vec![0.0f32; 9];
@@ -426,7 +653,7 @@ mod tests {
         }
         for j in 0..p {
             let (mean, var) = (sum[j] / draws as f64, sq[j] / draws as f64);
-            let v = a_inv[j * p + j];
+            let v = a_inv[j * col.ps + j];
             assert!(
                 (mean - m[j]).abs() < 4.0 * (v / draws as f64).sqrt(),
                 "{j}: {mean} vs {}",

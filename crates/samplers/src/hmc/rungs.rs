@@ -110,9 +110,7 @@ impl HmcTrainer<'_> {
         let (n, m) = (y.len(), self.x_test.len() / self.shape.d_in);
         let start = match &chain.collapsed {
             // The hidden layer from its prior: dispersed starts (the output layer needs none).
-            Some(col) => (0..col.dim())
-                .map(|_| (c.prior_sd * stream.normal()) as f32)
-                .collect(),
+            Some(col) => col.prior_draw(stream),
             None => theta.to_vec(),
         };
         let dim = start.len();
@@ -169,7 +167,7 @@ impl HmcTrainer<'_> {
             if sampling {
                 let s = it - c.warmup;
                 let cold = &rungs[0];
-                match &chain.collapsed {
+                match chain.collapsed.as_mut() {
                     Some(col) => col.network(&cold.q, &cold.out, theta),
                     None => theta.copy_from_slice(&cold.q),
                 }
