@@ -27,25 +27,6 @@
 //!
 //! Arithmetic in f64 (the Gram matrix and its Cholesky factor need it); the move's state is
 //! f32.
-//!
-//! # Polar units (`polar_units = true`)
-//!
-//! With the output layer integrated out, a unit's features depend on v_j = (W₀[·, j], b₀[j])
-//! through its direction (where the kink lies) and its radius r_j = ‖v_j‖ (the leaky ReLU is
-//! positively homogeneous, so r_j only rescales the feature, which the output layer's prior
-//! turns into a weak Occam factor). The likelihood pins the direction to about 0.01 rad
-//! while the N(0, σ_p² I) prior lets r_j range over 0 … 3σ_p: in v_j's coordinates the
-//! direction's curvature grows as 1/r_j², a funnel, and one step size cannot serve both ends
-//! (docs/quartic-002.md: NUTS's trees saturate at 1 024 steps of about 10⁻³ at widths 5–20).
-//! The polar state removes the funnel: per unit, u_j ∈ R^{d+1} and ρ_j, with
-//! v_j = e^{ρ_j} u_j/‖u_j‖, u_j ~ N(0, I) (only its direction matters; its length is an
-//! auxiliary variable of fixed chi law, as Stan's unit vectors) and ρ_j with density
-//! p(ρ) ∝ e^{(d+1)ρ} exp(−e^{2ρ}/(2σ_p²)). Derivation: the isotropic N(0, σ_p² I_{d+1}) is a
-//! uniform direction times a radius of density ∝ r^d e^{−r²/(2σ_p²)}; with r = e^ρ,
-//! p(ρ) = p_r(e^ρ)·e^ρ. So the pushforward of the state's prior is θ_h's prior, and that of its
-//! posterior is θ_h's posterior. The state's prior energy is Σ_j ½‖u_j‖² − (d+1)ρ_j +
-//! e^{2ρ_j}/(2σ_p²); with g = ∂U_lik/∂v_j, the chain rule gives ∂U/∂ρ_j = g·v_j − (d+1) +
-//! e^{2ρ_j}/σ_p² and ∂U/∂u_j = (r_j/‖u_j‖)(g − (g·ū_j)ū_j) + u_j (ū_j = u_j/‖u_j‖).
 
 use uqbench_anchor::Rng;
 
@@ -121,19 +102,15 @@ pub(crate) struct Collapsed {
     fit: Vec<f64>,
     alpha: Vec<f64>,
     g: Vec<f64>,
-    /// The move's state is each unit's direction and log-radius (see "Polar units").
-    polar: bool,
-    /// The hidden layer θ_h in f64 (mapped from the move's state), and ∂U_lik/∂θ_h.
+    /// The hidden layer θ_h in f64, and ∂U_lik/∂θ_h.
     h: Vec<f64>,
     gh: Vec<f64>,
 }
 
 impl Collapsed {
     /// For a 1-W-1 network on `d` inputs (feature-major `x`, `[d, n]`), targets `y`, leaky-ReLU
-    /// `slope` and prior sd `prior_sd`; `polar` makes the move's state each unit's direction
-    /// and log-radius; the products over the points run on `level`'s vector unit (the same
-    /// bits at every level).
-    #[allow(clippy::too_many_arguments)]
+    /// `slope` and prior sd `prior_sd`; the products over the points run on `level`'s vector
+    /// unit (the same bits at every level).
     pub(crate) fn new(
         d: usize,
         w: usize,
@@ -141,7 +118,6 @@ impl Collapsed {
         y: &[f32],
         slope: f64,
         prior_sd: f64,
-        polar: bool,
         level: Level,
     ) -> Collapsed {
         let (n, p) = (y.len(), w + 1);
@@ -181,67 +157,33 @@ impl Collapsed {
             fit: vec![0.0; np],
             alpha: vec![0.0; np],
             g: vec![0.0; B * np],
-            polar,
             h: vec![0.0; (d + 1) * w],
             gh: vec![0.0; (d + 1) * w],
         }
     }
 
-    /// The move's state length: θ_h's, W₀ `[d, W]` row-major then b₀ `[W]`; with polar units,
-    /// u `[W, d + 1]` (unit-major) then ρ `[W]`.
+    /// θ_h's length: W₀ `[d, W]` row-major, then b₀ `[W]`.
     pub(crate) fn dim(&self) -> usize {
-        if self.polar {
-            (self.d + 2) * self.w
-        } else {
-            (self.d + 1) * self.w
-        }
+        (self.d + 1) * self.w
     }
 
-    /// A starting state from the prior: θ_h ~ N(0, σ_p² I), or with polar units u ~ N(0, I)
-    /// and ρ = log ‖v‖ for v ~ N(0, σ_p² I_{d+1}) (so that θ_h is a prior draw as well).
+    /// A starting hidden layer from its prior N(0, σ_p² I).
     pub(crate) fn prior_draw(&self, stream: &mut Rng) -> Vec<f32> {
         let sd = 1.0 / self.prior_prec.sqrt();
-        if !self.polar {
-            return (0..self.dim())
-                .map(|_| (sd * stream.normal()) as f32)
-                .collect();
-        }
-        let (k, w) = (self.d + 1, self.w);
-        let mut z: Vec<f32> = (0..k * w).map(|_| stream.normal() as f32).collect();
-        for _ in 0..w {
-            let r2: f64 = (0..k).map(|_| (sd * stream.normal()).powi(2)).sum();
-            z.push((0.5 * r2.ln()) as f32);
-        }
-        z
+        (0..self.dim())
+            .map(|_| (sd * stream.normal()) as f32)
+            .collect()
     }
 
-    /// θ_h (into `self.h`) from the move's state `z`; false where a polar unit's direction is
-    /// undefined (u = 0) or θ_h is not finite.
+    /// θ_h in f64 into `self.h`.
     #[inline(always)]
-    fn hidden(&mut self, z: &[f32]) -> bool {
-        if !self.polar {
-            for (h, &v) in self.h.iter_mut().zip(z) {
-                *h = f64::from(v);
-            }
-            return true;
+    fn hidden(&mut self, z: &[f32]) {
+        for (h, &v) in self.h.iter_mut().zip(z) {
+            *h = f64::from(v);
         }
-        let (d, w, k) = (self.d, self.w, self.d + 1);
-        for j in 0..w {
-            let u = &z[j * k..(j + 1) * k];
-            let norm = u.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>().sqrt();
-            let scale = f64::from(z[k * w + j]).exp() / norm;
-            if !(scale.is_finite() && norm > 0.0) {
-                return false;
-            }
-            // v = (W₀[·, j], b₀[j]) = e^ρ u/‖u‖.
-            for (a, &ua) in u.iter().enumerate() {
-                self.h[a * w + j] = scale * f64::from(ua);
-            }
-        }
-        true
     }
 
-    /// A whole network's flat parameters from the move's state and the output layer (a, c).
+    /// A whole network's flat parameters from θ_h and the output layer (a, c).
     pub(crate) fn network(&mut self, z: &[f32], out: &[f64], theta: &mut [f32]) {
         self.hidden(z);
         let (dw, w) = (self.d * self.w, self.w);
@@ -255,13 +197,11 @@ impl Collapsed {
         theta[dw + 2 * w] = out[w] as f32;
     }
 
-    /// Φ, A's factor, m at the state `z` and 1/σ² `inv_s2`; false where A is not numerically
+    /// Φ, A's factor, m at θ_h `z` and 1/σ² `inv_s2`; false where A is not numerically
     /// positive definite (or a feature is not finite).
     #[inline(always)]
     fn factor(&mut self, z: &[f32], inv_s2: f64) -> bool {
-        if !self.hidden(z) {
-            return false;
-        }
+        self.hidden(z);
         let (d, w, n, np, p) = (self.d, self.w, self.n, self.np, self.w + 1);
         let (w0, b0) = self.h.split_at(d * w);
         for j in 0..w {
@@ -331,7 +271,7 @@ impl Collapsed {
         true
     }
 
-    /// U at the state `z` and 1/σ² `inv_s2` (see the module docs), with ∇U into `grad`; +∞
+    /// U at θ_h `z` and 1/σ² `inv_s2` (see the module docs), with ∇U into `grad`; +∞
     /// where A cannot be factored (the move rejects it).
     #[inline(always)]
     pub(crate) fn potential(&mut self, z: &[f32], inv_s2: f64, grad: &mut [f32]) -> f64 {
@@ -408,44 +348,12 @@ impl Collapsed {
             }
         }
         let lik = 0.5 * (yy - fit) * inv_s2 + log_det;
-        lik + if self.polar {
-            self.polar_prior(z, grad)
-        } else {
-            let mut prior = 0.0;
-            for ((g, &gh), &t) in grad.iter_mut().zip(&self.gh).zip(&self.h) {
-                prior += t * t;
-                *g = (gh + t * self.prior_prec) as f32;
-            }
-            0.5 * self.prior_prec * prior
+        let mut prior = 0.0;
+        for ((g, &gh), &t) in grad.iter_mut().zip(&self.gh).zip(&self.h) {
+            prior += t * t;
+            *g = (gh + t * self.prior_prec) as f32;
         }
-    }
-
-    /// With polar units: ∇U by the chain rule from ∂U_lik/∂θ_h (in `self.gh`) into `grad`, and
-    /// the state's prior energy (see "Polar units").
-    #[inline(always)]
-    fn polar_prior(&self, z: &[f32], grad: &mut [f32]) -> f64 {
-        let (d, w, k) = (self.d, self.w, self.d + 1);
-        let mut energy = 0.0;
-        for j in 0..w {
-            let u = &z[j * k..(j + 1) * k];
-            let rho = f64::from(z[k * w + j]);
-            let r = rho.exp();
-            let norm = u.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>().sqrt();
-            // g_v and v for this unit: (W₀[·, j], b₀[j]).
-            let at = |a: usize| if a < d { a * w + j } else { d * w + j };
-            let gv_dot_v: f64 = (0..k).map(|a| self.gh[at(a)] * self.h[at(a)]).sum();
-            // ∂v/∂ρ = v; ∂v/∂u = (r/‖u‖)(I − ūūᵀ), and g_v·ū = g_v·v/r.
-            let radial = gv_dot_v / r;
-            for a in 0..k {
-                let ua = f64::from(u[a]);
-                let tangent = self.gh[at(a)] - radial * ua / norm;
-                grad[j * k + a] = (r / norm * tangent + ua) as f32;
-                energy += 0.5 * ua * ua;
-            }
-            grad[k * w + j] = (gv_dot_v - k as f64 + r * r * self.prior_prec) as f32;
-            energy += -(k as f64) * rho + 0.5 * r * r * self.prior_prec;
-        }
-        energy
+        lik + 0.5 * self.prior_prec * prior
     }
 
     /// An exact draw of the output layer (a, c) | θ_h, σ², y into `out` (P values), and the
@@ -511,9 +419,9 @@ mod tests {
 
     /// Central differences in f64 of U at the state `z`, at a point with kinks away from the
     /// data's points: the analytic gradient agrees to 1e-3 relative (f32 state, h = 1e-3).
-    fn assert_gradient(polar: bool, z: &[f32]) {
+    fn assert_gradient(z: &[f32]) {
         let (x, y, _) = problem();
-        let mut col = Collapsed::new(2, 3, &x, &y, 0.01, 10.0, polar, Level::Baseline);
+        let mut col = Collapsed::new(2, 3, &x, &y, 0.01, 10.0, Level::Baseline);
         assert_eq!(z.len(), col.dim());
         let mut grad = vec![0.0f32; col.dim()];
         let inv_s2 = 1.0 / 0.09;
@@ -530,21 +438,14 @@ mod tests {
             let g = f64::from(grad[i]);
             assert!(
                 (g - fd).abs() <= 1e-3 * fd.abs().max(1.0),
-                "polar {polar}, coordinate {i}: analytic {g}, central difference {fd}"
+                "coordinate {i}: analytic {g}, central difference {fd}"
             );
         }
     }
 
     #[test]
     fn the_gradient_is_the_potentials_derivative() {
-        assert_gradient(false, &[0.8, -1.1, 0.4, 0.3, 0.9, -0.7, 0.25, -0.35, 0.6]);
-        // Polar units: u [3 units × 3] then ρ [3] (radii e^ρ of 1.1, 0.74 and 1.6).
-        assert_gradient(
-            true,
-            &[
-                0.8, 0.3, 0.25, -1.1, 0.9, -0.35, 0.4, -0.7, 0.6, 0.1, -0.3, 0.5,
-            ],
-        );
+        assert_gradient(&[0.8, -1.1, 0.4, 0.3, 0.9, -0.7, 0.25, -0.35, 0.6]);
     }
 
     #[test]
@@ -554,13 +455,13 @@ mod tests {
         // layer's draws are identical (where the CPU lacks a level, `Unit::at` falls back and
         // the comparison is with the baseline itself). Run inside the dispatched copy, as the
         // chains do.
-        struct Eval(Level, bool);
+        struct Eval(Level);
         impl simd::Op for Eval {
             type Output = (u64, Vec<u32>, Vec<u64>);
             #[inline(always)]
             fn call(self, _lanes: simd::Lanes) -> Self::Output {
                 let (x, y, _) = problem();
-                let mut col = Collapsed::new(2, 3, &x, &y, 0.01, 10.0, self.1, self.0);
+                let mut col = Collapsed::new(2, 3, &x, &y, 0.01, 10.0, self.0);
                 let z: Vec<f32> = (0..col.dim()).map(|i| 0.3 * i as f32 - 1.1).collect();
                 let mut grad = vec![0.0f32; col.dim()];
                 let u = col.potential(&z, 1.0 / 0.09, &mut grad);
@@ -573,15 +474,9 @@ mod tests {
                 )
             }
         }
-        for polar in [false, true] {
-            let base = simd::dispatch_at(Level::Baseline, Eval(Level::Baseline, polar));
-            for level in [Level::Avx2, Level::Avx512] {
-                assert_eq!(
-                    simd::dispatch_at(level, Eval(level, polar)),
-                    base,
-                    "{level:?}"
-                );
-            }
+        let base = simd::dispatch_at(Level::Baseline, Eval(Level::Baseline));
+        for level in [Level::Avx2, Level::Avx512] {
+            assert_eq!(simd::dispatch_at(level, Eval(level)), base, "{level:?}");
         }
     }
 
@@ -592,7 +487,7 @@ mod tests {
         // difference between two hidden layers is the same both ways.
         let (x, y, n) = problem();
         let (sp2, s2) = (100.0f64, 0.09f64);
-        let mut col = Collapsed::new(2, 3, &x, &y, 0.01, sp2.sqrt(), false, Level::Baseline);
+        let mut col = Collapsed::new(2, 3, &x, &y, 0.01, sp2.sqrt(), Level::Baseline);
         let direct = |col: &mut Collapsed, h: &[f32]| {
             let p = 4;
             assert!(col.factor(h, 1.0 / s2));
@@ -632,7 +527,7 @@ mod tests {
         // coordinate (sd of a mean of 4 000: √(A⁻¹_jj/4000)), their variance within 15% of A⁻¹'s
         // diagonal (the sd of a sample variance of 4 000 normals is 2.2%: 15% is 6.7 of them).
         let (x, y, _) = problem();
-        let mut col = Collapsed::new(2, 3, &x, &y, 0.01, 10.0, false, Level::Baseline);
+        let mut col = Collapsed::new(2, 3, &x, &y, 0.01, 10.0, Level::Baseline);
         let h: Vec<f32> = vec![0.8, -1.1, 0.4, 0.3, 0.9, -0.7, 0.25, -0.35, 0.6];
         let inv_s2 = 1.0 / 0.09;
         let mut g = vec![0.0f32; 9];

@@ -188,16 +188,7 @@ impl HmcTrainer<'_> {
                 level,
                 collapsed: c.marginalise_output.then(|| {
                     let (width, slope) = (layers[0].1, self.shape.negative_slope);
-                    Collapsed::new(
-                        d,
-                        width,
-                        &xt_train,
-                        y,
-                        slope,
-                        c.prior_sd,
-                        c.polar_units,
-                        level,
-                    )
+                    Collapsed::new(d, width, &xt_train, y, slope, c.prior_sd, level)
                 }),
             };
             let mut stream = Rng::new(self.stream[rep]);

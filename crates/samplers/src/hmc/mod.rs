@@ -126,9 +126,6 @@ pub struct HmcSettings {
     /// with the output layer's conjugate Gaussian marginalised, and every iteration draws the
     /// output layer exactly (false; one hidden layer and a Gaussian likelihood).
     pub marginalise_output: bool,
-    /// With `marginalise_output`: the move's state is each hidden unit's direction and
-    /// log-radius instead of its weights and bias ([`collapsed`], "Polar units"; false).
-    pub polar_units: bool,
     /// Parallel tempering ([`rungs`]): rungs per chain at inverse temperatures
     /// β_k = `beta_min`^(k/(K−1)) on the likelihood, with swaps between neighbours; the draws
     /// come from the β = 1 rung (1: no tempering).
@@ -165,7 +162,6 @@ impl Default for HmcSettings {
             algorithm: Algorithm::Hmc,
             max_tree_depth: 10,
             marginalise_output: false,
-            polar_units: false,
             temperatures: 1,
             beta_min: 0.05,
         }
@@ -252,13 +248,6 @@ impl Hmc {
                 "marginalise_output",
                 format!("true with hidden = {:?}", c.net.hidden),
                 "one hidden layer (the output layer's conjugacy needs f linear in it given the rest)",
-            );
-        }
-        if c.polar_units && !c.marginalise_output {
-            return bad(
-                "polar_units",
-                "true with marginalise_output = false".to_string(),
-                "marginalise_output = true as well (the polar state is the collapsed move's)",
             );
         }
         if c.rhat_threshold.is_nan() || c.rhat_threshold <= 1.0 {
