@@ -122,7 +122,7 @@ impl Collapsed {
     ) -> Collapsed {
         let (n, p) = (y.len(), w + 1);
         let np = round_up(n, 2 * L);
-        let (pp, wp) = (round_up(p + 1, B), round_up(w, B));
+        let (pp, wp, ps) = (round_up(p + 1, B), round_up(w, B), round_up(p, L));
         let mut rows = vec![0.0; pp * np];
         rows[w * np..w * np + n].fill(1.0);
         for (r, &v) in rows[p * np..].iter_mut().zip(y) {
@@ -146,10 +146,10 @@ impl Collapsed {
             rows,
             pre: vec![0.0; w * np],
             gram: vec![0.0; (p + 1) * (p + 1)],
-            ps: round_up(p, L),
-            chol: vec![0.0; p * round_up(p, L)],
-            a_inv: vec![0.0; p * round_up(p, L)],
-            l_inv: vec![0.0; p * round_up(p, L)],
+            ps,
+            chol: vec![0.0; p * ps],
+            a_inv: vec![0.0; p * ps],
+            l_inv: vec![0.0; p * ps],
             coef: vec![0.0; wp * p],
             m_pad: vec![0.0; wp],
             m: vec![0.0; p],
@@ -175,25 +175,14 @@ impl Collapsed {
             .collect()
     }
 
-    /// θ_h in f64 into `self.h`.
-    #[inline(always)]
-    fn hidden(&mut self, z: &[f32]) {
-        for (h, &v) in self.h.iter_mut().zip(z) {
-            *h = f64::from(v);
-        }
-    }
-
     /// A whole network's flat parameters from θ_h and the output layer (a, c).
-    pub(crate) fn network(&mut self, z: &[f32], out: &[f64], theta: &mut [f32]) {
-        self.hidden(z);
+    pub(crate) fn network(&self, h: &[f32], out: &[f64], theta: &mut [f32]) {
         let (dw, w) = (self.d * self.w, self.w);
-        for (t, &h) in theta[..dw].iter_mut().zip(&self.h) {
-            *t = h as f32;
-        }
+        theta[..dw].copy_from_slice(&h[..dw]);
         for j in 0..w {
             theta[dw + j] = out[j] as f32;
-            theta[dw + w + j] = self.h[dw + j] as f32;
         }
+        theta[dw + w..dw + 2 * w].copy_from_slice(&h[dw..]);
         theta[dw + 2 * w] = out[w] as f32;
     }
 
@@ -201,7 +190,9 @@ impl Collapsed {
     /// positive definite (or a feature is not finite).
     #[inline(always)]
     fn factor(&mut self, z: &[f32], inv_s2: f64) -> bool {
-        self.hidden(z);
+        for (h, &v) in self.h.iter_mut().zip(z) {
+            *h = f64::from(v);
+        }
         let (d, w, n, np, p) = (self.d, self.w, self.n, self.np, self.w + 1);
         let (w0, b0) = self.h.split_at(d * w);
         for j in 0..w {

@@ -167,7 +167,7 @@ impl HmcTrainer<'_> {
             if sampling {
                 let s = it - c.warmup;
                 let cold = &rungs[0];
-                match chain.collapsed.as_mut() {
+                match &chain.collapsed {
                     Some(col) => col.network(&cold.q, &cold.out, theta),
                     None => theta.copy_from_slice(&cold.q),
                 }
