@@ -129,7 +129,9 @@ fn check_run(dir: &Path) {
     // SGHMC learns σ (σ = 0.2 here). Its chains start at the targets' sd, about 0.38
     // (Var f = 1/3 − 4/5 + 4/7 for 0.5 − x + 2x³ on U[−1, 1], plus σ²), and 40 epochs leave
     // the network short of a fit, so its σ stays near that (measured 0.42): between half the
-    // true σ and twice the targets' sd. Its exact limit is checked in tests/cli/limits.rs.
+    // true σ and twice the targets' sd: a smoke check only (the band holds the start).
+    // Whether SGHMC's σ reaches the exact posterior's is tested in its exact limit:
+    // `SGHMCLearn` in experiments/limits.toml, against σ² | y's InvGamma (tests/cli/limits.rs).
     let sghmc = rep(dir, "SGHMC", 0);
     let sigma = sghmc["scalars"]["sampled_noise_sd"].as_f64().unwrap();
     assert!(sigma > 0.1 && sigma < 0.76, "SGHMC's learned σ {sigma}");
@@ -176,20 +178,38 @@ fn every_agent_runs_on_wgpu() {
     check_run(dir.path());
 }
 
-/// Runs `method` alone under the default plan and at one replica per chunk: every
-/// repetition's mean and sd are the same (a repetition depends on nothing but itself). Returns
-/// the default plan's run.
+/// Runs `method` three ways whose plans differ: alone at one replica per chunk, alone with
+/// both repetitions in one chunk on one thread (`--chunk 2 --threads 1`: on two or more cores
+/// the default plan is already one replica per chunk, so the default would not differ), and
+/// with every other agent of the spec under the default plan. Every repetition's mean and sd
+/// are the same: a repetition depends on nothing but itself. Returns the two-per-chunk run.
 fn same_whatever_the_chunk(method: &str) -> tempfile::TempDir {
-    let (o, dir) = run_spec(SPEC, &["--methods", method]);
-    assert!(o.status.success(), "{}", stderr(&o));
     let (o1, one) = run_spec(SPEC, &["--methods", method, "--chunk", "1"]);
     assert!(o1.status.success(), "{}", stderr(&o1));
+    let (o2, two) = run_spec(
+        SPEC,
+        &["--methods", method, "--chunk", "2", "--threads", "1"],
+    );
+    assert!(o2.status.success(), "{}", stderr(&o2));
+    let (o, all) = run_spec(SPEC, &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
     for r in 0..2 {
-        let (a, b) = (rep(dir.path(), method, r), rep(one.path(), method, r));
-        assert_eq!(a["mean"], b["mean"], "{method} repetition {r}");
-        assert_eq!(a["std"], b["std"], "{method} repetition {r}");
+        let a = rep(two.path(), method, r);
+        for (b, how) in [
+            (rep(one.path(), method, r), "--chunk 1"),
+            (rep(all.path(), method, r), "with the others"),
+        ] {
+            assert_eq!(
+                a["mean"], b["mean"],
+                "{method} repetition {r}: two per chunk vs {how}"
+            );
+            assert_eq!(
+                a["std"], b["std"],
+                "{method} repetition {r}: two per chunk vs {how}"
+            );
+        }
     }
-    dir
+    two
 }
 
 /// The epinet's draws are functions: one index per pass, kept as joint draws; and a

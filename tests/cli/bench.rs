@@ -292,3 +292,74 @@ fn bench_hmc_reports_gradient_evaluations_per_second() {
         assert_eq!(v["diverged"], false, "{v}");
     }
 }
+
+/// `bench train --method` runs every method of the registry's network and sampler rooms at
+/// its defaults (HMC apart: `bench hmc` measures it) at small sizes, and reports the
+/// replica-epochs it ran: the README's measuring command must not refuse a registered method
+/// (SG-MCMC's default draws follow the epochs: 40 epochs give SGLD and SGHMC 20 draws and the
+/// cyclical sampler's 4 cycles 8).
+#[test]
+fn bench_train_runs_every_engine_method_at_its_defaults() {
+    let o = uqbench(&["methods"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout).to_string();
+    let mut room = String::new();
+    let mut kinds = Vec::new();
+    for line in text.lines() {
+        if let Some(name) = line.strip_suffix(':').filter(|l| !l.starts_with(' ')) {
+            room = name.to_string();
+        } else if let Some(kind) = line
+            .strip_prefix("  ")
+            .and_then(|l| l.split_whitespace().next())
+        {
+            if (room == "network" || room == "sampler") && kind != "HMC" {
+                kinds.push(kind.to_string());
+            }
+        }
+    }
+    for kind in [
+        "Ens",
+        "BD",
+        "SWAG",
+        "Epinet",
+        "MFVI",
+        "SGLD",
+        "SGHMC",
+        "CyclicalSGMCMC",
+    ] {
+        assert!(kinds.iter().any(|k| k == kind), "{kind} not listed: {text}");
+    }
+    for kind in &kinds {
+        let o = uqbench(&[
+            "bench",
+            "train",
+            "--method",
+            kind,
+            "--replicas",
+            "2",
+            "--epochs",
+            "40",
+            "--n",
+            "24",
+            "--json",
+        ]);
+        assert!(o.status.success(), "{kind}: {}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let (replicas, epochs) = (
+            v["replicas"].as_f64().unwrap(),
+            v["epochs"].as_f64().unwrap(),
+        );
+        let rate = v["replica_epochs_per_s"].as_f64().unwrap();
+        let seconds = v["seconds"].as_f64().unwrap();
+        assert!(replicas >= 2.0 && epochs == 40.0, "{kind}: {v}");
+        assert!(
+            (rate * seconds / (replicas * epochs) - 1.0).abs() < 1e-9,
+            "{kind}: replica-epochs/s is replicas × epochs over the seconds: {v}"
+        );
+        // SGHMC's default step (1e-4) diverges here (N/σ² = 24/0.01: its drift is not scaled
+        // by it): the open defect of issue 59, point 1, whose fix makes this hold for SGHMC too.
+        if kind != "SGHMC" {
+            assert_eq!(v["diverged_repetitions"], 0, "{kind}: {v}");
+        }
+    }
+}

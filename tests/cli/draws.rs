@@ -93,7 +93,10 @@ fn stored_draws_score_again_to_the_runs_joint_metrics() {
         }
     }
     // In 8 bits, every draw is within half a step, (range of its input's draws)/508, of the
-    // f32 run's (the same seeds give the same draws).
+    // f32 run's (the same seeds give the same draws). The format quantises each test input on
+    // its own, and `uqbench draws` writes `samples` input-major (one row per test input, its
+    // draws along the row): so a row's range is the input's range, the format's own bound.
+    // The shape is asserted so that a transposed file cannot pass with a wider bound.
     let (x32, x8) = (tmp.path().join("x-Ens"), tmp.path().join("x8"));
     let o = uqbench(&[
         "draws",
@@ -112,6 +115,12 @@ fn stored_draws_score_again_to_the_runs_joint_metrics() {
             b["samples"].as_array().unwrap(),
         );
         assert_eq!(a.len(), b.len());
+        // e1's quick profile: 1 000 grid points and 3 more test inputs, Ens with 6 members.
+        assert_eq!(a.len(), 1003, "rows are test inputs");
+        assert!(
+            a.iter().all(|row| row.as_array().unwrap().len() == 6),
+            "columns are members"
+        );
         for (row32, row8) in a.iter().zip(b) {
             let row32: Vec<f64> = row32
                 .as_array()

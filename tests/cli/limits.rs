@@ -93,14 +93,25 @@ fn linear_networks_reach_the_exact_posterior() {
     // this scale): the posterior mean within 5 Monte-Carlo standard errors sd/√ESS, with the
     // smallest bulk ESS over the parameters as the ESS (conservative), and the sd within
     // 5·sd/√(2·ESS), the standard error of a sample sd.
-    // The same for NUTS (`HMCNuts`).
-    for method in ["HMC", "HMCNuts"] {
+    // The same for NUTS (`HMCNuts`) and the many-chain reference (`HMCEnsemble`), which must
+    // also certify itself on this Gaussian posterior (nested R̂ under its threshold, ESS above
+    // 400, no divergence).
+    for method in ["HMC", "HMCNuts", "HMCEnsemble"] {
         for (a, h) in anchor.iter().zip(reps(dir.path(), method)) {
             let ess = h["scalars"]["ess_bulk_min"].as_f64().unwrap();
             assert!(
                 ess > 50.0,
                 "{method}'s bulk ESS {ess}: the chains do not mix"
             );
+            if method == "HMCEnsemble" {
+                assert_eq!(
+                    h["scalars"]["reference_grade"].as_f64(),
+                    Some(1.0),
+                    "{method} rep {}: {}",
+                    a["repetition"],
+                    h["scalars"]
+                );
+            }
             let (am, asd) = (column(a, "mean"), column(a, "std"));
             let (hm, hsd) = (column(&h, "mean"), column(&h, "std"));
             for i in 0..am.len() {
@@ -141,10 +152,27 @@ fn linear_networks_reach_the_exact_posterior() {
 /// spread of the weights adds to E[SSE] ((1.08² − 1)·p·σ² ≈ 0.2 of SSE ≈ 14: 0.6% in σ).
 /// σ stuck at its start (the targets' variance, ≈ 1.4) or a Gibbs step over the wrong points
 /// misses these by far.
+///
+/// The same for SGHMC with σ learned (`SGHMCLearn`): its step is η·σ² likewise, so its sd
+/// inflation along λ_max ≤ 3N/σ², 1/√(1 − η·σ²·λ_max/(2(2 − α))), is 1/√(1 − 3Nη/(2(2 − α)))
+/// at every σ (α = 0.1, its friction).
 fn sgld_learns_sigma(dir: &Path, anchor: &[Value]) {
     let (n, p, sigma_known) = (60.0_f64, 4.0_f64, 0.5_f64);
-    let eps = 1.6e-3;
-    for (a, h) in anchor.iter().zip(reps(dir, "SGLDLearn")) {
+    let sgld = (1.0 - 1.6e-3 * 3.0 * n / 4.0).powf(-0.5);
+    let sghmc = (1.0 - 4e-4 * 3.0 * n / (2.0 * (2.0 - 0.1))).powf(-0.5);
+    for (method, inflation) in [("SGLDLearn", sgld), ("SGHMCLearn", sghmc)] {
+        learns_sigma(dir, anchor, method, inflation, (n, p, sigma_known));
+    }
+}
+
+fn learns_sigma(
+    dir: &Path,
+    anchor: &[Value],
+    method: &str,
+    inflation: f64,
+    (n, p, sigma_known): (f64, f64, f64),
+) {
+    for (a, h) in anchor.iter().zip(reps(dir, method)) {
         let sse = n * a["scalars"]["train_mse"].as_f64().unwrap();
         let (a1, b1) = (1.0 + (n - p) / 2.0, 1.0 + sse / 2.0);
         let e_s2 = b1 / (a1 - 1.0);
@@ -161,19 +189,18 @@ fn sgld_learns_sigma(dir: &Path, anchor: &[Value]) {
             scalars["sampled_noise_sd"].as_f64().unwrap(),
             scalars["ess_noise_sd"].as_f64().unwrap(),
         );
-        assert!(ess_sigma > 50.0, "SGLDLearn's σ ESS {ess_sigma}");
+        assert!(ess_sigma > 50.0, "{method}'s σ ESS {ess_sigma}");
         assert!(
             (got - e_sigma).abs() < 5.0 * sd_sigma / ess_sigma.sqrt() + 0.01 * e_sigma,
-            "SGLDLearn rep {}: mean σ {got} vs the exact E[σ] {e_sigma} (sd {sd_sigma}, ESS \
+            "{method} rep {}: mean σ {got} vs the exact E[σ] {e_sigma} (sd {sd_sigma}, ESS \
              {ess_sigma})",
             a["repetition"]
         );
         let ess = scalars["ess_bulk_min"].as_f64().unwrap();
         assert!(
             ess > 50.0,
-            "SGLDLearn's bulk ESS {ess}: the chains do not mix"
+            "{method}'s bulk ESS {ess}: the chains do not mix"
         );
-        let inflation = (1.0 - eps * 3.0 * n / 4.0).powf(-0.5);
         let se = 1.0 / (2.0 * ess).sqrt();
         let (am, asd) = (column(a, "mean"), column(a, "std"));
         let (hm, hsd) = (column(&h, "mean"), column(&h, "std"));
@@ -181,14 +208,14 @@ fn sgld_learns_sigma(dir: &Path, anchor: &[Value]) {
             let exact_sd = asd[i] / sigma_known * e_s2.sqrt();
             assert!(
                 (hm[i] - am[i]).abs() < 5.0 * exact_sd / ess.sqrt(),
-                "SGLDLearn point {i}: mean {} vs {} (sd {exact_sd}, ESS {ess})",
+                "{method} point {i}: mean {} vs {} (sd {exact_sd}, ESS {ess})",
                 hm[i],
                 am[i]
             );
             let r = hsd[i] / exact_sd;
             assert!(
                 r > 1.0 - 5.0 * se && r < inflation + 5.0 * se,
-                "SGLDLearn point {i}: sd ratio {r} (ESS {ess}, inflation ≤ {inflation})"
+                "{method} point {i}: sd ratio {r} (ESS {ess}, inflation ≤ {inflation})"
             );
         }
     }

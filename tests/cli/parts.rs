@@ -12,7 +12,8 @@ fn a_killed_run_resumes_and_shards_merge_to_the_same_results() {
     assert!(o.status.success(), "{}", stderr(&o));
     let reference = std::fs::read(full.join("summary.json")).unwrap();
 
-    // Kill a run as soon as its first results are on disk, then resume it.
+    // Kill a run as soon as its first work unit is finished (its timing file is written after
+    // the unit's result files), then resume it.
     let part = tmp.path().join("part");
     let mut child = Command::new(env!("CARGO_BIN_EXE_uqbench"))
         .args([
@@ -29,20 +30,30 @@ fn a_killed_run_resumes_and_shards_merge_to_the_same_results() {
         .spawn()
         .unwrap();
     let start = Instant::now();
-    while count_files(&part.join("reps"), "json") == 0 && start.elapsed() < Duration::from_secs(60)
+    while count_files(&part.join("timings"), "json") == 0
+        && start.elapsed() < Duration::from_secs(60)
     {
         std::thread::sleep(Duration::from_millis(5));
     }
     child.kill().unwrap();
     child.wait().unwrap();
     let partial = count_files(&part.join("reps"), "json");
+    let finished = count_files(&part.join("timings"), "json");
     assert!(
-        partial > 0 && partial < 2 * 8 * 20,
-        "killed after {partial} result files"
+        finished > 0 && partial < 2 * 8 * 20,
+        "killed after {partial} result files, {finished} units"
     );
     assert!(!part.join("summary.json").exists());
     let o = run_quick(&part, &["--resume"]);
     assert!(o.status.success(), "{}", stderr(&o));
+    // The resume ran only what was missing: "N of M work units to run" with N ≤ M − the
+    // finished units (a resume that recomputed everything would say M of M and still match
+    // byte for byte), and it skipped no more units than the kill left result files for.
+    let (todo, total) = units_to_run(&stderr(&o));
+    assert!(
+        todo + finished <= total && todo + partial >= total,
+        "resumed {todo} of {total} units after {finished} finished units, {partial} result files"
+    );
     assert_eq!(
         std::fs::read(part.join("summary.json")).unwrap(),
         reference,
@@ -105,7 +116,22 @@ fn a_killed_run_resumes_and_shards_merge_to_the_same_results() {
     assert!(stderr(&o).contains("with draws files"), "{}", stderr(&o));
 }
 
-/// Every file under `dir`, relative to it.
+/// `(N, M)` of the run's "N of M work units to run" line.
+fn units_to_run(stderr: &str) -> (usize, usize) {
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("work units to run"))
+        .unwrap_or_else(|| panic!("no work-unit line in: {stderr}"));
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let at = words
+        .windows(2)
+        .position(|w| w == ["work", "units"])
+        .unwrap();
+    assert_eq!(words[at - 2], "of", "{line}");
+    let number = |w: &str| w.parse::<usize>().unwrap();
+    (number(words[at - 3]), number(words[at - 1]))
+}
+
 #[test]
 fn a_repetition_depends_on_nothing_but_itself() {
     // For every method of the quick profiles of E1, [002]'s quartic and its two-class
@@ -156,6 +182,14 @@ fn a_repetition_depends_on_nothing_but_itself() {
                 "{spec}: {f:?} differs from the full run's"
             );
         }
+        // Every (setting, method) folder of the full run, and no other: a partial run that
+        // left a method out would otherwise pass on the files it did write.
+        let full_methods: std::collections::BTreeSet<_> = files_under(&full.join("reps"))
+            .iter()
+            .map(|f| f.parent().unwrap().to_path_buf())
+            .collect();
+        assert!(!full_methods.is_empty(), "{spec}");
+        assert_eq!(methods, full_methods, "{spec}: the methods of --reps 1..3");
         assert_eq!(
             count_files(&part.join("reps"), "json"),
             2 * methods.len(),

@@ -450,6 +450,7 @@ fn the_noise_of_y_comes_from_the_run_setting() {
     // The naive bootstrap has no noise model: its prediction intervals take the run's noise
     // source, recorded per repetition; the report states it.
     let tmp = tempfile::tempdir().unwrap();
+    let mut fits = Vec::new();
     for (source, scalar) in [
         ("known", None),
         ("validation", Some("validation_noise_sd")),
@@ -483,10 +484,41 @@ fn the_noise_of_y_comes_from_the_run_setting() {
             assert!(all[name]["value"].as_f64().unwrap() > 0.0, "{source}");
         }
         assert_intervals_use_the_noise(&out, source, scalar);
+        fits.push((source, out.clone()));
         let report = std::fs::read_to_string(out.join("report.md")).unwrap();
         assert!(
             report.contains(&format!("run.noise = \"{source}\"")),
             "{source}"
+        );
+    }
+    // The same training in every run (the noise source changes no fit): the residual
+    // estimate is √(train MSE) of that fit, and the validation estimate, from other points,
+    // differs from it.
+    let scalars = |source: &str, k: usize| -> serde_json::Value {
+        let out = &fits.iter().find(|(s, _)| *s == source).unwrap().1;
+        let path = out.join(format!("reps/default/Boot/rep-{k:03}.json"));
+        let rep: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        rep["scalars"].clone()
+    };
+    for k in 0..3 {
+        let (r, v) = (scalars("residual", k), scalars("validation", k));
+        let mse = r["train_mse"].as_f64().unwrap();
+        assert_eq!(
+            mse,
+            v["train_mse"].as_f64().unwrap(),
+            "rep {k}: the same fit"
+        );
+        let residual = r["residual_noise_sd"].as_f64().unwrap();
+        assert!(
+            (residual - mse.sqrt()).abs() <= 1e-12 * mse.sqrt(),
+            "rep {k}: residual σ̂ {residual} vs √(train MSE) {}",
+            mse.sqrt()
+        );
+        let validation = v["validation_noise_sd"].as_f64().unwrap();
+        assert!(
+            (validation - residual).abs() > 1e-6 * residual,
+            "rep {k}: validation σ̂ {validation} equals the residual one"
         );
     }
     // A problem without a validation set cannot use it.

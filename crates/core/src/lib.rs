@@ -32,7 +32,7 @@ pub use noise::{fixed_noise_sd, KnownSigma, Tau};
 pub use parallel::par_map;
 pub use prediction::{
     central_quantile, combine_members, mean_std, Extra, FactorJoint, Family, IntervalSetting,
-    Member, Prediction, TMarginals,
+    Member, MonteCarloErrors, Prediction, TMarginals,
 };
 pub use seed::{Rng, SeedPath};
 pub use task::{

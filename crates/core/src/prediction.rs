@@ -133,6 +133,20 @@ pub struct Extra {
     /// method has one in closed form (BLR, GP, linearised Laplace): the joint predictions'
     /// input (spec §10).
     pub joint: Option<FactorJoint>,
+    /// The Monte Carlo standard errors of a sampler's predictive mean and sd of f at every test
+    /// input (HMC): the summary reports them relative to the exact posterior's sd
+    /// (`mcse_mean_rel_max`, `mcse_sd_rel_max`) where the problem has one.
+    pub mcse: Option<MonteCarloErrors>,
+}
+
+/// Per test input, the Monte Carlo standard error of a sampler's estimate of the predictive
+/// mean and of the predictive sd of f.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct MonteCarloErrors {
+    /// Of the mean, per test input.
+    pub mean: Vec<f64>,
+    /// Of the sd, per test input.
+    pub sd: Vec<f64>,
 }
 
 impl Extra {

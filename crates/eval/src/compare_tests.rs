@@ -79,8 +79,18 @@ fn pairs_rank_and_mirror() {
 
 #[test]
 fn pairs_follow_repetition_numbers_not_row_order() {
+    // Only B's rows change order (their slots reversed among themselves): pairing by row
+    // position would then pair A's repetition r with B's 19 − r, and reversing every method's
+    // rows together would hide that.
     let mut shuffled = rows(20);
-    shuffled.reverse();
+    let slots: Vec<usize> = (0..shuffled.len())
+        .filter(|&i| shuffled[i].method == "B")
+        .collect();
+    let b_rows: Vec<RepRow> = slots.iter().rev().map(|&i| shuffled[i].clone()).collect();
+    for (&i, row) in slots.iter().zip(b_rows) {
+        shuffled[i] = row;
+    }
+    assert_ne!(shuffled[1].repetition, 0, "B's rows moved");
     // B has no value at repetition 3 (a diverged repetition): that pair has 19.
     for row in shuffled.iter_mut() {
         if row.method == "B" && row.repetition == 3 {

@@ -17,7 +17,8 @@
 //! exact posterior under that prior).
 //!
 //! Draws: SGLD and SGHMC discard the first `burnin` fraction of the epochs and take `draws`
-//! per chain, evenly spaced over the rest (one per epoch at most); cyclical SG-MCMC takes them
+//! per chain, evenly spaced over the rest (one per epoch at most; unset, 100 or one per epoch
+//! of that stage if it has fewer, at least 4); cyclical SG-MCMC takes them
 //! evenly spaced over the epochs that end in a cycle's sampling stage. The prediction is the
 //! draws' mean, the CI their empirical quantiles, the PI the mixture of N(f_s, σ²); the draws
 //! are the method's joint. Diagnostics as HMC's: R̂ (max of bulk and tail) and bulk and tail
@@ -128,8 +129,9 @@ pub struct SgMcmcSettings {
     pub noise_sd: Option<SgNoise>,
     /// SGLD and SGHMC: the fraction of the epochs discarded as burn-in (0.5).
     pub burnin: f64,
-    /// Draws per chain (100).
-    pub draws: usize,
+    /// Draws per chain: when unset, 100 or one per epoch of the sampling stage if it has fewer
+    /// (at least 4), so that the default runs at any length that gives 4 draws.
+    pub draws: Option<usize>,
     /// Cyclical: cycles K (4).
     pub cycles: usize,
     /// Cyclical: the exploration fraction β of each cycle, without noise (0.8, Zhang et al.).
@@ -150,7 +152,7 @@ impl Default for SgMcmcSettings {
             prior_sd: 1.0,
             noise_sd: None,
             burnin: 0.5,
-            draws: 100,
+            draws: None,
             cycles: 4,
             exploration: 0.8,
             dynamics: CyclicalDynamics::Sgld,
@@ -162,6 +164,9 @@ impl Default for SgMcmcSettings {
 /// SG-MCMC's settings: the network, `batch_size` (32 unless set; the full batch when it is
 /// N or more), and [`SgMcmcSettings`]; Adam's keys and `weight_decay` do not apply.
 pub type SgMcmcConfig = MethodConfig<SgMcmcSettings>;
+
+/// Draws per chain when `draws` is unset and the sampling stage has as many epochs.
+pub const DEFAULT_DRAWS: usize = 100;
 
 /// The mini-batch size when none is set.
 pub const DEFAULT_BATCH: usize = 32;
@@ -191,11 +196,11 @@ impl SgMcmc {
                 "at least 2: R̂ compares chains",
             );
         }
-        if c.draws < 4 {
+        if let Some(d) = c.draws.filter(|&d| d < 4) {
             return bad(
                 "draws",
-                c.draws.to_string(),
-                "at least 4 (split-R̂ halves each chain)",
+                d.to_string(),
+                "at least 4 (split-R̂ halves each chain), or unset to follow the epochs",
             );
         }
         if !(c.burnin >= 0.0 && c.burnin < 1.0) {
@@ -270,23 +275,30 @@ impl SgMcmc {
                 .collect(),
             _ => ((c.burnin * epochs as f64).floor() as usize..epochs).collect(),
         };
-        if eligible.len() < c.draws {
+        let k = eligible.len();
+        let draws = c.draws.unwrap_or(DEFAULT_DRAWS.min(k));
+        if let Some(d) = c.draws.filter(|&d| d > k) {
             return Err(MethodError::invalid(
                 format!("{}.draws", self.name),
-                c.draws,
+                d,
                 format!(
-                    "at most {} here: one draw per epoch of the sampling stage ({} epochs in \
-                     all); raise run.epochs or lower draws",
-                    eligible.len(),
-                    epochs
+                    "at most {k} here: one draw per epoch of the sampling stage ({epochs} epochs \
+                     in all); raise the epochs (`epochs` or run.epochs) or lower draws"
+                ),
+            ));
+        }
+        if draws < 4 {
+            return Err(MethodError::invalid(
+                format!("{}.epochs", self.name),
+                epochs,
+                format!(
+                    "enough for 4 draws: {k} epochs end in the sampling stage here (one draw \
+                     each), and split-R̂ needs at least 4 per chain; raise `epochs` or run.epochs"
                 ),
             ));
         }
         // Evenly spaced, ending at the last eligible epoch.
-        let k = eligible.len();
-        Ok((1..=c.draws)
-            .map(|j| eligible[j * k / c.draws - 1])
-            .collect())
+        Ok((1..=draws).map(|j| eligible[j * k / draws - 1]).collect())
     }
 }
 
@@ -487,8 +499,10 @@ impl SgMcmc {
             })
             .collect();
         let mut scalars = BTreeMap::new();
+        // Draws per chain (the rows are chain-major).
+        let t = rows.len() / c.chains.max(1);
         if !diverged {
-            let worst = mcmc::worst_over_inputs(&rows, m, c.draws);
+            let worst = mcmc::worst_over_inputs(&rows, m, t);
             scalars.insert("rhat_max".into(), worst.rhat);
             scalars.insert("ess_bulk_min".into(), worst.ess_bulk);
             scalars.insert("ess_tail_min".into(), worst.ess_tail);
@@ -509,7 +523,7 @@ impl SgMcmc {
                 if !diverged {
                     // σ's own R̂, over the chains' draws of it.
                     let rows: Vec<Vec<f64>> = sigmas.iter().map(|&s| vec![s]).collect();
-                    let sigma = mcmc::worst_over_inputs(&rows, 1, c.draws);
+                    let sigma = mcmc::worst_over_inputs(&rows, 1, t);
                     scalars.insert("rhat_noise_sd".into(), sigma.rhat);
                     scalars.insert("ess_noise_sd".into(), sigma.ess_bulk);
                 }

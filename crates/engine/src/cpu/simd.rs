@@ -71,6 +71,35 @@ pub fn best() -> Level {
     Level::Baseline
 }
 
+/// The levels above the baseline that this CPU runs, for the tests that compare each with the
+/// baseline bit for bit: [`dispatch_at`] runs a level the CPU lacks at the baseline, which
+/// would compare the baseline with itself. Prints which levels are compared and which are
+/// left out, and checks the detection against the standard library's.
+pub fn levels_to_compare() -> Vec<Level> {
+    let best = best();
+    let ran: Vec<Level> = match best {
+        Level::Baseline => vec![],
+        Level::Avx2 => vec![Level::Avx2],
+        Level::Avx512 => vec![Level::Avx2, Level::Avx512],
+    };
+    #[cfg(target_arch = "x86_64")]
+    {
+        let avx2 = std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma");
+        assert_eq!(
+            ran.contains(&Level::Avx2),
+            avx2,
+            "AVX2 detection disagrees with the standard library's"
+        );
+    }
+    let left: Vec<Level> = [Level::Avx2, Level::Avx512]
+        .into_iter()
+        .filter(|l| !ran.contains(l))
+        .collect();
+    eprintln!("levels compared with the baseline: {ran:?}; not on this CPU: {left:?}");
+    ran
+}
+
 /// An operation [`dispatch`] runs: like `pulp`'s `NullaryFnOnce`, with the [`Lanes`] its
 /// reductions run on. `call` must be `#[inline(always)]`, as must the functions its hot loops
 /// call: code that is not inlined into it keeps the baseline. A struct, not a closure: rustc
@@ -375,7 +404,7 @@ mod tests {
         let b: Vec<f32> = (0..1003).map(|i| ((i as f32) * 1.37).cos() / 7.0).collect();
         let run = |level: Level| dispatch_at(level, Sums { a: &a, b: &b });
         let base = run(Level::Baseline);
-        for level in [Level::Avx2, Level::Avx512] {
+        for level in levels_to_compare() {
             let wide = run(level);
             assert_eq!(
                 base.0.map(f32::to_bits),
@@ -431,7 +460,7 @@ mod tests {
             want.extend(
                 (0..count).flat_map(|i| [dot(row(i), &shared), sum(row(i))].map(f32::to_bits)),
             );
-            for level in [Level::Baseline, Level::Avx2, Level::Avx512] {
+            for level in std::iter::once(Level::Baseline).chain(levels_to_compare()) {
                 let got = dispatch_at(
                     level,
                     Reductions {

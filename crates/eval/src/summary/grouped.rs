@@ -223,7 +223,9 @@ pub fn kl_gaussian(p: &Elliptic<'_>, q: &Elliptic<'_>) -> f64 {
 }
 
 /// ln of a mixture of draws at a batch: (1/S) Σ_s Π_i N(y_i; f_s(x_i), s_s(x_i)²), from the
-/// draws `[S, M]` at all M test inputs and their 1/s and ln s.
+/// draws at all M test inputs and their 1/s and ln s, input-major (`[M, S]`: each input's S
+/// draws contiguous, so that a batch reads a few whole columns rather than one value of every
+/// row).
 pub fn ln_mixture(
     groups: &Groups,
     y: &Stats,
@@ -231,19 +233,22 @@ pub fn ln_mixture(
     m: usize,
 ) -> f64 {
     let tau = groups.tau() as f64;
-    let terms: Vec<f64> = (0..draws.len() / m)
-        .map(|k| {
-            let row = k * m;
-            let mut acc = -0.5 * tau * LN_2PI;
-            for (g, &u) in groups.inputs.iter().enumerate() {
-                let n = groups.counts[g] as f64;
-                let (f, w, l) = (draws[row + u], inv_sd[row + u], ln_sd[row + u]);
-                let d = y.ybar[g] - f;
-                acc -= n * l + 0.5 * (y.ss[g] + n * d * d) * w * w;
-            }
-            acc
-        })
-        .collect();
+    let s = draws.len() / m;
+    let mut terms = vec![-0.5 * tau * LN_2PI; s];
+    for (g, &u) in groups.inputs.iter().enumerate() {
+        let n = groups.counts[g] as f64;
+        let column = u * s..(u + 1) * s;
+        let (ybar, ss) = (y.ybar[g], y.ss[g]);
+        for (((acc, &f), &w), &l) in terms
+            .iter_mut()
+            .zip(&draws[column.clone()])
+            .zip(&inv_sd[column.clone()])
+            .zip(&ln_sd[column])
+        {
+            let d = ybar - f;
+            *acc -= n * l + 0.5 * (ss + n * d * d) * w * w;
+        }
+    }
     log_mean_exp(&terms)
 }
 
@@ -493,7 +498,14 @@ mod tests {
                 .collect(),
             tau: x.len(),
         };
-        let a = ln_mixture(&g, &stats_of(&g, &x, &y), (&draws, &inv, &ln), 4);
+        // Input-major, as ln_mixture reads them.
+        let t = |v: &[f64]| -> Vec<f64> { (0..4).flat_map(|i| [v[i], v[4 + i]]).collect() };
+        let a = ln_mixture(
+            &g,
+            &stats_of(&g, &x, &y),
+            (&t(&draws), &t(&inv), &t(&ln)),
+            4,
+        );
         let b = ln_pdf(&full, &y).unwrap();
         assert!((a - b).abs() < 1e-12, "mixture: {a} against {b}");
     }

@@ -233,7 +233,7 @@ pub struct MethodJoint<'a> {
     noise_sd: &'a [f64],
     /// What it is made of.
     pub kind: JointKind,
-    /// Draws `[S, M]` and their noise sds' inverses and logs, for the mixture.
+    /// Draws `[M, S]` (input-major) and their noise sds' inverses and logs, for the mixture.
     draws: Vec<f64>,
     draw_inv_sd: Vec<f64>,
     draw_ln_sd: Vec<f64>,
@@ -248,11 +248,19 @@ impl<'a> MethodJoint<'a> {
         let (mut draws, mut draw_inv_sd, mut draw_ln_sd) = (Vec::new(), Vec::new(), Vec::new());
         if kind == JointKind::Draws {
             let rows = out.samples.as_ref().expect("kind Draws");
-            let all: Vec<usize> = (0..rows[0].len()).collect();
-            draws = rows.iter().flat_map(|r| r.iter().copied()).collect();
+            let m = rows[0].len();
+            let all: Vec<usize> = (0..m).collect();
+            // Input-major `[M, S]`, as `ln_mixture` reads them.
+            let input_major = |v: &[f64]| -> Vec<f64> {
+                (0..m)
+                    .flat_map(|i| (0..rows.len()).map(move |k| v[k * m + i]))
+                    .collect()
+            };
+            let flat: Vec<f64> = rows.iter().flat_map(|r| r.iter().copied()).collect();
+            draws = input_major(&flat);
             let sd = Self::sds(out, noise_sd, &all);
-            draw_inv_sd = sd.iter().map(|s| 1.0 / s).collect();
-            draw_ln_sd = sd.iter().map(|s| s.ln()).collect();
+            draw_inv_sd = input_major(&sd.iter().map(|s| 1.0 / s).collect::<Vec<_>>());
+            draw_ln_sd = input_major(&sd.iter().map(|s| s.ln()).collect::<Vec<_>>());
         }
         let points = match &out.samples {
             Some(rows) if kind == JointKind::Draws => rows[0].len(),
@@ -432,8 +440,30 @@ fn region_kl(
     per_input: Option<usize>,
     rng: &mut Rng,
 ) -> Result<Estimate> {
-    let mut values = Vec::with_capacity(batches.len());
     let m = method.points;
+    if method.kind == JointKind::Draws {
+        // Each batch's y is drawn in batch order from the one stream (so the numbers do not
+        // depend on the threads), then the mixtures over the draws, the cost, in parallel.
+        let mut drawn = Vec::with_capacity(batches.len());
+        for x in batches {
+            let g = Groups::of(x);
+            let p = Elliptic::new(&g, source.parts(&g.inputs))?;
+            let y = p.draw(rng);
+            let ln_p = p.ln_pdf(&y);
+            drawn.push((g, y, ln_p));
+        }
+        let mix = (
+            &method.draws[..],
+            &method.draw_inv_sd[..],
+            &method.draw_ln_sd[..],
+        );
+        let values = uqbench_core::par_map(drawn.len(), |b| {
+            let (g, y, ln_p) = &drawn[b];
+            ln_p - ln_mixture(g, y, mix, m)
+        });
+        return Ok(estimate(&values, per_input));
+    }
+    let mut values = Vec::with_capacity(batches.len());
     // A closed form of the previous batch, reused while τ = 1 repeats its input.
     let mut last: Option<(&[usize], f64)> = None;
     for x in batches {
@@ -443,22 +473,12 @@ fn region_kl(
         }
         let g = Groups::of(x);
         let p_parts = source.parts(&g.inputs);
-        let value = match (method.kind, method.parts(&g.inputs)) {
-            (JointKind::Draws, _) => {
-                let p = Elliptic::new(&g, p_parts)?;
-                let y = p.draw(rng);
-                let mix = (
-                    &method.draws[..],
-                    &method.draw_inv_sd[..],
-                    &method.draw_ln_sd[..],
-                );
-                p.ln_pdf(&y) - ln_mixture(&g, &y, mix, m)
-            }
-            (_, Some(q_parts)) if q_parts == p_parts => {
+        let value = match method.parts(&g.inputs) {
+            Some(q_parts) if q_parts == p_parts => {
                 last = Some((&x[..], 0.0));
                 0.0
             }
-            (_, Some(q_parts)) => {
+            Some(q_parts) => {
                 let (p, q) = (Elliptic::new(&g, p_parts)?, Elliptic::new(&g, q_parts)?);
                 if p.gaussian() && q.gaussian() {
                     let v = kl_gaussian(&p, &q);
@@ -470,7 +490,7 @@ fn region_kl(
                 }
             }
             // Student-t marginals only: their product is not elliptical; y in full.
-            (_, None) => {
+            None => {
                 let (p, dof) = source.at(x);
                 let (z, chi2) = noise(rng, x.len(), dof);
                 kl(&p, &method.t_marginals(x), &z, &chi2)?.value
@@ -478,8 +498,14 @@ fn region_kl(
         };
         values.push(value);
     }
-    Ok(match per_input {
-        None => Estimate::of(&values),
+    Ok(estimate(&values, per_input))
+}
+
+/// The mean of the batches' values with its standard error; at τ = 1 (`per_input` batches of
+/// each input) the mean over inputs of each input's mean, with the Monte Carlo part alone.
+fn estimate(values: &[f64], per_input: Option<usize>) -> Estimate {
+    match per_input {
+        None => Estimate::of(values),
         Some(per) => {
             let groups: Vec<Estimate> = values.chunks_exact(per).map(Estimate::of).collect();
             let n = groups.len() as f64;
@@ -488,7 +514,7 @@ fn region_kl(
                 stderr: groups.iter().map(|g| g.stderr.powi(2)).sum::<f64>().sqrt() / n,
             }
         }
-    })
+    }
 }
 
 /// One repetition's joint metrics, per region: `joint_kl_T` (against the exact posterior,

@@ -73,6 +73,28 @@ fn the_exact_joint_scores_zero_and_tau_1_is_the_mean_marginal_kl() {
         assert_eq!(out["all"][&name(JOINT_KL, tau)], 0.0);
         assert!(out["all"][&name(ENV_KL, tau)] > 0.0);
     }
+    // The same joint through another factor: its two columns rotated by 0.7 rad (F·R with R
+    // orthogonal has the same covariance F·Fᵀ), so the parts are equal in value but not
+    // identical and the closed form runs instead of the identical-parts shortcut: 0 up to
+    // rounding, at every τ.
+    let (c, s) = (0.7_f64.cos(), 0.7_f64.sin());
+    let rotated: Vec<f64> = factor
+        .chunks(2)
+        .flat_map(|r| [r[0] * c - r[1] * s, r[0] * s + r[1] * c])
+        .collect();
+    assert_ne!(rotated, factor);
+    let turned = Prediction {
+        extra: Extra::joint(Some(FactorJoint {
+            factor: rotated,
+            rank: 2,
+        })),
+        ..blr.clone()
+    };
+    let (_, out) = regression(&turned, &noise, &truth, &noise, &input).unwrap();
+    for tau in [1, 10, 100] {
+        let kl = out["all"][&name(JOINT_KL, tau)];
+        assert!(kl.abs() < 1e-9, "τ = {tau}: KL {kl} between equal joints");
+    }
     // A method with marginals only, mean shifted and sd scaled: at τ = 1 its joint KL is the
     // mean over inputs of KL(exact marginal ‖ method marginal) of y, in closed form.
     let shifted = Prediction {

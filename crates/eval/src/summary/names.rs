@@ -116,6 +116,11 @@ pub const EBFMI_FLAGGED: &str = "ebfmi_flagged";
 pub const DIVERGENT_TRANSITIONS: &str = "divergent_transitions";
 /// MCMC: whether a repetition meets posteriordb's reference standard.
 pub const REFERENCE_GRADE: &str = "reference_grade";
+/// MCMC: a sampler's Monte Carlo error of its predictive mean of f over the exact posterior's
+/// sd, at its worst test input.
+pub const MCSE_MEAN_REL_MAX: &str = "mcse_mean_rel_max";
+/// MCMC: the same for its predictive sd of f.
+pub const MCSE_SD_REL_MAX: &str = "mcse_sd_rel_max";
 
 /// Method scalar: concrete dropout's learned rate p.
 pub const LEARNED_P: &str = "learned_p";

@@ -201,6 +201,21 @@ impl RepResult {
             crps = Some(c);
             columns = Some(cols);
         }
+        if let (Some(a), Some(mc), false) = (&ctx.anchor, &out.extra.mcse, out.diverged) {
+            // A sampler's Monte Carlo errors relative to the exact posterior's sd of f, at its
+            // worst test input.
+            let worst = |v: &[f64]| {
+                v.iter()
+                    .zip(a.std)
+                    .map(|(e, s)| e / s)
+                    .fold(
+                        0.0f64,
+                        |m, r| if r.is_nan() { f64::INFINITY } else { m.max(r) },
+                    )
+            };
+            scalars.insert(names::MCSE_MEAN_REL_MAX.into(), worst(&mc.mean));
+            scalars.insert(names::MCSE_SD_REL_MAX.into(), worst(&mc.sd));
+        }
         let (w2_anchor, kl_anchor) = match (&ctx.anchor, out.diverged) {
             (Some(a), false) => {
                 let (w, k) = super::distance::to_anchor(&out, columns.as_deref(), a);

@@ -24,6 +24,8 @@ enum BenchCommand {
     /// Sample C HMC chains of [002]'s Bayesian 1-W-1 network and report gradient
     /// evaluations per second.
     Hmc(super::bench_hmc::HmcBench),
+    /// The reference certificate's null: how often perfectly mixed chains would fail it.
+    Certificate(super::bench_null::NullBench),
 }
 
 /// Arguments of `uqbench bench train`.
@@ -86,6 +88,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     match &args.command {
         BenchCommand::Train(t) => train(t),
         BenchCommand::Hmc(h) => super::bench_hmc::run(h),
+        BenchCommand::Certificate(c) => super::bench_null::run(c),
     }
 }
 

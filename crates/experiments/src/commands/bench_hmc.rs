@@ -19,7 +19,7 @@ use uqbench_core::{Likelihood, Method, SeedBase, Task};
 use uqbench_engine::engine::Resources;
 use uqbench_engine::{open_device, BackendKind, NetConfig};
 use uqbench_metrics::mcmc;
-use uqbench_samplers::{Algorithm, Hmc, HmcConfig, HmcSettings};
+use uqbench_samplers::{Algorithm, Hmc, HmcConfig, HmcSettings, Trajectory};
 
 /// Arguments of `uqbench bench hmc`.
 #[derive(Debug, Args)]
@@ -59,6 +59,20 @@ pub struct HmcBench {
     /// count every rung's.
     #[arg(long, default_value_t = 1)]
     temperatures: usize,
+    /// The many-chain reference (`algorithm = "chees"`, docs/quartic-002.md): the chains of
+    /// the data set in lockstep, in superchains of 8, with the output layer integrated out,
+    /// `--leapfrog` jittered steps per iteration (`trajectory = "fixed"`), `--unit-sweeps` sweeps
+    /// of unit moves, `--warmup` iterations adapting the step from all chains, and `--iters`
+    /// kept draws every `--thin` iterations. Reports the gradient and unit-move evaluations
+    /// per second and the certificate (nested R̂, ESS, divergences).
+    #[arg(long, conflicts_with = "nuts")]
+    ensemble: bool,
+    /// With `--ensemble`: sweeps of unit moves per iteration.
+    #[arg(long, default_value_t = 1)]
+    unit_sweeps: usize,
+    /// With `--ensemble`: iterations per kept draw.
+    #[arg(long, default_value_t = 1)]
+    thin: usize,
     /// Backend: flex, ndarray or wgpu.
     #[arg(long, default_value = "flex")]
     backend: BackendKind,
@@ -112,12 +126,18 @@ fn config(args: &HmcBench) -> HmcConfig {
             jitter: false,
             algorithm: if args.nuts {
                 Algorithm::Nuts
+            } else if args.ensemble {
+                Algorithm::Chees
             } else {
                 Algorithm::Hmc
             },
             max_tree_depth: args.max_depth,
-            marginalise_output: args.marginalise_output,
+            marginalise_output: args.marginalise_output || args.ensemble,
             temperatures: args.temperatures,
+            superchains: if args.ensemble { args.chains / 8 } else { 0 },
+            unit_sweeps: if args.ensemble { args.unit_sweeps } else { 0 },
+            thin: if args.ensemble { args.thin } else { 1 },
+            trajectory: Trajectory::Fixed,
             ..HmcSettings::default()
         },
         net: NetConfig {
@@ -162,9 +182,16 @@ pub fn run(args: &HmcBench) -> Result<()> {
     let out = method.run(&task, &res.compute(), false, &|_| {})?;
     let seconds = start.elapsed().as_secs_f64();
     let scalar = |k: &str| out[0].scalars.get(k).copied().unwrap_or(f64::NAN);
-    // Every chain's gradient evaluations, warm-up included (NUTS's trajectories vary).
-    let evals =
-        (args.chains * (args.warmup + args.iters)) as f64 * scalar("leapfrogs_per_iteration");
+    // Every chain's gradient evaluations, warm-up included (NUTS's trajectories vary), and the
+    // ensemble's unit-move evaluations of the collapsed likelihood (W per sweep and rung).
+    let iterations = (args.chains * (args.warmup + args.iters * args.thin)) as f64;
+    let evals = iterations * scalar("leapfrogs_per_iteration");
+    let unit_evals = if args.ensemble {
+        iterations * (args.unit_sweeps * args.width * args.temperatures) as f64
+    } else {
+        0.0
+    };
+    let certified = scalar("reference_grade") == 1.0;
     let accept = scalar("accept_rate");
     let rhat = scalar("rhat_max");
     // The draws' effective sample size per second at the worst test input (the smallest bulk
@@ -191,6 +218,12 @@ pub fn run(args: &HmcBench) -> Result<()> {
                 "threads": res.threads,
                 "seconds": seconds,
                 "grad_evals_per_s": evals / seconds,
+                "unit_evals_per_s": unit_evals / seconds,
+                "nested_rhat_max": scalar("nested_rhat_max"),
+                "nested_rhat_threshold": scalar("nested_rhat_threshold"),
+                "reference_grade": certified,
+                "certified_ess_bulk_per_s": if certified { ess_bulk / seconds } else { 0.0 },
+                "certified_ess_tail_per_s": if certified { ess_tail / seconds } else { 0.0 },
                 "peak_memory_mib": crate::provenance::peak_memory_mib(),
                 "accept_rate": accept,
                 "rhat_max": rhat,
@@ -203,7 +236,9 @@ pub fn run(args: &HmcBench) -> Result<()> {
                 "chain_means": (args.chains <= 16).then_some(&modes.means),
                 "chain_sds": (args.chains <= 16).then_some(&modes.sds),
                 "diverged": out[0].diverged,
-                "algorithm": if args.nuts { "nuts" } else { "hmc" },
+                "algorithm": if args.nuts { "nuts" } else if args.ensemble { "chees" } else { "hmc" },
+                "unit_sweeps": args.unit_sweeps,
+                "thin": args.thin,
                 "marginalise_output": args.marginalise_output,
                 "temperatures": args.temperatures,
                 "leapfrogs_per_iteration": scalar("leapfrogs_per_iteration"),
@@ -211,7 +246,55 @@ pub fn run(args: &HmcBench) -> Result<()> {
             })
         );
     } else {
-        outln!(
+        let rates = (seconds, evals, unit_evals);
+        outln!("{}", text_line(args, res.threads, rates, &scalar));
+    }
+    Ok(())
+}
+
+/// The text line of `bench hmc` (without `--json`): `rates` = (seconds, gradient evaluations,
+/// unit-move evaluations), `scalar` the repetition's scalars.
+fn text_line(
+    args: &HmcBench,
+    threads: usize,
+    (seconds, evals, unit_evals): (f64, f64, f64),
+    scalar: &dyn Fn(&str) -> f64,
+) -> String {
+    let certified = scalar("reference_grade") == 1.0;
+    let (ess_bulk, ess_tail) = (scalar("ess_bulk_min"), scalar("ess_tail_min"));
+    if args.ensemble {
+        format!(
+            "{} chains ({} superchains) × ({} + {}×{}) iterations, {} jittered leapfrog steps and \
+             {} unit sweeps each, 1-{}-1 network, N = 200 ({} threads): {:.2} s, {:.0} gradient \
+             and {:.0} unit-move evaluations/s; nested R̂ {:.4} (threshold {:.4}), bulk/tail ESS \
+             {:.0} / {:.0} at the worst test input ({:.1} / {:.1} per second), {} divergent: {}",
+            args.chains,
+            args.chains / 8,
+            args.warmup,
+            args.iters,
+            args.thin,
+            args.leapfrog,
+            args.unit_sweeps,
+            args.width,
+            threads,
+            seconds,
+            evals / seconds,
+            unit_evals / seconds,
+            scalar("nested_rhat_max"),
+            scalar("nested_rhat_threshold"),
+            ess_bulk,
+            ess_tail,
+            ess_bulk / seconds,
+            ess_tail / seconds,
+            scalar("divergent_transitions"),
+            if certified {
+                "certified"
+            } else {
+                "not certified"
+            },
+        )
+    } else {
+        format!(
             "{} chains × {} iterations × {} leapfrog steps, 1-{}-1 network, N = 200, backend {} \
              ({} threads): {:.2} s, {:.0} gradient evaluations/s, acceptance {:.2}, worst R̂ {:.2}, \
              bulk/tail ESS per second at the worst test input {:.1} / {:.1}",
@@ -220,16 +303,15 @@ pub fn run(args: &HmcBench) -> Result<()> {
             args.leapfrog,
             args.width,
             args.backend,
-            res.threads,
+            threads,
             seconds,
             evals / seconds,
-            accept,
-            rhat,
+            scalar("accept_rate"),
+            scalar("rhat_max"),
             ess_bulk / seconds,
             ess_tail / seconds
-        );
+        )
     }
-    Ok(())
 }
 
 /// The chains at the test input of the largest R̂: each chain's mean and sd of f there, and

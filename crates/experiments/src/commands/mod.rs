@@ -5,6 +5,7 @@ pub mod backends;
 pub mod bench;
 pub mod bench_hmc;
 pub mod bench_method;
+pub mod bench_null;
 pub mod check;
 pub mod compare;
 pub mod draws;

@@ -51,6 +51,12 @@ pub(crate) struct ChainRecord {
     /// Parallel tempering's swap proposals between neighbouring rungs, and those accepted.
     pub swaps_tried: u64,
     pub swaps_accepted: u64,
+    /// The ensemble's unit moves (`ensemble.rs`): proposals made and accepted, every rung
+    /// and iteration.
+    pub units_tried: u64,
+    pub units_accepted: u64,
+    /// The ensemble's adapted trajectory length (ChEES), in units of the step per unit σ.
+    pub trajectory_length: f64,
 }
 
 /// The BNN's parameters for a chunk: per layer W `[R, in, out]` and b `[R, 1, out]`.

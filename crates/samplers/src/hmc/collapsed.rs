@@ -105,6 +105,18 @@ pub(crate) struct Collapsed {
     /// The hidden layer θ_h in f64, and ∂U_lik/∂θ_h.
     h: Vec<f64>,
     gh: Vec<f64>,
+    /// Whether `pre`, `rows` and `gram` hold θ_h = `h`'s (false until the first evaluation).
+    gram_valid: bool,
+    /// A unit proposed by [`Collapsed::unit_neg_log_lik`] and not yet kept or restored, with
+    /// what it replaced: its weights and bias, its features and pre-activations, its row of
+    /// the Gram matrix.
+    pending: Option<usize>,
+    saved_unit: Vec<f64>,
+    saved_row: Vec<f64>,
+    saved_pre: Vec<f64>,
+    saved_gram: Vec<f64>,
+    /// The new row of the Gram matrix.
+    gram_row: Vec<f64>,
 }
 
 impl Collapsed {
@@ -159,6 +171,13 @@ impl Collapsed {
             g: vec![0.0; B * np],
             h: vec![0.0; (d + 1) * w],
             gh: vec![0.0; (d + 1) * w],
+            gram_valid: false,
+            pending: None,
+            saved_unit: vec![0.0; d + 1],
+            saved_row: vec![0.0; np],
+            saved_pre: vec![0.0; np],
+            saved_gram: vec![0.0; p + 1],
+            gram_row: vec![0.0; pp],
         }
     }
 
@@ -190,24 +209,125 @@ impl Collapsed {
     /// positive definite (or a feature is not finite).
     #[inline(always)]
     fn factor(&mut self, z: &[f32], inv_s2: f64) -> bool {
-        for (h, &v) in self.h.iter_mut().zip(z) {
-            *h = f64::from(v);
+        // Φ and the Gram matrix depend on θ_h alone: a new σ² at the same state (σ²'s Gibbs
+        // step, the output layer's draw) reuses them.
+        let same = self.gram_valid
+            && self
+                .h
+                .iter()
+                .zip(z)
+                .all(|(h, &v)| h.to_bits() == f64::from(v).to_bits());
+        if !same {
+            for (h, &v) in self.h.iter_mut().zip(z) {
+                *h = f64::from(v);
+            }
+            for j in 0..self.w {
+                self.features(j);
+            }
+            // The Gram matrix of (Φ, y): ΦᵀΦ, and Φᵀy in its last row.
+            let (np, p) = (self.np, self.w + 1);
+            self.unit.gram_lower(&self.rows, np, p + 1, &mut self.gram);
+            self.gram_valid = true;
         }
-        let (d, w, n, np, p) = (self.d, self.w, self.n, self.np, self.w + 1);
+        self.factor_gram(inv_s2)
+    }
+
+    /// Unit j's pre-activations and features (row j of Φᵀ) from θ_h in `h`.
+    #[inline(always)]
+    fn features(&mut self, j: usize) {
+        let (d, w, n, np) = (self.d, self.w, self.n, self.np);
         let (w0, b0) = self.h.split_at(d * w);
-        for j in 0..w {
-            let pre = &mut self.pre[j * np..j * np + n];
-            pre.fill(b0[j]);
-            for a in 0..d {
-                axpy(pre, w0[a * w + j], &self.x[a * np..a * np + n]);
-            }
-            // The padding stays zero.
-            for (f, &z) in self.rows[j * np..j * np + n].iter_mut().zip(pre.iter()) {
-                *f = if z > 0.0 { z } else { self.slope * z };
-            }
+        let pre = &mut self.pre[j * np..j * np + n];
+        pre.fill(b0[j]);
+        for a in 0..d {
+            axpy(pre, w0[a * w + j], &self.x[a * np..a * np + n]);
         }
-        // The Gram matrix of (Φ, y): ΦᵀΦ, and Φᵀy in its last row.
-        self.unit.gram_lower(&self.rows, np, p + 1, &mut self.gram);
+        // The padding stays zero.
+        for (f, &z) in self.rows[j * np..j * np + n].iter_mut().zip(pre.iter()) {
+            *f = if z > 0.0 { z } else { self.slope * z };
+        }
+    }
+
+    /// −log p(y | θ_h, σ²) (as [`Collapsed::neg_log_lik`]) at the state last factored with
+    /// hidden unit j's input weights and bias replaced by `unit` (`d` weights, then the bias):
+    /// only row j of Φᵀ and of the Gram matrix are recomputed (O(N·P) instead of O(N·P²)),
+    /// then A is factored. The unit stays in place until [`Collapsed::keep_unit`] or
+    /// [`Collapsed::restore_unit`]; +∞ where A cannot be factored.
+    #[inline(always)]
+    pub(crate) fn unit_neg_log_lik(&mut self, j: usize, unit: &[f32], inv_s2: f64) -> f64 {
+        debug_assert!(
+            self.gram_valid,
+            "a unit's update needs the state's Gram matrix"
+        );
+        let (d, w, np, q) = (self.d, self.w, self.np, self.w + 2);
+        for a in 0..d {
+            self.saved_unit[a] = self.h[a * w + j];
+            self.h[a * w + j] = f64::from(unit[a]);
+        }
+        self.saved_unit[d] = self.h[d * w + j];
+        self.h[d * w + j] = f64::from(unit[d]);
+        self.saved_row
+            .copy_from_slice(&self.rows[j * np..(j + 1) * np]);
+        self.saved_pre
+            .copy_from_slice(&self.pre[j * np..(j + 1) * np]);
+        for k in 0..q {
+            let (r, c) = (j.max(k), j.min(k));
+            self.saved_gram[k] = self.gram[r * q + c];
+        }
+        self.features(j);
+        self.unit
+            .row_products(&self.rows, np, j, q, &mut self.gram_row);
+        for (k, &g) in self.gram_row[..q].iter().enumerate() {
+            let (r, c) = (j.max(k), j.min(k));
+            self.gram[r * q + c] = g;
+        }
+        self.pending = Some(j);
+        if !self.factor_gram(inv_s2) {
+            return f64::INFINITY;
+        }
+        self.nll(inv_s2)
+    }
+
+    /// Keeps the unit proposed last: the factored state is now the proposal.
+    pub(crate) fn keep_unit(&mut self) {
+        self.pending = None;
+    }
+
+    /// Puts back the unit replaced last (its weights, features and Gram entries); the factor
+    /// of A is stale until the next evaluation.
+    pub(crate) fn restore_unit(&mut self) {
+        let Some(j) = self.pending.take() else {
+            return;
+        };
+        let (d, w, np, q) = (self.d, self.w, self.np, self.w + 2);
+        for a in 0..d {
+            self.h[a * w + j] = self.saved_unit[a];
+        }
+        self.h[d * w + j] = self.saved_unit[d];
+        self.rows[j * np..(j + 1) * np].copy_from_slice(&self.saved_row);
+        self.pre[j * np..(j + 1) * np].copy_from_slice(&self.saved_pre);
+        for k in 0..q {
+            let (r, c) = (j.max(k), j.min(k));
+            self.gram[r * q + c] = self.saved_gram[k];
+        }
+    }
+
+    /// The factored state's −log p(y | θ_h, σ²) up to terms free of θ_h.
+    #[inline(always)]
+    fn nll(&self, inv_s2: f64) -> f64 {
+        let p = self.w + 1;
+        let (ps, u) = (self.ps, &self.chol);
+        let fit: f64 = self.phi_y.iter().zip(&self.m).map(|(a, b)| a * b).sum();
+        let log_det: f64 = (0..p).map(|j| u[j * ps + j].ln()).sum();
+        let yy = self.gram[(p + 1) * (p + 1) - 1];
+        0.5 * (yy - fit) * inv_s2 + log_det
+    }
+
+    /// A's factor and m from the Gram matrix at 1/σ² `inv_s2`; false where A is not
+    /// numerically positive definite.
+    #[inline(always)]
+    fn factor_gram(&mut self, inv_s2: f64) -> bool {
+        let p = self.w + 1;
         // A = ΦᵀΦ/σ² + I/σ_p², both triangles.
         let ps = self.ps;
         let u = &mut self.chol;
@@ -347,6 +467,27 @@ impl Collapsed {
         lik + 0.5 * self.prior_prec * prior
     }
 
+    /// −log p(y | θ_h, σ²) at θ_h `z` and 1/σ² `inv_s2`, up to terms free of θ_h: the potential
+    /// without its prior and without the gradient (the unit moves' ratio, `ensemble.rs`); +∞
+    /// where A cannot be factored.
+    #[inline(always)]
+    pub(crate) fn neg_log_lik(&mut self, z: &[f32], inv_s2: f64) -> f64 {
+        if !self.factor(z, inv_s2) {
+            return f64::INFINITY;
+        }
+        self.nll(inv_s2)
+    }
+
+    /// Hidden units W and inputs d.
+    pub(crate) fn units(&self) -> (usize, usize) {
+        (self.w, self.d)
+    }
+
+    /// The prior sd of every weight.
+    pub(crate) fn prior_sd(&self) -> f64 {
+        1.0 / self.prior_prec.sqrt()
+    }
+
     /// An exact draw of the output layer (a, c) | θ_h, σ², y into `out` (P values), and the
     /// whole network's SSE; `None` where A cannot be factored.
     #[inline(always)]
@@ -386,166 +527,5 @@ impl Collapsed {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::cpu::simd;
-
-    /// A 2-input, 3-unit problem with targets from a fixed network plus noise (43 points: the
-    /// rows' padding to whole blocks is exercised).
-    fn problem() -> (Vec<f32>, Vec<f32>, usize) {
-        let n = 43;
-        let mut rng = Rng::new(7);
-        // Feature-major [d, n].
-        let x: Vec<f32> = (0..2 * n)
-            .map(|_| rng.uniform_in(-2.0, 2.0) as f32)
-            .collect();
-        let y = (0..n)
-            .map(|i| {
-                let (a, b) = (f64::from(x[i]), f64::from(x[n + i]));
-                (3.0 * a.max(0.1 * a) - 2.0 * (b - 0.5).abs() + 0.3 * rng.normal()) as f32
-            })
-            .collect();
-        (x, y, n)
-    }
-
-    /// Central differences in f64 of U at the state `z`, at a point with kinks away from the
-    /// data's points: the analytic gradient agrees to 1e-3 relative (f32 state, h = 1e-3).
-    fn assert_gradient(z: &[f32]) {
-        let (x, y, _) = problem();
-        let mut col = Collapsed::new(2, 3, &x, &y, 0.01, 10.0, Level::Baseline);
-        assert_eq!(z.len(), col.dim());
-        let mut grad = vec![0.0f32; col.dim()];
-        let inv_s2 = 1.0 / 0.09;
-        col.potential(z, inv_s2, &mut grad);
-        let mut scratch = vec![0.0f32; col.dim()];
-        for i in 0..z.len() {
-            let step = 1e-3f32;
-            let (mut up, mut down) = (z.to_vec(), z.to_vec());
-            up[i] += step;
-            down[i] -= step;
-            let fd = (col.potential(&up, inv_s2, &mut scratch)
-                - col.potential(&down, inv_s2, &mut scratch))
-                / (f64::from(up[i]) - f64::from(down[i]));
-            let g = f64::from(grad[i]);
-            assert!(
-                (g - fd).abs() <= 1e-3 * fd.abs().max(1.0),
-                "coordinate {i}: analytic {g}, central difference {fd}"
-            );
-        }
-    }
-
-    #[test]
-    fn the_gradient_is_the_potentials_derivative() {
-        assert_gradient(&[0.8, -1.1, 0.4, 0.3, 0.9, -0.7, 0.25, -0.35, 0.6]);
-    }
-
-    #[test]
-    fn every_vector_unit_gives_the_same_bits() {
-        // The products over the points run on AVX-512, AVX2 or plain lanes (`lanes64.rs`);
-        // all compute every lane's products and sums in one order, so U, ∇U and the output
-        // layer's draws are identical (where the CPU lacks a level, `Unit::at` falls back and
-        // the comparison is with the baseline itself). Run inside the dispatched copy, as the
-        // chains do.
-        struct Eval(Level);
-        impl simd::Op for Eval {
-            type Output = (u64, Vec<u32>, Vec<u64>);
-            #[inline(always)]
-            fn call(self, _lanes: simd::Lanes) -> Self::Output {
-                let (x, y, _) = problem();
-                let mut col = Collapsed::new(2, 3, &x, &y, 0.01, 10.0, self.0);
-                let z: Vec<f32> = (0..col.dim()).map(|i| 0.3 * i as f32 - 1.1).collect();
-                let mut grad = vec![0.0f32; col.dim()];
-                let u = col.potential(&z, 1.0 / 0.09, &mut grad);
-                let mut out = vec![0.0; 4];
-                col.draw_output(&z, 1.0 / 0.09, &mut Rng::new(5), &mut out);
-                (
-                    u.to_bits(),
-                    grad.iter().map(|g| g.to_bits()).collect(),
-                    out.iter().map(|o| o.to_bits()).collect(),
-                )
-            }
-        }
-        let base = simd::dispatch_at(Level::Baseline, Eval(Level::Baseline));
-        for level in [Level::Avx2, Level::Avx512] {
-            assert_eq!(simd::dispatch_at(level, Eval(level)), base, "{level:?}");
-        }
-    }
-
-    #[test]
-    fn the_potential_is_the_marginal_likelihood() {
-        // U − ‖θ_h‖²/(2σ_p²) against −log N(y | 0, σ²I + σ_p²ΦΦᵀ) computed directly (dense
-        // N × N Cholesky), up to the θ_h-free constant ½(N log 2πσ² + P log σ_p²) − … : the
-        // difference between two hidden layers is the same both ways.
-        let (x, y, n) = problem();
-        let (sp2, s2) = (100.0f64, 0.09f64);
-        let mut col = Collapsed::new(2, 3, &x, &y, 0.01, sp2.sqrt(), Level::Baseline);
-        let direct = |col: &mut Collapsed, h: &[f32]| {
-            let p = 4;
-            assert!(col.factor(h, 1.0 / s2));
-            let mut c = nalgebra::DMatrix::<f64>::zeros(n, n);
-            for i in 0..n {
-                for j in 0..n {
-                    let dot: f64 = (0..p)
-                        .map(|k| col.rows[k * col.np + i] * col.rows[k * col.np + j])
-                        .sum();
-                    c[(i, j)] = sp2 * dot + if i == j { s2 } else { 0.0 };
-                }
-            }
-            let yv = nalgebra::DVector::from_iterator(n, y.iter().map(|&v| f64::from(v)));
-            let chol = c.cholesky().expect("positive definite");
-            let quad = yv.dot(&chol.solve(&yv));
-            let log_det: f64 = chol.l().diagonal().iter().map(|v| 2.0 * v.ln()).sum();
-            0.5 * quad + 0.5 * log_det
-        };
-        let prior = |h: &[f32]| h.iter().map(|&t| f64::from(t).powi(2)).sum::<f64>() / (2.0 * sp2);
-        let h1: Vec<f32> = vec![0.8, -1.1, 0.4, 0.3, 0.9, -0.7, 0.25, -0.35, 0.6];
-        let h2: Vec<f32> = vec![-0.5, 0.7, 1.2, 1.3, -0.2, 0.4, -0.6, 0.1, 0.0];
-        let mut g = vec![0.0f32; 9];
-        let u1 = col.potential(&h1, 1.0 / s2, &mut g) - prior(&h1);
-        let u2 = col.potential(&h2, 1.0 / s2, &mut g) - prior(&h2);
-        let (d1, d2) = (direct(&mut col, &h1), direct(&mut col, &h2));
-        assert!(
-            ((u1 - u2) - (d1 - d2)).abs() < 1e-8 * d1.abs().max(1.0),
-            "U difference {} against the direct {}",
-            u1 - u2,
-            d1 - d2
-        );
-    }
-
-    #[test]
-    fn the_output_layers_draws_have_the_conditional_moments() {
-        // 4 000 draws of (a, c) | θ_h: their mean within 4 standard errors of m per
-        // coordinate (sd of a mean of 4 000: √(A⁻¹_jj/4000)), their variance within 15% of A⁻¹'s
-        // diagonal (the sd of a sample variance of 4 000 normals is 2.2%: 15% is 6.7 of them).
-        let (x, y, _) = problem();
-        let mut col = Collapsed::new(2, 3, &x, &y, 0.01, 10.0, Level::Baseline);
-        let h: Vec<f32> = vec![0.8, -1.1, 0.4, 0.3, 0.9, -0.7, 0.25, -0.35, 0.6];
-        let inv_s2 = 1.0 / 0.09;
-        let mut g = vec![0.0f32; 9];
-        col.potential(&h, inv_s2, &mut g);
-        let (m, a_inv) = (col.m.clone(), col.a_inv.clone());
-        let mut rng = Rng::new(3);
-        let (draws, p) = (4000, 4);
-        let mut out = vec![0.0; p];
-        let mut sum = vec![0.0; p];
-        let mut sq = vec![0.0; p];
-        for _ in 0..draws {
-            col.draw_output(&h, inv_s2, &mut rng, &mut out)
-                .expect("factors");
-            for j in 0..p {
-                sum[j] += out[j];
-                sq[j] += (out[j] - m[j]).powi(2);
-            }
-        }
-        for j in 0..p {
-            let (mean, var) = (sum[j] / draws as f64, sq[j] / draws as f64);
-            let v = a_inv[j * col.ps + j];
-            assert!(
-                (mean - m[j]).abs() < 4.0 * (v / draws as f64).sqrt(),
-                "{j}: {mean} vs {}",
-                m[j]
-            );
-            assert!((var / v - 1.0).abs() < 0.15, "{j}: variance {var} vs {v}");
-        }
-    }
-}
+#[path = "collapsed_tests.rs"]
+mod tests;

@@ -46,6 +46,39 @@ pub(super) struct Chain<'a> {
     pub(super) collapsed: Option<Collapsed>,
 }
 
+impl<'a> Chain<'a> {
+    /// The scratch of a chain of `trainer`'s network on the feature-major inputs `x`, `x_test`
+    /// with targets `y`, at instruction set `level` (with the collapsed potential's when the
+    /// output layer is integrated out).
+    pub(super) fn new(
+        trainer: &HmcTrainer<'_>,
+        x: &'a [f32],
+        x_test: &'a [f32],
+        y: &'a [f32],
+        level: simd::Level,
+    ) -> Chain<'a> {
+        let c = trainer.config;
+        let layers = trainer.shape.layers();
+        let d = trainer.shape.d_in;
+        let (n, m) = (y.len(), x_test.len() / d);
+        let slope = trainer.shape.negative_slope;
+        Chain {
+            net: FeatureMajorNet::new(layers.clone(), slope, n.max(m)),
+            x,
+            x_test,
+            y,
+            f: vec![0.0; n],
+            delta: vec![0.0; n],
+            inv_p2: 1.0 / (c.prior_sd * c.prior_sd),
+            bernoulli: trainer.bernoulli,
+            level,
+            collapsed: c
+                .marginalise_output
+                .then(|| Collapsed::new(d, layers[0].1, x, y, slope, c.prior_sd, level)),
+        }
+    }
+}
+
 impl Chain<'_> {
     /// U(θ) and the SSE (for labels: the NLL), with ∇U into `grad`, at 1/σ² `inv_s2`.
     #[inline(always)]
@@ -176,21 +209,7 @@ impl HmcTrainer<'_> {
             }
             let rep = range.start + r;
             let y = &self.y[rep * n..(rep + 1) * n];
-            let mut chain = Chain {
-                net: FeatureMajorNet::new(layers.clone(), self.shape.negative_slope, n.max(m)),
-                x: &xt_train,
-                x_test: &xt_test,
-                y,
-                f: vec![0.0; n],
-                delta: vec![0.0; n],
-                inv_p2: 1.0 / (c.prior_sd * c.prior_sd),
-                bernoulli: self.bernoulli,
-                level,
-                collapsed: c.marginalise_output.then(|| {
-                    let (width, slope) = (layers[0].1, self.shape.negative_slope);
-                    Collapsed::new(d, width, &xt_train, y, slope, c.prior_sd, level)
-                }),
-            };
+            let mut chain = Chain::new(self, &xt_train, &xt_test, y, level);
             let mut stream = Rng::new(self.stream[rep]);
             // The whole chain compiled for the CPU's widest vectors (the same bits).
             let (record, u, draws_f, train_mean) = simd::dispatch_at(
@@ -229,8 +248,10 @@ impl HmcTrainer<'_> {
 
 /// A chain's working vectors for the HMC move: the proposal's position, momenta and gradient.
 pub(super) struct Buffers {
-    q: Vec<f32>,
-    p: Vec<f32>,
+    /// After an HMC move: the proposal (the trajectory's end), accepted or not.
+    pub(super) q: Vec<f32>,
+    /// After an HMC move: the momenta at the trajectory's end.
+    pub(super) p: Vec<f32>,
     g1: Vec<f32>,
 }
 
@@ -548,7 +569,7 @@ mod tests {
                     bits
                 };
                 let base = run(simd::Level::Baseline);
-                for level in [simd::Level::Avx2, simd::Level::Avx512] {
+                for level in simd::levels_to_compare() {
                     assert_eq!(
                         base,
                         run(level),

@@ -168,6 +168,20 @@ impl Unit {
         }
     }
 
+    /// `out[k] = Σ_i rows[j, i]·rows[k, i]` for the first `q` rows k of `rows` (`[pp, np]`,
+    /// pp a multiple of B, zero-padded): one row of the Gram matrix, each loaded vector of row
+    /// j serving B rows (a unit move's update, `collapsed.rs`).
+    #[inline(always)]
+    pub(crate) fn row_products(self, rows: &[f64], np: usize, j: usize, q: usize, out: &mut [f64]) {
+        match self {
+            Unit::Plain => row_products(Plain, rows, np, j, q, out),
+            #[cfg(target_arch = "x86_64")]
+            Unit::V3(v) => row_products(v, rows, np, j, q, out),
+            #[cfg(target_arch = "x86_64")]
+            Unit::V4(v) => row_products(v, rows, np, j, q, out),
+        }
+    }
+
     /// `out[t, ·] = init_t·first + Σ_k coef[t, k]·rows[k, ·]` for B rows t, k < `p`, over
     /// the `np` points (`coef` `[B, p]`, `rows` `[_, np]`, `out` `[B, np]`).
     #[inline(always)]
@@ -256,6 +270,23 @@ fn combine<S: Vector>(
         for (t, acc_t) in acc.iter().enumerate() {
             out[t * np + c..t * np + c + L].copy_from_slice(&s.array(acc_t[0]));
             out[t * np + c + L..t * np + c + 2 * L].copy_from_slice(&s.array(acc_t[1]));
+        }
+    }
+}
+
+/// [`Unit::row_products`]: B rows k at a time over eight points.
+#[inline(always)]
+fn row_products<S: Vector>(s: S, rows: &[f64], np: usize, j: usize, q: usize, out: &mut [f64]) {
+    for k0 in (0..q).step_by(B) {
+        let mut acc = [s.splat(0.0); B];
+        for c in (0..np).step_by(L) {
+            let a = s.load(at(rows, np, j, c));
+            for t in 0..B {
+                acc[t] = s.mul_add(acc[t], a, s.load(at(rows, np, k0 + t, c)));
+            }
+        }
+        for t in 0..B.min(q - k0) {
+            out[k0 + t] = hsum(&s.array(acc[t]));
         }
     }
 }

@@ -36,33 +36,54 @@ pub(crate) fn ladder(k: usize, beta_min: f64) -> Vec<f64> {
         .collect()
 }
 
-/// One rung's state and adaptation.
-struct Rung {
-    beta: f64,
+/// One rung's state: its inverse temperature, the move's position with its potential and
+/// gradient, the whole network's SSE, σ² and the output layer's last draw.
+pub(super) struct State {
+    pub(super) beta: f64,
     /// The move's state: the whole network, or its hidden layer when the output layer is
     /// integrated out.
-    q: Vec<f32>,
-    grad: Vec<f32>,
-    u: f64,
+    pub(super) q: Vec<f32>,
+    pub(super) grad: Vec<f32>,
+    pub(super) u: f64,
     /// The whole network's SSE at the state.
-    sse: f64,
-    s2: f64,
+    pub(super) sse: f64,
+    pub(super) s2: f64,
     /// The output layer (a, c) drawn last (with the output layer integrated out).
-    out: Vec<f64>,
+    pub(super) out: Vec<f64>,
+}
+
+/// A single chain's adaptation of one rung: its own step and metric (the ensemble's chains
+/// share theirs, `ensemble.rs`).
+struct Adaptation {
     adapt: DualAveraging,
     inv_mass: Vec<f32>,
     window: Welford,
 }
 
-impl Rung {
+impl State {
+    /// A rung at inverse temperature `beta` starting at `q` with σ² `s2` and an output layer of
+    /// `out_len` values.
+    pub(super) fn new(beta: f64, q: Vec<f32>, s2: f64, out_len: usize) -> State {
+        let dim = q.len();
+        State {
+            beta,
+            q,
+            grad: vec![0.0; dim],
+            u: 0.0,
+            sse: 0.0,
+            s2,
+            out: vec![0.0; out_len],
+        }
+    }
+
     /// 1/σ² of this rung's θ move, β/σ² (through f32, as the plain chain's).
-    fn inv_s2(&self) -> f64 {
+    pub(super) fn inv_s2(&self) -> f64 {
         f64::from((self.beta / self.s2) as f32)
     }
 
     /// U and ∇U (and, for the whole network, the SSE) at the state.
     #[inline(always)]
-    fn refresh(&mut self, chain: &mut Chain<'_>) {
+    pub(super) fn refresh(&mut self, chain: &mut Chain<'_>) {
         let inv = self.inv_s2();
         let (u, sse) = chain.potential(&self.q, inv, &mut self.grad);
         self.u = u;
@@ -79,7 +100,7 @@ impl Rung {
     /// The exact draw of the output layer (with it integrated out), which sets the SSE; false
     /// where the features' Gram matrix cannot be factored.
     #[inline(always)]
-    fn draw_output(&mut self, chain: &mut Chain<'_>, stream: &mut Rng) -> bool {
+    pub(super) fn draw_output(&mut self, chain: &mut Chain<'_>, stream: &mut Rng) -> bool {
         let inv = self.inv_s2();
         let Some(col) = chain.collapsed.as_mut() else {
             return true;
@@ -90,6 +111,14 @@ impl Rung {
                 true
             }
             None => false,
+        }
+    }
+
+    /// The whole network's flat parameters at the state into `theta`.
+    pub(super) fn network(&self, chain: &Chain<'_>, theta: &mut [f32]) {
+        match &chain.collapsed {
+            Some(col) => col.network(&self.q, &self.out, theta),
+            None => theta.copy_from_slice(&self.q),
         }
     }
 }
@@ -116,16 +145,13 @@ impl HmcTrainer<'_> {
         let dim = start.len();
         let out_len = self.shape.layers().last().map_or(0, |&(i, _)| i + 1);
         let windows = Windows::new(c.warmup, c.metric);
-        let mut rungs: Vec<Rung> = ladder(c.temperatures, c.beta_min)
+        let s2 = start_s2(self.noise, y);
+        let mut rungs: Vec<State> = ladder(c.temperatures, c.beta_min)
             .into_iter()
-            .map(|beta| Rung {
-                beta,
-                q: start.clone(),
-                grad: vec![0.0; dim],
-                u: 0.0,
-                sse: 0.0,
-                s2: start_s2(self.noise, y),
-                out: vec![0.0; out_len],
+            .map(|beta| State::new(beta, start.clone(), s2, out_len))
+            .collect();
+        let mut adapt: Vec<Adaptation> = (0..rungs.len())
+            .map(|_| Adaptation {
                 adapt: DualAveraging::new(c.step_size, 1),
                 inv_mass: vec![1.0; dim],
                 window: Welford::new(dim),
@@ -149,8 +175,8 @@ impl HmcTrainer<'_> {
         let mut f_train = vec![0.0f32; n];
         for it in 0..c.warmup + c.draws {
             let sampling = it >= c.warmup;
-            for (k, rung) in rungs.iter_mut().enumerate() {
-                let mv = self.iterate(chain, rung, it, &windows, stream, &mut bufs);
+            for (k, (rung, ad)) in rungs.iter_mut().zip(&mut adapt).enumerate() {
+                let mv = self.iterate(chain, rung, ad, it, &windows, stream, &mut bufs);
                 failed |= !rung.draw_output(chain, stream);
                 self.gibbs_sigma(chain, rung, n, stream);
                 record.leapfrogs += mv.leapfrogs;
@@ -167,10 +193,7 @@ impl HmcTrainer<'_> {
             if sampling {
                 let s = it - c.warmup;
                 let cold = &rungs[0];
-                match &chain.collapsed {
-                    Some(col) => col.network(&cold.q, &cold.out, theta),
-                    None => theta.copy_from_slice(&cold.q),
-                }
+                cold.network(chain, theta);
                 chain.net.forward(theta, chain.x_test, &mut f_test);
                 draws[s * m..(s + 1) * m].copy_from_slice(&f_test);
                 record.sigma.push(cold.s2.sqrt());
@@ -181,8 +204,8 @@ impl HmcTrainer<'_> {
             }
         }
         record.accept_rate = accepted / c.draws as f64;
-        record.step_size = rungs[0].adapt.eps[0];
-        record.inv_mass = rungs[0].inv_mass.clone();
+        record.step_size = adapt[0].adapt.eps[0];
+        record.inv_mass = adapt[0].inv_mass.clone();
         let train_mean = train_sum
             .iter()
             .map(|v| (v / c.draws as f64) as f32)
@@ -194,10 +217,12 @@ impl HmcTrainer<'_> {
 
     /// One rung's θ move at iteration `it`, with the warm-up's step and metric adaptation.
     #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
     fn iterate(
         &self,
         chain: &mut Chain<'_>,
-        rung: &mut Rung,
+        rung: &mut State,
+        ad: &mut Adaptation,
         it: usize,
         windows: &Windows,
         stream: &mut Rng,
@@ -205,7 +230,7 @@ impl HmcTrainer<'_> {
     ) -> Move {
         let c = self.config;
         // The step scales with σ when σ is sampled (the module's doc says why).
-        let eps = rung.adapt.eps[0]
+        let eps = ad.adapt.eps[0]
             * if self.noise.is_none() {
                 rung.s2.sqrt()
             } else {
@@ -219,14 +244,14 @@ impl HmcTrainer<'_> {
             &mut rung.sse,
         );
         let mv = match c.algorithm {
-            Algorithm::Hmc => {
+            Algorithm::Hmc | Algorithm::Chees => {
                 let step = (if c.jitter {
                     eps * (0.5 + stream.uniform())
                 } else {
                     eps
                 }) as f32;
                 let steps = c.leapfrog_steps;
-                hmc_move(steps, chain, here, step, &rung.inv_mass, inv, stream, bufs)
+                hmc_move(steps, chain, here, step, &ad.inv_mass, inv, stream, bufs)
             }
             Algorithm::Nuts => {
                 let depth = c.max_tree_depth;
@@ -234,7 +259,7 @@ impl HmcTrainer<'_> {
                     chain,
                     here,
                     eps as f32,
-                    &rung.inv_mass,
+                    &ad.inv_mass,
                     inv,
                     depth,
                     stream,
@@ -243,14 +268,14 @@ impl HmcTrainer<'_> {
             }
         };
         if it < c.warmup {
-            rung.adapt
+            ad.adapt
                 .update(&[mv.alpha], c.target_accept, it + 1 == c.warmup);
         }
         if windows.collects(it) {
-            rung.window.push(&rung.q);
+            ad.window.push(&rung.q);
             if windows.ends(it) {
-                rung.inv_mass = rung.window.take_inverse_mass();
-                rung.adapt.restart();
+                ad.inv_mass = ad.window.take_inverse_mass();
+                ad.adapt.restart();
             }
         }
         mv
@@ -259,7 +284,13 @@ impl HmcTrainer<'_> {
     /// σ²'s Gibbs step at the rung's temperature, InvGamma(a₀ + βN/2, b₀ + β·SSE/2), and U, ∇U
     /// at the new σ²; nothing with σ fixed (U does not depend on the output layer's draw).
     #[inline(always)]
-    fn gibbs_sigma(&self, chain: &mut Chain<'_>, rung: &mut Rung, n: usize, stream: &mut Rng) {
+    pub(super) fn gibbs_sigma(
+        &self,
+        chain: &mut Chain<'_>,
+        rung: &mut State,
+        n: usize,
+        stream: &mut Rng,
+    ) {
         if self.noise.is_some() {
             return;
         }
@@ -273,8 +304,8 @@ impl HmcTrainer<'_> {
 /// The swaps between neighbouring rungs after iteration `it` (see the module docs); the
 /// swapped rungs' potentials are recomputed at their own temperatures.
 #[inline(always)]
-fn swap_neighbours(
-    rungs: &mut [Rung],
+pub(super) fn swap_neighbours(
+    rungs: &mut [State],
     it: usize,
     n: usize,
     chain: &mut Chain<'_>,

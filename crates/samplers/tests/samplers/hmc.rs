@@ -295,7 +295,7 @@ fn hmc_pairs_each_draw_with_its_own_sigma() {
 }
 
 /// 4 chains of 500 + 2 500 iterations, 10 leapfrog steps, prior sd 10.
-fn pairing_settings() -> HmcSettings {
+pub(crate) fn pairing_settings() -> HmcSettings {
     HmcSettings {
         chains: 4,
         warmup: 500,
@@ -312,14 +312,20 @@ fn tempered_chains_sample_the_same_posterior() {
     // step for σ², states swapped between neighbours. The cold rung must still sample the
     // exact joint of (f, σ): a wrong swap ratio or a tempered σ² step at the cold rung biases
     // the paired statistic and the predictive's tails that `sigma_pairing` checks.
-    sigma_pairing(HmcSettings {
+    let scalars = sigma_pairing(HmcSettings {
         temperatures: 4,
         ..pairing_settings()
     });
+    // Tempering that does nothing passes the check above: the rungs must exchange states,
+    // and not always (a swap ratio that ignores the energies accepts every swap). With four
+    // rungs down to β = 0.05 on six points, neighbours' likelihoods overlap partly.
+    let rate = scalars["swap_rate"];
+    assert!(rate > 0.05 && rate < 0.95, "swap rate {rate}: {scalars:?}");
 }
 
 /// The exact check of HMC's (f, σ) draws on a conjugate linear model, for these settings.
-fn sigma_pairing(settings: HmcSettings) {
+/// Returns the repetition's scalars (the diagnostics) for the caller's own checks.
+pub(crate) fn sigma_pairing(settings: HmcSettings) -> BTreeMap<String, f64> {
     // Six points, σ unknown (true σ = 1), prior sd 10, x* = 6 far outside the data: given σ,
     // f(x*) − m ≈ σ·N(0, c) with c ≈ 13, so f and σ are strongly dependent, and
     // E[(f − E f)²/σ²] is a quantity that only draws paired with their own σ reproduce:
@@ -401,9 +407,10 @@ fn sigma_pairing(settings: HmcSettings) {
             5.0 * sd / ess.sqrt()
         );
     }
+    o.scalars.clone()
 }
 
-fn normal_cdf(z: f64) -> f64 {
+pub(crate) fn normal_cdf(z: f64) -> f64 {
     0.5 * statrs::function::erf::erfc(-z / std::f64::consts::SQRT_2)
 }
 

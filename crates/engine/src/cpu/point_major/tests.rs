@@ -87,7 +87,7 @@ fn products_add_in_the_documented_order_at_both_levels() {
             c
         })
         .collect();
-    for level in [Level::Baseline, Level::Avx2, Level::Avx512] {
+    for level in std::iter::once(Level::Baseline).chain(crate::cpu::simd::levels_to_compare()) {
         let got = dispatch_at(
             level,
             Products {
@@ -133,7 +133,7 @@ fn transposes_move_every_value() {
         (1, 17),
         (32, 64),
     ];
-    for level in [Level::Baseline, Level::Avx2] {
+    for level in std::iter::once(Level::Baseline).chain(crate::cpu::simd::levels_to_compare()) {
         let got = dispatch_at(level, Transposes(&cases, &w));
         for (&(rows, cols), wt) in cases.iter().zip(&got) {
             for i in 0..rows {
@@ -197,8 +197,9 @@ fn the_net_gives_the_same_bits_at_both_levels_and_its_gradient_is_right() {
         )
     };
     let base = run(Level::Baseline);
-    assert_eq!(base, run(Level::Avx2));
-    assert_eq!(base, run(Level::Avx512));
+    for level in crate::cpu::simd::levels_to_compare() {
+        assert_eq!(base, run(level), "{level:?}");
+    }
     let grad: Vec<f32> = base[n..n + dim]
         .iter()
         .map(|&b| f32::from_bits(b))

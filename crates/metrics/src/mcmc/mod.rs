@@ -23,6 +23,11 @@ use statrs::distribution::{ContinuousCDF, Normal};
 
 use crate::error::{non_empty, MetricError};
 
+mod nested;
+pub use nested::{
+    mcse_mean_sd, nested_rhat, nested_threshold, null_rates, worst_nested_rhat, NullRates,
+};
+
 /// Stan's threshold on the energy error H(end) − H(start) of a trajectory above which (or
 /// where it is not finite) the transition counts as divergent.
 pub const DIVERGENCE_ENERGY: f64 = 1000.0;
@@ -35,6 +40,20 @@ pub const EBFMI_THRESHOLD: f64 = 0.3;
 pub const REFERENCE_RHAT: f64 = 1.01;
 /// ... and bulk and tail ESS above this, with no divergent transitions.
 pub const REFERENCE_ESS: f64 = 400.0;
+
+/// A sampler's reference grade for one data set: its R̂ at the worst input (`rhat`, the
+/// certificate's own: classical or nested) below `threshold`, bulk and tail ESS at the worst
+/// input above [`REFERENCE_ESS`], and not one divergent transition after warm-up (a divergence
+/// says the sampler missed a region of the posterior, whatever the other numbers say).
+pub fn reference_grade(
+    rhat: f64,
+    threshold: f64,
+    ess_bulk: f64,
+    ess_tail: f64,
+    divergent: u64,
+) -> bool {
+    rhat < threshold && ess_bulk > REFERENCE_ESS && ess_tail > REFERENCE_ESS && divergent == 0
+}
 
 /// The diagnostics of one quantity.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -246,8 +265,8 @@ fn ess_raw(chains: &[Vec<f64>]) -> f64 {
     if hi - lo < 1e-15 {
         return s;
     }
-    let acov: Vec<Vec<f64>> = chains.iter().map(|ch| autocovariance(ch)).collect();
-    let lag_mean = |t: usize| acov.iter().map(|a| a[t]).sum::<f64>() / c as f64;
+    let lags = LagMeans::new(chains);
+    let lag_mean = |t: usize| lags.at(t);
     let nf = n as f64;
     let mean_var = lag_mean(0) * nf / (nf - 1.0);
     let mut var_plus = mean_var * (nf - 1.0) / nf;
@@ -297,6 +316,69 @@ fn ess_raw(chains: &[Vec<f64>]) -> f64 {
         return f64::NAN;
     }
     s / tau
+}
+
+/// The chains' mean autocovariance at lag t, (1/C) Σ_c Σₖ (xₖ − x̄)(xₖ₊ₜ − x̄)/n, computed when
+/// asked: directly for the first [`LagMeans::DIRECT`] lags (the ESS of well-mixed chains stops
+/// after a few, and many short chains made the FFT of every chain at every lag the cost of a
+/// many-chain sampler's diagnostics), by FFT of every chain beyond (one pass, then cached).
+/// The two agree to rounding.
+struct LagMeans<'a> {
+    centred: Vec<Vec<f64>>,
+    cache: std::cell::RefCell<Vec<f64>>,
+    fft: std::cell::OnceCell<Vec<f64>>,
+    chains: &'a [Vec<f64>],
+}
+
+impl<'a> LagMeans<'a> {
+    const DIRECT: usize = 48;
+
+    fn new(chains: &'a [Vec<f64>]) -> LagMeans<'a> {
+        let centred = chains
+            .iter()
+            .map(|ch| {
+                let mean = ch.iter().sum::<f64>() / ch.len() as f64;
+                ch.iter().map(|v| v - mean).collect()
+            })
+            .collect();
+        LagMeans {
+            centred,
+            cache: std::cell::RefCell::new(Vec::new()),
+            fft: std::cell::OnceCell::new(),
+            chains,
+        }
+    }
+
+    fn at(&self, t: usize) -> f64 {
+        if t >= Self::DIRECT {
+            let all = self.fft.get_or_init(|| {
+                let acov: Vec<Vec<f64>> = self.chains.iter().map(|ch| autocovariance(ch)).collect();
+                let n = self.chains[0].len();
+                (0..n)
+                    .map(|l| acov.iter().map(|a| a[l]).sum::<f64>() / acov.len() as f64)
+                    .collect()
+            });
+            return all[t];
+        }
+        let mut cache = self.cache.borrow_mut();
+        while cache.len() <= t {
+            let l = cache.len();
+            let c = self.centred.len() as f64;
+            let sum: f64 = (self.centred.iter())
+                .map(|x| {
+                    let n = x.len();
+                    x[..n - l]
+                        .iter()
+                        .zip(&x[l..])
+                        .map(|(a, b)| a * b)
+                        .sum::<f64>()
+                        / n as f64
+                })
+                .sum();
+            cache.push(sum / c);
+        }
+        cache[t]
+    }
 }
 
 /// Autocovariances of one chain at every lag, Σₖ (xₖ − x̄)(xₖ₊ₜ − x̄)/n, by FFT of the
@@ -433,6 +515,18 @@ pub fn worst_over_inputs(rows: &[Vec<f64>], m: usize, t: usize) -> Diagnostics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_reference_grade_needs_every_part() {
+        // Good R̂ and ESS pass; each part alone fails it, one divergent transition included.
+        assert!(reference_grade(1.005, 1.01, 900.0, 800.0, 0));
+        assert!(!reference_grade(1.005, 1.01, 900.0, 800.0, 1));
+        assert!(!reference_grade(1.02, 1.01, 900.0, 800.0, 0));
+        assert!(!reference_grade(1.005, 1.01, 399.0, 800.0, 0));
+        assert!(!reference_grade(1.005, 1.01, 900.0, 399.0, 0));
+        // NaN diagnostics (a failed estimate) never certify.
+        assert!(!reference_grade(f64::NAN, 1.01, 900.0, 800.0, 0));
+    }
 
     /// A deterministic, portable stream for the fixed inputs below: x ↦ a multiplicative
     /// congruential generator's uniforms, turned into AR(1) chains.
