@@ -202,3 +202,138 @@ fn no_draws_and_bad_draws_requests_are_clear_errors() {
         &["rep-000.draws is not a draws file", "truncated"],
     );
 }
+
+/// Φ by Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7 in erfc): independent of the code under
+/// test.
+fn normal_cdf(z: f64) -> f64 {
+    let x = z.abs() / std::f64::consts::SQRT_2;
+    let t = 1.0 / (1.0 + 0.327_591_1 * x);
+    let poly = t
+        * (0.254_829_592
+            + t * (-0.284_496_736
+                + t * (1.421_413_741 + t * (-1.453_152_027 + t * 1.061_405_429))));
+    let erfc = poly * (-x * x).exp();
+    if z >= 0.0 {
+        1.0 - 0.5 * erfc
+    } else {
+        0.5 * erfc
+    }
+}
+
+/// HMC with σ sampled stores prediction intervals of y that are the mixture over its draws of
+/// N(f_s, σ_s²), each draw with its own σ: recomputed here from the draws file (f32) by
+/// bisection on the mixture's CDF, at every test input, to 1e-4 of the interval's half-width
+/// (the CDF above is good to 1.5e-7, the draws to f32). A PI built from the mean σ, or from
+/// draws paired with another draw's σ, misses by far more (asserted on the same draws).
+#[test]
+fn hmc_prediction_intervals_are_the_per_draw_sigma_mixture() {
+    let spec = r#"
+name = "hmc-pi"
+seed = 11
+[problem]
+d = 1
+sigma = 0.3
+sigma_known = false
+gamma = [0.5, -1, 0, 2]
+features = [{ kind = "polynomial", degree = 3 }]
+train = { kind = "uniform", n = 12, low = -1, high = 1 }
+test = { kind = "grid", n = 7, low = -2, high = 2 }
+[run]
+repetitions = 1
+epochs = 1
+levels = [0.9]
+methods = ["HMC"]
+[methods.HMC]
+hidden = [3]
+chains = 4
+warmup = 100
+draws = 100
+"#;
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("hmc.toml");
+    std::fs::write(&path, spec).unwrap();
+    let out = tmp.path().join("run");
+    run_spec(&path, &out, &["--draws", "f32"]);
+    let x = tmp.path().join("x");
+    let o = uqbench(&[
+        "draws",
+        out.to_str().unwrap(),
+        "--method",
+        "HMC",
+        "--out",
+        x.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let d = json(&x.join("default/rep-000.json"));
+    let rep = json(&out.join("reps/default/HMC/rep-000.json"));
+    let floats = |v: &Value| -> Vec<f64> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect()
+    };
+    let sigma = floats(&d["noise_std"]);
+    let samples: Vec<Vec<f64>> = d["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(floats)
+        .collect();
+    assert_eq!(samples.len(), 7);
+    assert_eq!(sigma.len(), samples[0].len(), "one σ per draw");
+    let spread =
+        sigma.iter().cloned().fold(0.0, f64::max) / sigma.iter().cloned().fold(f64::MAX, f64::min);
+    assert!(
+        spread > 1.2,
+        "σ draws barely vary ({spread}): the test would not tell them apart"
+    );
+    let pi = &rep["intervals"]["0.9"];
+    let quantile = |f: &[f64], s: &dyn Fn(usize) -> f64, p: f64| -> f64 {
+        let cdf = |q: f64| {
+            f.iter()
+                .enumerate()
+                .map(|(k, v)| normal_cdf((q - v) / s(k)))
+                .sum::<f64>()
+                / f.len() as f64
+        };
+        let (mut lo, mut hi) = (-1e3, 1e3);
+        for _ in 0..200 {
+            let mid = 0.5 * (lo + hi);
+            if cdf(mid) < p {
+                lo = mid
+            } else {
+                hi = mid
+            }
+        }
+        0.5 * (lo + hi)
+    };
+    let mean_sigma = sigma.iter().sum::<f64>() / sigma.len() as f64;
+    let mut worst_other = 0.0f64;
+    for (i, f) in samples.iter().enumerate() {
+        let stored = (
+            pi["pi_lower"][i].as_f64().unwrap(),
+            pi["pi_upper"][i].as_f64().unwrap(),
+        );
+        let half = 0.5 * (stored.1 - stored.0);
+        let own = (
+            quantile(f, &|k| sigma[k], 0.05),
+            quantile(f, &|k| sigma[k], 0.95),
+        );
+        assert!(
+            (own.0 - stored.0).abs() < 1e-4 * half && (own.1 - stored.1).abs() < 1e-4 * half,
+            "input {i}: stored PI {stored:?}, per-draw-σ mixture {own:?}"
+        );
+        let n = sigma.len();
+        for other in [
+            quantile(f, &|_| mean_sigma, 0.95),
+            quantile(f, &|k| sigma[(k + n / 2) % n], 0.95),
+        ] {
+            worst_other = worst_other.max((other - stored.1).abs() / half);
+        }
+    }
+    assert!(
+        worst_other > 1e-2,
+        "other pairings are indistinguishable ({worst_other})"
+    );
+}
