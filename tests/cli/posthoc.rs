@@ -33,6 +33,54 @@ fn the_posthoc_study_runs_and_reports_what_it_promises() {
         // A quarter of the 1000 training points is held out for calibration.
         assert_eq!(all(m, "calibration_points"), Some(250.0), "{m}");
     }
+    // W2 to the exact posterior, per point, from the repetition files: for two normals it is
+    // √(Δmean² + Δsd²) exactly (the anchor is normal here, σ known), checked on every method
+    // whose f is normal (at least two of them, so the check cannot pass by skipping them all;
+    // Student-t and empirical families are judged by their own W2 and left out here).
+    let rep_of = |m: &str, r: usize| -> serde_json::Value {
+        let path = out.join(format!("reps/default/{m}/rep-{r:03}.json"));
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    };
+    let floats = |v: &serde_json::Value| -> Vec<f64> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect()
+    };
+    let mut normal = 0;
+    for (m, _) in methods.iter().filter(|(m, _)| *m != "BLR") {
+        // A normal family is the default and is not written (`family` absent).
+        let first = rep_of(m, 0);
+        if first.get("family").is_some() || first.get("w2_anchor").is_none() {
+            continue;
+        }
+        normal += 1;
+        for r in 0..10 {
+            let (a, h) = (rep_of("BLR", r), rep_of(m, r));
+            assert!(
+                a.get("family").is_none(),
+                "the anchor is normal here: {}",
+                a["family"]
+            );
+            let (am, asd) = (floats(&a["mean"]), floats(&a["std"]));
+            let (hm, hsd, w2) = (
+                floats(&h["mean"]),
+                floats(&h["std"]),
+                floats(&h["w2_anchor"]),
+            );
+            assert_eq!(w2.len(), am.len(), "{m}");
+            for i in 0..am.len() {
+                let want = (hm[i] - am[i]).hypot(hsd[i] - asd[i]);
+                assert!(
+                    (w2[i] - want).abs() <= 1e-9 * (1.0 + want),
+                    "{m} rep {r} point {i}: w2_anchor {} against √(Δm² + Δs²) = {want}",
+                    w2[i]
+                );
+            }
+        }
+    }
+    assert!(normal >= 2, "{normal} normal-family methods checked");
     for (m, _) in methods.iter().filter(|(m, _)| *m != "BLR") {
         // Every method is judged against the exact posterior per point, and has a size.
         let w2 = all(m, "w2_anchor").unwrap_or(f64::NAN);
