@@ -238,3 +238,42 @@ fn draws_outside_the_unit_interval_are_errors() {
     let h = (binary_entropy(0.1) + binary_entropy(0.2) + binary_entropy(0.3)) / 3.0;
     assert!((r.expected_entropy[0] - h).abs() < 1e-15);
 }
+
+#[test]
+fn classification_scalars_keep_infinities_and_leave_out_nan() {
+    // Three repetitions report `rhat_max`: 1.0, +∞ (an R̂ that could not be computed) and NaN.
+    // The aggregate keeps the infinity (its mean is +∞, not the mean of the finite ones) and
+    // leaves the NaN out; a scalar that is finite everywhere is the plain mean.
+    let test = test_info(40);
+    let values = [1.0, f64::INFINITY, f64::NAN];
+    let reps: Vec<ClassRep> = values
+        .iter()
+        .enumerate()
+        .map(|(r, &v)| {
+            let scalars =
+                BTreeMap::from([("rhat_max".to_string(), v), ("steps".to_string(), r as f64)]);
+            ClassRep::from_draws(
+                r as u64,
+                std::slice::from_ref(&test.truth),
+                &[0.9],
+                scalars,
+                false,
+            )
+            .unwrap()
+        })
+        .collect();
+    let s = summarize_classification(&test, &reps, &[0.9], &labels_for(&test)).unwrap();
+    let all = &s.aggregate["all"];
+    assert_eq!(
+        all["rhat_max"].value,
+        f64::INFINITY,
+        "{:?}",
+        all["rhat_max"]
+    );
+    assert_eq!(all["steps"].value, 1.0, "{:?}", all["steps"]);
+    // Per repetition, every value is kept as it was (for paired comparisons).
+    let kept = &s.by_repetition.values["all"]["rhat_max"];
+    assert_eq!(kept[0], 1.0);
+    assert_eq!(kept[1], f64::INFINITY);
+    assert!(kept[2].is_nan());
+}
