@@ -146,6 +146,8 @@ validation = { kind = "uniform", n = 10, low = -2, high = 2 }"#,
             .iter()
             .map(|r| r.as_str().unwrap())
             .collect();
+        // One region per test input: an empty or short list would skip the checks below.
+        assert_eq!(regions.len(), test.len(), "regions per test input");
         for (v, r) in test.iter().zip(&regions) {
             let want = if v.abs() > 2.0 {
                 "out"

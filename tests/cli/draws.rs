@@ -139,6 +139,7 @@ fn stored_draws_score_again_to_the_runs_joint_metrics() {
             // f32's own rounding of the centre and the step adds at most a few ulps.
             let bound = (hi - lo) / 508.0 * (1.0 + 1e-5)
                 + 4.0 * f32::EPSILON as f64 * hi.abs().max(lo.abs());
+            assert_eq!(row32.len(), row8.len(), "rep {r}: draws per input");
             for (x, y) in row32.iter().zip(&row8) {
                 assert!(
                     (x - y).abs() <= bound,

@@ -81,6 +81,61 @@ fn the_posthoc_study_runs_and_reports_what_it_promises() {
         }
     }
     assert!(normal >= 2, "{normal} normal-family methods checked");
+    // PICP, from the same files: for a method with a normal predictive of f its 90% PI is
+    // mean ± z·√(sd² + noise sd²), and the metric is the exact probability that y falls in
+    // it, averaged over the inputs and the repetitions (the truth and σ(x) from `uqbench
+    // anchor`). Φ by Abramowitz & Stegun 7.1.26 (error < 1.5e-7): to 1e-6.
+    let z = 1.644_853_626_951_472_2;
+    let truths: Vec<(Vec<f64>, Vec<f64>)> = (0..10)
+        .map(|r| {
+            let o = uqbench(&[
+                "anchor",
+                "experiments/posthoc.toml",
+                "--rep",
+                &r.to_string(),
+                "--json",
+            ]);
+            assert!(o.status.success(), "{}", stderr(&o));
+            let a: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+            (floats(&a["truth"]), floats(&a["sigma"]))
+        })
+        .collect();
+    let mut picp_checked = 0;
+    // Ens and MC dropout: a normal predictive of f plus the run's noise sd (EnsNLL's is its
+    // members' mixture, the wrappers' their calibrated bands: their own tests).
+    for m in ["Ens", "BD"] {
+        let first = rep_of(m, 0);
+        assert!(
+            first.get("family").is_none() && first.get("calibrated_pi").is_none(),
+            "{m}"
+        );
+        picp_checked += 1;
+        let mut sum = 0.0;
+        for (r, (truth, sigma)) in truths.iter().enumerate() {
+            let h = rep_of(m, r);
+            let (hm, hsd, noise) = (
+                floats(&h["mean"]),
+                floats(&h["std"]),
+                floats(&h["noise_std"]),
+            );
+            let p: f64 = (0..hm.len())
+                .map(|i| {
+                    let half = z * hsd[i].hypot(noise[i]);
+                    normal_cdf((hm[i] + half - truth[i]) / sigma[i])
+                        - normal_cdf((hm[i] - half - truth[i]) / sigma[i])
+                })
+                .sum::<f64>()
+                / hm.len() as f64;
+            sum += p;
+        }
+        let picp = all(m, "picp_0.9").unwrap();
+        assert!(
+            (picp - sum / 10.0).abs() < 1e-6,
+            "{m}: picp_0.9 {picp} against {}",
+            sum / 10.0
+        );
+    }
+    assert_eq!(picp_checked, 2);
     for (m, _) in methods.iter().filter(|(m, _)| *m != "BLR") {
         // Every method is judged against the exact posterior per point, and has a size.
         let w2 = all(m, "w2_anchor").unwrap_or(f64::NAN);
@@ -253,5 +308,21 @@ fn bad_posthoc_tables_are_clear_errors() {
             tmp.path().join("out").to_str().unwrap(),
         ]);
         assert_clean_error(&o, &needles);
+    }
+}
+
+/// Φ by Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7), independent of the code under test.
+fn normal_cdf(z: f64) -> f64 {
+    let x = z.abs() / std::f64::consts::SQRT_2;
+    let t = 1.0 / (1.0 + 0.327_591_1 * x);
+    let poly = t
+        * (0.254_829_592
+            + t * (-0.284_496_736
+                + t * (1.421_413_741 + t * (-1.453_152_027 + t * 1.061_405_429))));
+    let erfc = poly * (-x * x).exp();
+    if z >= 0.0 {
+        1.0 - 0.5 * erfc
+    } else {
+        0.5 * erfc
     }
 }
