@@ -232,6 +232,13 @@ impl PyProblem {
         }
     }
 
+    /// Whether the anchor's fit (everything that does not depend on y) is made and kept: it
+    /// is made on first use and reused by every repetition (the package's tests read it).
+    #[getter]
+    fn anchor_fitted(&self) -> bool {
+        self.fit.get().is_some()
+    }
+
     /// The spec's repetitions per setting (`run.repetitions`), or None without a [run].
     #[getter]
     fn repetitions(&self) -> Option<u64> {

@@ -22,7 +22,7 @@ def _draws(problem, k, s=30):
     return a.mean[:, None] + a.std[:, None] * rng.standard_normal((a.mean.size, s))
 
 
-def test_arrays_out_are_float64_ndarrays(cubic):
+def test_arrays_out_are_float64_ndarrays(cubic, root):
     r = cubic.repetition(1)
     assert r.index == 1
     for name in ("x_train", "y_train", "x_test", "truth", "sigma", "train_truth", "train_sigma"):
@@ -32,8 +32,17 @@ def test_arrays_out_are_float64_ndarrays(cubic):
     a = cubic.anchor(1)
     assert a.cov.shape == (a.mean.size, a.mean.size) and a.cov.dtype == np.float64
     assert a.cov.flags.c_contiguous
-    # The cached fit gives the same posterior on every call.
+    # The cached fit gives the same posterior on every call, and it is kept: made by the first
+    # anchor, reused by the next repetitions (a fit made afresh on every call and dropped
+    # would leave no fit kept).
     np.testing.assert_array_equal(cubic.anchor(1).cov, a.cov)
+    assert cubic._native.anchor_fitted
+    fresh = uqbench.Problem(root / "experiments/cubic.toml")
+    assert not fresh._native.anchor_fitted
+    fresh.repetition(0)
+    assert not fresh._native.anchor_fitted, "the data alone need no fit"
+    np.testing.assert_array_equal(fresh.anchor(1).cov, a.cov)
+    assert fresh._native.anchor_fitted
 
 
 def test_float32_fortran_and_lists_score_like_float64(cubic):
