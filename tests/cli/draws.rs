@@ -204,27 +204,10 @@ fn no_draws_and_bad_draws_requests_are_clear_errors() {
     );
 }
 
-/// Φ by Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7 in erfc): independent of the code under
-/// test.
-fn normal_cdf(z: f64) -> f64 {
-    let x = z.abs() / std::f64::consts::SQRT_2;
-    let t = 1.0 / (1.0 + 0.327_591_1 * x);
-    let poly = t
-        * (0.254_829_592
-            + t * (-0.284_496_736
-                + t * (1.421_413_741 + t * (-1.453_152_027 + t * 1.061_405_429))));
-    let erfc = poly * (-x * x).exp();
-    if z >= 0.0 {
-        1.0 - 0.5 * erfc
-    } else {
-        0.5 * erfc
-    }
-}
-
 /// HMC with σ sampled stores prediction intervals of y that are the mixture over its draws of
 /// N(f_s, σ_s²), each draw with its own σ: recomputed here from the draws file (f32) by
 /// bisection on the mixture's CDF, at every test input, to 1e-4 of the interval's half-width
-/// (the CDF above is good to 1.5e-7, the draws to f32). A PI built from the mean σ, or from
+/// (`util::normal_cdf` is good to 1.5e-7, the draws to f32). A PI built from the mean σ, or from
 /// draws paired with another draw's σ, misses by far more (asserted on the same draws).
 #[test]
 fn hmc_prediction_intervals_are_the_per_draw_sigma_mixture() {

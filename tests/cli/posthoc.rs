@@ -310,19 +310,3 @@ fn bad_posthoc_tables_are_clear_errors() {
         assert_clean_error(&o, &needles);
     }
 }
-
-/// Φ by Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7), independent of the code under test.
-fn normal_cdf(z: f64) -> f64 {
-    let x = z.abs() / std::f64::consts::SQRT_2;
-    let t = 1.0 / (1.0 + 0.327_591_1 * x);
-    let poly = t
-        * (0.254_829_592
-            + t * (-0.284_496_736
-                + t * (1.421_413_741 + t * (-1.453_152_027 + t * 1.061_405_429))));
-    let erfc = poly * (-x * x).exp();
-    if z >= 0.0 {
-        1.0 - 0.5 * erfc
-    } else {
-        0.5 * erfc
-    }
-}

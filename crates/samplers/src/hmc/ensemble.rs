@@ -274,12 +274,7 @@ impl EnsembleTrainer<'_> {
                             1.0
                         };
                     let inv = rung.inv_s2();
-                    let here = (
-                        &mut rung.q[..],
-                        &mut rung.grad[..],
-                        &mut rung.u,
-                        &mut rung.sse,
-                    );
+                    let here = rung.here();
                     let mv = hmc_move(
                         steps,
                         chain,

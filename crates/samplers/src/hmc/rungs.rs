@@ -61,6 +61,16 @@ struct Adaptation {
 }
 
 impl State {
+    /// The move's state as `hmc_move` and the NUTS transition take it: (q, ∇U, U, SSE).
+    pub(super) fn here(&mut self) -> (&mut [f32], &mut [f32], &mut f64, &mut f64) {
+        (
+            &mut self.q[..],
+            &mut self.grad[..],
+            &mut self.u,
+            &mut self.sse,
+        )
+    }
+
     /// A rung at inverse temperature `beta` starting at `q` with σ² `s2` and an output layer of
     /// `out_len` values.
     pub(super) fn new(beta: f64, q: Vec<f32>, s2: f64, out_len: usize) -> State {
@@ -237,12 +247,7 @@ impl HmcTrainer<'_> {
                 1.0
             };
         let inv = rung.inv_s2();
-        let here = (
-            &mut rung.q[..],
-            &mut rung.grad[..],
-            &mut rung.u,
-            &mut rung.sse,
-        );
+        let here = rung.here();
         let mv = match c.algorithm {
             Algorithm::Hmc | Algorithm::Chees => {
                 let step = (if c.jitter {
