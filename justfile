@@ -2,7 +2,9 @@
 # Arguments after a recipe name go through to `uqbench run`, e.g.
 #   just e2 --backend wgpu --profile paper
 
-export CARGO_TARGET_DIR := if env_var_or_default("CARGO_TARGET_DIR", "") == "" { env_var("HOME") + "/.cache/uqbench-target" } else { env_var("CARGO_TARGET_DIR") }
+# The README's build: cargo's own target directory (./target, or CARGO_TARGET_DIR when set),
+# so that `just e1` reuses what the README's first command built (scripts/house-check.py
+# holds every documented command to it).
 
 uqbench := "cargo run --release -q -p uqbench --"
 

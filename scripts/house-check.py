@@ -12,6 +12,10 @@
 3. No function above 120 lines outside tests, counted as written (comments and blank lines
    included), like clippy's `too_many_lines`.
 4. No room (a crate, or the Python package) above 30% of the house's lines.
+5. One build for every documented command: the README's (cargo's ./target, or
+   CARGO_TARGET_DIR when set). The justfile, scripts/, python/tests/ and docs/ may read
+   CARGO_TARGET_DIR but set no default of their own (only .ci/run, CI's cache, sets one);
+   a second default is a second 30-minute build of burn for whoever runs that command.
 
 Test code (`#[cfg(test)]` modules and tails, `*_tests.rs`, `tests/`) is left out of 1 and 3.
 Prints every violation and exits 1 if there is one; `--graph` prints the module edges.
@@ -250,6 +254,30 @@ def is_test(path):
     return path.startswith("tests/") or path.endswith("_tests.rs") or "/tests/" in path
 
 
+# A default target directory other than cargo's: a path of its own, or an assignment of
+# CARGO_TARGET_DIR (justfile `export X :=`, shell `X=`/`${X:-…}`, Python `environ.get(X, …)`).
+SECOND_BUILD = re.compile(
+    r"uqbench-target\b|export\s+CARGO_TARGET_DIR|CARGO_TARGET_DIR\s*:?=|CARGO_TARGET_DIR:-(?![^}]*/target\})"
+    r"|get\(\s*[\"']CARGO_TARGET_DIR[\"']\s*,")
+
+
+def one_build():
+    """Check 5: the files of documented commands that set a target directory of their own."""
+    files = ["README.md", "justfile"]
+    for folder, ext in (("scripts", (".sh", ".py")), ("python/tests", (".py",)), ("docs", (".md",))):
+        files += [os.path.join(folder, f) for f in sorted(os.listdir(folder)) if f.endswith(ext)]
+    out = []
+    for path in files:
+        if path == "scripts/house-check.py":
+            continue
+        for n, line in enumerate(open(path, encoding="utf-8"), 1):
+            # The Python package's own build (pyo3, no burn) is a separate one by design.
+            if SECOND_BUILD.search(line) and "UQBENCH_PYTHON_TARGET" not in line:
+                out.append(f"{path}:{n}: a build directory other than the README's (cargo's "
+                           f"./target or CARGO_TARGET_DIR): {line.strip()[:100]}")
+    return out
+
+
 def main():
     os.chdir(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     bad, rooms, total = [], {}, 0
@@ -279,6 +307,7 @@ def main():
         for parent, a, b in crate.circles():
             where = "::".join(parent) or "(crate root)"
             bad.append(f"{src}: in {where}, module {a} uses {b}, which leads back to {a}")
+    bad += one_build()
     for line in bad:
         print(line)
     print(f"house-check: {len(bad)} problems" if bad else

@@ -5,8 +5,9 @@
 # the daemons directly (no systemd), and then
 #   1. runs E1's quick profile as one process (`uqbench run`);
 #   2. runs it as a 3-task job array plus the merge job (`uqbench slurm --submit`), from a
-#      copy of the binary that is replaced by a broken one right after submitting (the jobs
-#      call the copy pinned in slurm/bin/, so nothing changes), and checks that the merged run
+#      copy of the binary and a copy of the spec, both replaced by broken ones right after
+#      submitting (the jobs call the binary pinned in slurm/bin/ and read the spec pinned in
+#      slurm/, so nothing changes), and checks that the merged run
 #      equals the single process's, byte for byte (summaries, aggregate, report, figures,
 #      every repetition file; run.json differs by design: it records the merge, and so do the
 #      wall times in timings/ and timings.csv);
@@ -16,14 +17,15 @@
 #      re-typed one), and checks that the resubmitted task skipped the units it had finished,
 #      that every file written before the cancellation has the same bytes after, and that the
 #      merged result is still identical.
+# Every daemon it started (slurmctld, slurmd, and munged unless one was running) is stopped
+# when it ends, pass or fail, and checked gone.
 # Needs root (or sudo) for the packages and the daemons. UQBENCH_BIN: the binary to test
-# (default: the release build in CARGO_TARGET_DIR). scripts/test.sh runs it.
+# (default: the README's release build, in CARGO_TARGET_DIR or ./target). scripts/test.sh runs it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo="$(pwd)"
 
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/uqbench-target}"
-bin="${UQBENCH_BIN:-$CARGO_TARGET_DIR/release/uqbench}"
+bin="${UQBENCH_BIN:-${CARGO_TARGET_DIR:-$PWD/target}/release/uqbench}"
 [ -x "$bin" ] || cargo build --release -p uqbench
 spec="experiments/e1.toml"
 profile="quick"
@@ -52,9 +54,20 @@ chmod 755 "$work"
 conf="$work/etc/slurm.conf"
 mkdir -p "$work/etc" "$work/state" "$work/spool" "$work/log" "$work/run"
 pids=()
+munged_pid=""
 cleanup() {
     local rc=$?
     for p in "${pids[@]}"; do $sudo kill "$p" 2>/dev/null || true; done
+    [ -z "$munged_pid" ] || $sudo kill "$munged_pid" 2>/dev/null || true
+    # Gone, each of them (a daemon left running outlives the test and holds its ports).
+    for p in "${pids[@]}" $munged_pid; do
+        for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+        if kill -0 "$p" 2>/dev/null; then
+            echo "slurm-test: daemon $p still running after the test; killing it" >&2
+            $sudo kill -9 "$p" 2>/dev/null || true
+            [ $rc -ne 0 ] || rc=1
+        fi
+    done
     if [ $rc -ne 0 ]; then
         echo "slurm-test: FAILED (rc $rc); daemon logs:" >&2
         tail -n 30 "$work"/log/*.log >&2 || true
@@ -74,6 +87,8 @@ if ! munge -n </dev/null >/dev/null 2>&1; then
     # --force: munged refuses to run as root (or with a lax /run) otherwise.
     $sudo munged --force
     munge -n </dev/null >/dev/null
+    # Ours to stop: munged daemonises and writes its pid here.
+    munged_pid="$(cat /run/munge/munged.pid 2>/dev/null || pgrep -n -x munged)"
 fi
 
 host="$(hostname -s)"
@@ -158,9 +173,13 @@ echo "slurm-test: single process: $((t1 - t0)) s"
 #    (replaced by one that fails): the jobs run the pinned copy.
 mkdir -p "$work/build"
 cp "$bin" "$work/build/uqbench"
-"$work/build/uqbench" slurm "$spec" --profile "$profile" --tasks 3 --cpus-per-task 1 \
-    --time 00:30:00 --out "$work/array" --submit
+cp "$spec" "$work/build/e1.toml"
+"$work/build/uqbench" slurm "$work/build/e1.toml" --profile "$profile" --tasks 3 \
+    --cpus-per-task 1 --time 00:30:00 --out "$work/array" --submit
 printf '#!/bin/sh\necho "a rebuilt binary that must not run" >&2\nexit 3\n' >"$work/build/uqbench"
+# An edit of the spec while the jobs wait: another seed (every number would change).
+sed -i 's/^seed = .*/seed = 4242/' "$work/build/e1.toml"
+grep -q '^seed = 4242' "$work/build/e1.toml"
 pinned_sha=$(sha256sum "$work/array/slurm/bin/uqbench" | cut -d' ' -f1)
 grep -q "\"binary_sha256\": \"$pinned_sha\"" "$work/array/slurm/slurm.json" || {
     echo "slurm-test: slurm.json does not record the pinned binary's checksum" >&2
@@ -180,7 +199,7 @@ grep -q "$pinned_sha" "$work/array/slurm/parts/task-0/run.json" || {
     echo "slurm-test: task 0's run.json does not record the pinned binary" >&2
     exit 1
 }
-echo "slurm-test: 3-task array + merge: $((t2 - t1)) s; the pinned binary ran; merged run identical to the single process"
+echo "slurm-test: 3-task array + merge: $((t2 - t1)) s; the pinned binary and spec ran (both edited after submission); merged run identical to the single process"
 
 # 3. Cancel one task mid-run, resubmit it, merge: still identical.
 "$bin" slurm "$spec" --profile "$profile" --tasks 3 --cpus-per-task 1 --time 00:30:00 \

@@ -1,6 +1,6 @@
 """Shared fixtures: the repository root and the `uqbench` binary the Python results are
-compared with (UQBENCH_BIN, or the release build under CARGO_TARGET_DIR or
-~/.cache/uqbench-target)."""
+compared with (UQBENCH_BIN, or the README's release build: under CARGO_TARGET_DIR, or the
+repository's ./target)."""
 
 import json
 import os
@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def _binary() -> Path:
     if os.environ.get("UQBENCH_BIN"):
         return Path(os.environ["UQBENCH_BIN"])
-    target = os.environ.get("CARGO_TARGET_DIR") or os.path.expanduser("~/.cache/uqbench-target")
+    target = os.environ.get("CARGO_TARGET_DIR") or str(ROOT / "target")
     return Path(target) / "release" / "uqbench"
 
 

@@ -35,8 +35,14 @@ def test_bad_predictions(root):
         uqbench.score(problem, [{"mean": np.zeros((2, 3)), "std": np.ones(m)}])
     with pytest.raises(ValueError, match=r"std\[0\] = -1: a standard deviation must be finite and ≥ 0"):
         uqbench.score(problem, [dict(good, std=-np.ones(m))])
-    with pytest.raises(ValueError, match="key `variance`; valid keys .*mean, std, noise_std, samples"):
+    with pytest.raises(ValueError, match=r"predictions\[0\]: unknown key 'variance'; valid: mean, std, cov"):
         uqbench.score(problem, [dict(good, variance=np.ones(m))])
+    # An unknown key is named as unknown whatever it holds (a string used to read as a bad array).
+    with pytest.raises(ValueError, match=r"predictions\[0\]: unknown key 'kind'; valid: mean"):
+        uqbench.score(problem, [dict(good, kind="gaussian")])
+    # None is named as None, not as a ragged array.
+    with pytest.raises(ValueError, match=r"predictions\[0\]\['mean'\]: None; valid: an array of finite numbers"):
+        uqbench.score(problem, [dict(good, mean=None)])
     with pytest.raises(ValueError, match="an empty list"):
         uqbench.score(problem, [])
     with pytest.raises(ValueError, match="levels: 1.5"):
@@ -71,3 +77,29 @@ def test_bad_metric_inputs():
         uqbench.metrics.classification([[0.5, 0.7]], [0])
     with pytest.raises(ValueError, match="not a complete run directory"):
         uqbench.read_run("/no/such/run")
+
+
+def test_repetition_numbers_beyond_64_bits_are_a_value_error(root):
+    problem = uqbench.Problem(root / "experiments/e1.toml", setting={"f_main": 1})
+    with pytest.raises(ValueError, match=r"repetition: 18446744073709551616; valid: .*below 2\*\*64"):
+        problem.repetition(2**64)
+    with pytest.raises(ValueError, match=r"repetition: -1"):
+        problem.anchor(-1)
+    assert problem.repetition(2**64 - 1).x_train.shape == problem.repetition(0).x_train.shape
+
+
+def test_settings_off_the_sweep_are_refused(root):
+    with pytest.raises(ValueError, match=r"3.7 is not one of sweep.f_main's values; valid: 1, 2, 3.*off_sweep = true"):
+        uqbench.Problem(root / "experiments/e1.toml", setting={"f_main": 3.7})
+
+
+def test_std_and_cov_must_agree(root):
+    problem = uqbench.Problem(root / "experiments/e1.toml", setting={"f_main": 1}, profile="quick")
+    m = problem.test_size
+    cov = np.diag(np.full(m, 0.04))
+    # std² = 0.04 = diag(cov) up to float32 rounding: accepted.
+    same = {"mean": np.zeros(m), "std": np.full(m, np.float32(0.2)), "cov": cov}
+    uqbench.score(problem, [same])
+    wider = dict(same, std=np.full(m, 0.3))
+    with pytest.raises(ValueError, match=r"std\[0\]² = 0.09.* but cov\[0\]\[0\] = 0.04.*disagree"):
+        uqbench.score(problem, [wider])

@@ -1,6 +1,10 @@
 """`uqbench.evaluate`: a user's fit_predict over every repetition, checked as it arrives,
 in threads, with a progress bar; equal to `uqbench.score` on the same predictions."""
 
+import threading
+import time
+import traceback
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -40,7 +44,9 @@ def test_evaluate_takes_a_number_of_repetitions_and_shows_progress(root, capsys)
     got = uqbench.evaluate(problem, fit_predict, reps=4, method="poly4")
     _same(got, uqbench.score(problem, [fit_predict(problem.repetition(k)) for k in range(4)], method="poly4"))
     err = capsys.readouterr().err
-    assert "1/4 repetitions, ETA" in err and "4/4 repetitions in" in err
+    assert "1/4 repetitions, ETA" in err
+    # The bar covers the scoring, which follows the last repetition.
+    assert "4/4 repetitions, scoring" in err and "4/4 repetitions, scored, in" in err
 
 
 def test_evaluate_names_the_repetition_and_the_field(root):
@@ -72,3 +78,30 @@ def test_evaluate_names_the_repetition_and_the_field(root):
         uqbench.evaluate(problem, fit_predict, reps=-3)
     with pytest.raises(ValueError, match="fit_predict: a int"):
         uqbench.evaluate(problem, 3)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_failing_fit_predict_stops_the_work_and_names_its_repetition(root, workers):
+    problem = _problem(root)
+    calls = []
+    lock = threading.Lock()
+
+    def broken_at_1(rep):
+        with lock:
+            calls.append(rep.index)
+        if rep.index == 1:
+            raise KeyError("no such layer")
+        time.sleep(0.05)
+        return fit_predict(rep)
+
+    with pytest.raises(uqbench.EvaluateError, match=r"fit_predict failed at repetition 1: KeyError: 'no such layer'") as info:
+        uqbench.evaluate(problem, broken_at_1, reps=20, workers=workers, progress=False)
+    assert info.value.repetition == 1
+    # The original exception and its traceback are kept: the cause, raised inside broken_at_1.
+    assert isinstance(info.value.__cause__, KeyError)
+    assert info.value.__cause__.__traceback__.tb_next is not None
+    frames = [f.name for f in traceback.extract_tb(info.value.__cause__.__traceback__)]
+    assert "broken_at_1" in frames, frames
+    # Nothing starts after the failure: with w workers at most w repetitions are in flight, so
+    # at most 1 (the failure) + w (in flight around it) + 1 (started before it was seen).
+    assert len(calls) <= 2 + workers, calls

@@ -5,6 +5,9 @@ otherwise (PyTorch's wheels pull several GB of CUDA libraries)."""
 
 import importlib.util
 import re
+import subprocess
+import sys
+import tomllib
 
 import numpy as np
 import pytest
@@ -76,3 +79,45 @@ def test_both_framework_examples_have_the_same_shape(root):
         assert 'uqbench.Problem("experiments/e1.toml", setting={"f_main": 2}, profile="quick")' in code
         assert "def fit_predict(rep):" in code and "uqbench.evaluate(problem, fit_predict" in code
         assert 'return {"mean": ' in code
+
+
+def _install_line(root):
+    """The README's install line of the Python package, and the distributions it installs:
+    the package's dependencies and the extras it names."""
+    lines = re.findall(r"pip install ([^`\s]*python[^`\s]*)", (root / "README.md").read_text(encoding="utf-8"))
+    assert lines, "the README names no `pip install ./python…` line"
+    target = lines[0].strip("'\"")
+    extras = re.findall(r"\[([^\]]*)\]", target)
+    project = tomllib.loads((root / "python/pyproject.toml").read_text(encoding="utf-8"))["project"]
+    wanted = list(project["dependencies"])
+    for extra in (e.strip() for e in (extras[0].split(",") if extras else [])):
+        wanted += project["optional-dependencies"][extra]
+    return target, {re.split(r"[\[<>=!~ ;]", r, 1)[0].lower() for r in wanted}
+
+
+def test_the_readme_example_needs_only_what_the_readme_installs(root):
+    """The README example run in a fresh interpreter in which every distribution that only
+    the test and example extras bring (pandas, scipy, jax…, unless the README's install line
+    brings them too) cannot be imported: what a newcomer has after that one line."""
+    target, installed = _install_line(root)
+    project = tomllib.loads((root / "python/pyproject.toml").read_text(encoding="utf-8"))["project"]
+    extra = {
+        re.split(r"[\[<>=!~ ;]", r, 1)[0].lower()
+        for reqs in project["optional-dependencies"].values()
+        for r in reqs
+    }
+    hidden = sorted(extra - installed - {"pytest"})
+    code = _block(root, "README.md", "uqbench.score")
+    guard = f"""
+import sys, importlib.abc
+class _Hide(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] in {hidden!r}:
+            raise ModuleNotFoundError(f"No module named {{name!r}} (not installed by pip install {target})")
+sys.meta_path.insert(0, _Hide())
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", guard + code], cwd=root, capture_output=True, text=True, timeout=600
+    )
+    assert out.returncode == 0, f"the README example fails after `pip install {target}` alone:\n{out.stderr}"
+    assert "coverage" in out.stdout

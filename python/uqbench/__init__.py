@@ -35,7 +35,7 @@ import os
 import re
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence
 
@@ -63,6 +63,8 @@ __all__ = [
     "evaluate",
     "read_run",
     "read_draws",
+    "compare",
+    "EvaluateError",
     "metrics",
     "method_kinds",
     "metric_catalogue",
@@ -71,14 +73,10 @@ __all__ = [
 
 
 def _pandas() -> Any:
-    """pandas, imported when a call returns DataFrames."""
-    try:
-        import pandas
-    except ImportError:
-        raise ImportError(
-            "uqbench.score, uqbench.evaluate and uqbench.read_run return pandas DataFrames: "
-            "install pandas (pip install pandas, or pip install 'uqbench[pandas]')"
-        ) from None
+    """pandas (a dependency), imported when a call returns DataFrames, so that the arrays-only
+    calls load without it."""
+    import pandas
+
     return pandas
 
 
@@ -159,10 +157,16 @@ class Problem:
             values[str(key)] = float(value)
         if profile is not None and not isinstance(profile, str):
             raise ValueError(f"profile: {profile!r}; valid: a profile's name, or several joined by commas")
-        self._native = _NativeProblem(
-            os.fspath(spec_path), None if setting is None else values, profile
-        )
+        path = os.path.abspath(os.fspath(spec_path))
+        self._args = (path, None if setting is None else dict(values), profile)
+        self._native = _NativeProblem(path, None if setting is None else values, profile)
         self._test_size: Optional[int] = None
+
+    def __reduce__(self) -> Any:
+        """Pickling and ``copy.deepcopy`` rebuild the problem from its spec (by absolute path),
+        setting and profile: a process pool's worker, joblib or a spawn-mode data loader gets
+        the same problem (the spec file must be readable there, unchanged)."""
+        return (Problem, self._args)
 
     @property
     def name(self) -> str:
@@ -216,7 +220,8 @@ class Problem:
 
 
 def _rep_index(k: Any) -> int:
-    return as_int("repetition", k, 0, "a repetition number 0, 1, 2, …")
+    # Repetitions are numbered by unsigned 64-bit integers (they enter every seed).
+    return as_int("repetition", k, 0, "a repetition number 0, 1, 2, … below 2**64", 2**64 - 1)
 
 
 _STRING_COLUMNS = ("setting", "method", "region", "label", "metric", "method_a", "method_b")
@@ -277,9 +282,10 @@ def _prediction_arrays(
     for key, value in p.items():
         name = f"{label}[{key!r}]"
         if key not in _KEYS:
-            # The native check names the valid keys of the problem's track.
-            out[str(key)] = as_float_array(name, value, finite=False)
-            continue
+            raise ValueError(
+                f"{label}: unknown key {key!r}; valid: mean, std, cov, noise_std, samples, "
+                "sample_noise (regression) or probs (classification)"
+            )
         dims, what = _KEYS[key]
         a = as_float_array(name, value, None, "finite numbers")
         if a.ndim not in dims:
@@ -338,6 +344,7 @@ class _Progress:
 
     def __init__(self, total: int, enabled: bool) -> None:
         self.total, self.enabled, self.done = total, enabled, 0
+        self.phase = "fitting"
         self.start = time.monotonic()
         self._draw()
 
@@ -348,21 +355,40 @@ class _Progress:
         width = 24
         filled = width * self.done // max(self.total, 1)
         eta = ""
-        if 0 < self.done < self.total:
-            eta = f", ETA {_duration(elapsed / self.done * (self.total - self.done))}"
-        elif self.done == self.total:
-            eta = f" in {_duration(elapsed)}"
+        if self.phase == "scoring":
+            eta = f", scoring ({_duration(elapsed)} so far)"
+        elif self.phase == "done":
+            eta = f", scored, in {_duration(elapsed)}"
+        elif 0 < self.done < self.total:
+            eta = f", ETA {_duration(elapsed / self.done * (self.total - self.done))} + scoring"
         sys.stderr.write(
             f"\r[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} "
             f"repetitions{eta}   "
         )
-        if self.done == self.total:
+        if self.phase == "done":
             sys.stderr.write("\n")
         sys.stderr.flush()
 
     def step(self) -> None:
         self.done += 1
+        if self.done < self.total:
+            self._draw()
+
+    def scoring(self) -> None:
+        """Every repetition is in; the scoring (the anchor, the metrics) runs."""
+        self.done, self.phase = self.total, "scoring"
         self._draw()
+
+    def finish(self) -> None:
+        self.phase = "done"
+        self._draw()
+
+    def stop(self) -> None:
+        """A failure: end the line so that the traceback starts on its own."""
+        if self.enabled and self.phase != "done":
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+            self.phase = "done"
 
 
 def _duration(seconds: float) -> str:
@@ -414,20 +440,70 @@ def evaluate(
     bar = _Progress(count, bool(progress))
 
     def one(k: int) -> Dict[str, np.ndarray]:
-        return _prediction_arrays(fit_predict(problem.repetition(k)), k, m, f"fit_predict(repetition {k})")
+        try:
+            p = fit_predict(problem.repetition(k))
+        except Exception as e:
+            raise EvaluateError(k, e) from e
+        return _prediction_arrays(p, k, m, f"fit_predict(repetition {k})")
 
-    results: List[Dict[str, np.ndarray]] = []
-    if threads == 1:
-        for k in range(count):
-            results.append(one(k))
-            bar.step()
-    else:
-        with ThreadPoolExecutor(max_workers=threads) as pool:
-            futures = [pool.submit(one, k) for k in range(count)]
-            for f in futures:
-                results.append(f.result())
+    results: Dict[int, Dict[str, np.ndarray]] = {}
+    try:
+        if threads == 1:
+            for k in range(count):
+                results[k] = one(k)
                 bar.step()
-    return score(problem, results, method=method, levels=levels)
+        else:
+            _run_pool(one, count, threads, results, bar)
+        bar.scoring()
+        out = score(problem, [results[k] for k in range(count)], method=method, levels=levels)
+    except BaseException:
+        bar.stop()
+        raise
+    bar.finish()
+    return out
+
+
+def _run_pool(one: Callable[[int], Any], count: int, threads: int, results: Dict[int, Any], bar: "_Progress") -> None:
+    """Runs ``one(k)`` for k = 0..count−1 in ``threads`` threads, keeping at most ``threads``
+    repetitions in flight, so that the first failure stops the work: nothing is started after
+    it (the repetitions already running finish), and it is raised as it came."""
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        pending: Dict[Any, int] = {}
+        queue = iter(range(count))
+        for k in queue:
+            pending[pool.submit(one, k)] = k
+            if len(pending) == threads:
+                break
+        while pending:
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            failed = [f for f in done if f.exception() is not None]
+            if failed:
+                for f in pending:
+                    f.cancel()
+                # The lowest failing repetition, so that the report does not depend on timing
+                # among those that failed together.
+                raise min(failed, key=lambda f: pending[f]).exception()
+            for f in done:
+                results[pending.pop(f)] = f.result()
+                bar.step()
+                nxt = next(queue, None)
+                if nxt is not None:
+                    pending[pool.submit(one, nxt)] = nxt
+
+
+class EvaluateError(RuntimeError):
+    """``fit_predict`` raised at repetition ``repetition``: the original exception is
+    ``__cause__`` (its traceback is printed with this one)."""
+
+    def __init__(self, repetition: int, error: BaseException) -> None:
+        super().__init__(
+            f"fit_predict failed at repetition {repetition}: {type(error).__name__}: {error}"
+        )
+        self.repetition = repetition
+        self.error = error
+
+    def __reduce__(self) -> Any:
+        return (EvaluateError, (self.repetition, self.error))
 
 
 @dataclass(frozen=True)

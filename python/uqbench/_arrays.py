@@ -32,6 +32,8 @@ def as_float_array(
 ) -> np.ndarray:
     """``value`` as a float64 ndarray (no copy when it already is one, in either order), or a
     ``ValueError`` naming ``name``."""
+    if value is None:
+        raise ValueError(f"{name}: None; valid: an array of {valid}")
     if isinstance(value, (str, bytes)):
         raise ValueError(f"{name}: the string {value!r}; valid: an array of {valid}")
     try:
@@ -42,7 +44,12 @@ def as_float_array(
             f"valid: an array of {valid}"
         ) from None
     if raw.dtype.kind not in "iuf":
-        what = "ragged (rows of different lengths)" if raw.dtype == object else f"of dtype {raw.dtype}"
+        if raw.dtype == object and raw.ndim == 0:
+            what = "not an array"
+        elif raw.dtype == object:
+            what = "ragged (rows of different lengths)"
+        else:
+            what = f"of dtype {raw.dtype}"
         raise ValueError(f"{name}: {_describe(value)} is {what}; valid: an array of {valid}")
     a = raw if raw.dtype == np.float64 else raw.astype(np.float64)
     dims = (ndim,) if isinstance(ndim, int) else ndim
@@ -60,10 +67,16 @@ def as_float_array(
     return a
 
 
-def as_int(name: str, value: Any, minimum: int, valid: Optional[str] = None) -> int:
-    """``value`` as an int ≥ ``minimum`` (bools and non-integral numbers rejected)."""
+def as_int(
+    name: str,
+    value: Any,
+    minimum: int,
+    valid: Optional[str] = None,
+    maximum: Optional[int] = None,
+) -> int:
+    """``value`` as an int in ``minimum..=maximum`` (bools and non-integral numbers rejected)."""
     ok = isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
-    if not ok or int(value) < minimum:
+    if not ok or int(value) < minimum or (maximum is not None and int(value) > maximum):
         raise ValueError(f"{name}: {value!r}; valid: {valid or f'an integer ≥ {minimum}'}")
     return int(value)
 

@@ -102,6 +102,9 @@ fn bad_settings_are_clear_errors() {
     assert_clean_error(&o, &["fmain", "f_main"]);
     let o = uqbench(&["anchor", "experiments/e1.toml", "--setting", "f_main=abc"]);
     assert_clean_error(&o, &["abc", "not a finite number"]);
+    // A value off the sweep is a different problem than the user may think they asked for.
+    let o = uqbench(&["anchor", "experiments/e1.toml", "--setting", "f_main=3.7"]);
+    assert_clean_error(&o, &["3.7", "sweep.f_main", "1, 2, 3", "off_sweep = true"]);
     let o = uqbench(&["anchor", "experiments/does-not-exist.toml"]);
     assert_clean_error(&o, &["does-not-exist.toml"]);
 }

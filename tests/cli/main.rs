@@ -11,6 +11,7 @@ mod compare;
 mod design;
 mod draws;
 mod export_and_score;
+mod gpu_check;
 mod host;
 mod limits;
 mod metrics_command;

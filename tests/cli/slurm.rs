@@ -26,9 +26,13 @@ fn the_slurm_scripts_run_the_shards_and_merge_into_the_run_directory() {
     assert!(o.status.success(), "{}", stderr(&o));
 
     let dir = tmp.path().join("array");
+    // Submitted from a copy of the spec, which is broken right after submission: the tasks
+    // and the merge read the spec pinned at submission.
+    let spec = tmp.path().join("e1.toml");
+    std::fs::copy(root().join("experiments/e1.toml"), &spec).unwrap();
     let o = uqbench(&[
         "slurm",
-        "experiments/e1.toml",
+        spec.to_str().unwrap(),
         "--profile",
         "quick",
         "--methods",
@@ -58,7 +62,10 @@ fn the_slurm_scripts_run_the_shards_and_merge_into_the_run_directory() {
             root().canonicalize().unwrap().display()
         ),
         "--shard \"$SLURM_ARRAY_TASK_ID/3\" --resume",
-        "--methods Ens,BD",
+        &format!(
+            "{} --pinned --profile quick",
+            dir.join("slurm/spec.resolved.toml").display()
+        ),
         "--threads 1",
         dir.join("slurm/bin/uqbench").to_str().unwrap(),
     ] {
@@ -73,13 +80,37 @@ fn the_slurm_scripts_run_the_shards_and_merge_into_the_run_directory() {
         stdout(&o)
     );
 
-    // The scripts call a pinned copy of the binary, whose checksum slurm.json records.
+    assert!(
+        !text.contains("--methods"),
+        "the pinned spec holds the methods:\n{text}"
+    );
+    std::fs::write(&spec, "this is not a spec any more").unwrap();
+    let pinned_spec = std::fs::read_to_string(dir.join("slurm/spec.resolved.toml")).unwrap();
+    assert_eq!(
+        pinned_spec,
+        std::fs::read_to_string(dir.join("spec.resolved.toml")).unwrap()
+    );
+    assert!(
+        pinned_spec.contains("methods = [\"BD\", \"Ens\"]"),
+        "{pinned_spec}"
+    );
+
+    // The scripts call a pinned copy of the binary, stripped of its symbols, whose checksum
+    // (and its source's) slurm.json records.
     let pinned = std::fs::read(dir.join("slurm/bin/uqbench")).unwrap();
-    assert!(pinned == std::fs::read(env!("CARGO_BIN_EXE_uqbench")).unwrap());
+    let source = std::fs::read(env!("CARGO_BIN_EXE_uqbench")).unwrap();
+    // Measured: 148 MB → 114 MB (the symbols; the rest is code, 86 MB of .text).
+    assert!(
+        pinned.len() < source.len() / 10 * 9,
+        "the pinned binary is {} bytes, its source {}: not stripped",
+        pinned.len(),
+        source.len()
+    );
     let meta: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("slurm/slurm.json")).unwrap())
             .unwrap();
     assert_eq!(meta["binary_sha256"].as_str().unwrap().len(), 64);
+    assert_ne!(meta["binary_sha256"], meta["binary_source_sha256"]);
     let merge_text = std::fs::read_to_string(&merge).unwrap();
     assert!(
         merge_text.contains("#SBATCH --kill-on-invalid-dep=yes"),
@@ -239,7 +270,10 @@ fn slurm_options_reach_their_jobs_and_the_cluster_limits_hold() {
         "gpu:1",
         "--array-throttle",
         "2",
-        "--sbatch-arg=--mail-type=END",
+        "--sbatch-arg=--exclusive",
+        "--merge-sbatch-arg=--mail-type=END",
+        "--merge-mem",
+        "4G",
         "--setup",
         "module load cuda/12",
         "--merge-time",
@@ -259,12 +293,21 @@ fn slurm_options_reach_their_jobs_and_the_cluster_limits_hold() {
         "#SBATCH --mem=8G",
         "#SBATCH --constraint=a100|h100",
         "#SBATCH --gres=gpu:1",
-        "#SBATCH --mail-type=END",
-        "\nmodule load cuda/12\nset -euo pipefail\n",
-        // What the recorded spec holds reaches every task, or merge would refuse the parts.
-        " --joint-tau 1,10,100 --draws f32",
+        "#SBATCH --exclusive",
+        // A failing setup line stops the task.
+        "\nset -euo pipefail\nmodule load cuda/12\n",
     ] {
         assert!(run.contains(needle), "run.sbatch lacks {needle:?}:\n{run}");
+    }
+    assert!(!run.contains("--mail-type"), "{run}");
+    // What the recorded spec holds reaches every task through the pinned spec, or merge would
+    // refuse the parts.
+    let pinned = std::fs::read_to_string(dir.join("slurm/spec.resolved.toml")).unwrap();
+    for needle in ["joint_tau = [1, 10, 100]", "draws = \"f32\""] {
+        assert!(
+            pinned.contains(needle),
+            "the pinned spec lacks {needle:?}:\n{pinned}"
+        );
     }
     for needle in [
         "#SBATCH --partition=short",
@@ -272,8 +315,9 @@ fn slurm_options_reach_their_jobs_and_the_cluster_limits_hold() {
         "#SBATCH --account=proj42",
         "#SBATCH --qos=normal",
         "#SBATCH --mail-type=END",
+        "#SBATCH --mem=4G",
         "#SBATCH --kill-on-invalid-dep=yes",
-        "\nmodule load cuda/12\nset -euo pipefail\n",
+        "\nset -euo pipefail\nmodule load cuda/12\n",
     ] {
         assert!(
             merge.contains(needle),
@@ -281,7 +325,8 @@ fn slurm_options_reach_their_jobs_and_the_cluster_limits_hold() {
         );
     }
     for absent in [
-        "--mem",
+        "--mem=8G",
+        "--exclusive",
         "--gres",
         "--constraint",
         "--gpus",

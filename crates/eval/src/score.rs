@@ -231,6 +231,26 @@ pub fn own_inputs(
     Ok((own, fitted))
 }
 
+/// Both `std` and `cov` given: the marginals are scored from `std` and the joints from `cov`,
+/// so they must describe one distribution. The variances must agree to a relative 1e-4
+/// (predictions computed in f32 and written as decimals agree to ~1e-7; a real contradiction,
+/// such as `std` of y beside `cov` of f, is off by far more).
+fn std_agrees_with_cov(std: &[f64], cov: &[Vec<f64>]) -> Result<()> {
+    for (i, s) in std.iter().enumerate() {
+        let Some(c) = cov.get(i).and_then(|row| row.get(i)) else {
+            return Ok(()); // the shape check (factor_of) names a short cov
+        };
+        let v = s * s;
+        if !((v - c).abs() <= 1e-4 * v.abs().max(c.abs()) + 1e-300) {
+            bail!(
+                "std[{i}]² = {v} but cov[{i}][{i}] = {c}: `std` (the marginals) and `cov` (the \
+                 joint) disagree; give one, or std = √diag(cov)"
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Repetition `rep` of external regression predictions for `problem`, checked against its
 /// test inputs, in stored form with intervals at `levels` (and 0.95), the distances to the
 /// anchor and (with `joint`) the joint metrics: the same path as a native method's
@@ -258,7 +278,11 @@ pub fn regression_rep(
             cov,
         } => {
             let std = match (std, &cov) {
-                (Some(s), _) => s,
+                (Some(s), Some(c)) => {
+                    std_agrees_with_cov(&s, c)?;
+                    s
+                }
+                (Some(s), None) => s,
                 (None, Some(c)) => diagonal_sd(c),
                 (None, None) => bail!("`std` or `cov` is needed with `mean`"),
             };

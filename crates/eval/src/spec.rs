@@ -27,6 +27,10 @@ pub struct ExperimentSpec {
     pub seed: u64,
     /// Sweep variables and their values (`f_main = [1, 2, 3]`); settings are their product.
     pub sweep: BTreeMap<String, Vec<f64>>,
+    /// Whether a setting off the sweep's values (`--setting f_main=3.7`, Python's
+    /// `Problem(setting=…)`) is valid: `off_sweep = true` at the top of the spec. Off by
+    /// default, so that a mistyped value is an error rather than a silently different problem.
+    pub off_sweep: bool,
     /// The problem: one of `[problem]`, `[surrogate]` or `[classification]` in the file.
     pub problem: ProblemDecl,
     /// How to run it (`uqbench run`); a spec used only for `anchor`, `check`, `export` or
@@ -94,6 +98,8 @@ struct RawSpec {
     seed: u64,
     #[serde(default)]
     sweep: BTreeMap<String, Vec<f64>>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    off_sweep: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     problem: Option<ProblemSpec>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -146,6 +152,7 @@ impl TryFrom<RawSpec> for ExperimentSpec {
             description: raw.description,
             seed: raw.seed,
             sweep: raw.sweep,
+            off_sweep: raw.off_sweep,
             problem,
             run: raw.run,
             methods: raw.methods,
@@ -167,6 +174,7 @@ impl From<ExperimentSpec> for RawSpec {
             description: spec.description,
             seed: spec.seed,
             sweep: spec.sweep,
+            off_sweep: spec.off_sweep,
             problem,
             surrogate,
             classification,
@@ -650,47 +658,10 @@ impl ExperimentSpec {
             }
         })
     }
-
-    /// A setting from `KEY=VALUE` arguments. Keys must be sweep variables; a variable not
-    /// given takes its first sweep value.
-    pub fn parse_setting(&self, args: &[String]) -> Result<Setting> {
-        let mut given: BTreeMap<String, f64> = BTreeMap::new();
-        for arg in args {
-            let Some((key, value)) = arg.split_once('=') else {
-                bail!("--setting {arg:?}: expected KEY=VALUE, e.g. --setting f_main=2");
-            };
-            let key = key.trim();
-            if !self.sweep.contains_key(key) {
-                let keys: Vec<&str> = self.sweep.keys().map(String::as_str).collect();
-                if keys.is_empty() {
-                    bail!(
-                        "--setting {arg:?}: experiment `{}` has no sweep variables",
-                        self.name
-                    );
-                }
-                bail!(
-                    "--setting {arg:?}: `{key}` is not a sweep variable of experiment `{}`; valid: {}",
-                    self.name,
-                    keys.join(", ")
-                );
-            }
-            let v: f64 = value
-                .trim()
-                .parse()
-                .ok()
-                .filter(|v: &f64| v.is_finite())
-                .with_context(|| format!("--setting {arg:?}: `{value}` is not a finite number"))?;
-            given.insert(key.to_string(), v);
-        }
-        Ok(Setting {
-            values: self
-                .sweep
-                .iter()
-                .map(|(k, values)| (k.clone(), given.get(k).copied().unwrap_or(values[0])))
-                .collect(),
-        })
-    }
 }
+
+#[path = "spec_settings.rs"]
+mod settings;
 
 #[cfg(test)]
 #[path = "spec_tests.rs"]

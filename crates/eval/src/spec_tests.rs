@@ -59,3 +59,25 @@ fn a_spec_has_one_problem_and_a_surrogate_no_anchor() {
         "{err}"
     );
 }
+
+#[test]
+fn settings_off_the_sweep_are_refused_unless_the_spec_allows_them() {
+    let mut spec = e1(None).unwrap();
+    let at = |spec: &ExperimentSpec, v: &str| spec.parse_setting(&[format!("f_main={v}")]);
+    assert_eq!(at(&spec, "3").unwrap().label(), "f_main=3");
+    let err = format!("{:#}", at(&spec, "3.7").unwrap_err());
+    assert!(
+        err.contains("3.7") && err.contains("sweep.f_main") && err.contains("off_sweep"),
+        "{err}"
+    );
+    spec.off_sweep = true;
+    assert_eq!(at(&spec, "3.7").unwrap().label(), "f_main=3.7");
+    // The key round-trips through the resolved spec (what a run directory keeps).
+    let text = toml::to_string(&spec).unwrap();
+    assert!(text.contains("off_sweep = true"), "{text}");
+    assert!(
+        ExperimentSpec::from_toml_str(&text, None)
+            .unwrap()
+            .off_sweep
+    );
+}

@@ -24,6 +24,10 @@ pub struct RunArgs {
     /// cores), paper (the paper's settings, for a GPU).
     #[arg(long)]
     pub profile: Option<String>,
+    /// SPEC is a spec that `uqbench slurm` pinned (resolved at submission): --profile only
+    /// names the profile it was resolved with and is not applied again.
+    #[arg(long, hide = true)]
+    pub pinned: bool,
     /// Backend: flex (default), ndarray or wgpu.
     #[arg(long, default_value = "flex")]
     pub backend: BackendKind,
@@ -212,7 +216,8 @@ fn parse_taus(list: &str) -> Result<Vec<usize>> {
 /// The plan of `uqbench run`'s arguments (restricted to `--reps`, its spec listing the methods
 /// actually run) and the repetitions asked for, without opening a device.
 pub fn plan_of(args: &RunArgs) -> Result<(Plan, Option<std::ops::Range<u64>>)> {
-    let mut spec = ExperimentSpec::load_profile(&args.spec, args.profile.as_deref())?;
+    let profile = args.profile.as_deref().filter(|_| !args.pinned);
+    let mut spec = ExperimentSpec::load_profile(&args.spec, profile)?;
     if let (Some(list), Some(run)) = (&args.joint_tau, spec.run.as_mut()) {
         run.joint_tau = parse_taus(list)?;
     }

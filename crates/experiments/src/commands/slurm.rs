@@ -9,9 +9,14 @@
 //!   completeness, then summarises, draws the figures and writes the report into `DIR`);
 //! - `DIR/slurm/slurm.json`: the number of tasks, the pinned binary's checksum and every
 //!   submitted job id (resubmissions included), read by `uqbench status DIR`;
-//! - `DIR/slurm/bin/uqbench`: a copy of this binary. Both scripts call the copy, so a rebuild
-//!   while jobs wait changes nothing, and every part records its checksum (merge refuses parts
-//!   of different builds);
+//! - `DIR/slurm/bin/uqbench`: a copy of this binary, stripped of its symbols (written once per
+//!   run, its SHA-256 in slurm.json). Both scripts call the copy, so a rebuild while jobs wait
+//!   changes nothing, and every part records its checksum (merge refuses parts of different
+//!   builds);
+//! - `DIR/slurm/spec.resolved.toml`: the spec as resolved at submission (profile, --methods,
+//!   --joint-tau, --draws applied), with the data files it names copied into `DIR/slurm/data/`.
+//!   Tasks read it (`uqbench run … --pinned`), so an edit of the spec file while jobs wait
+//!   changes nothing and the parts stay mergeable;
 //! - `DIR/slurm/logs/`: one log per task and one for the merge.
 //!
 //! Both scripts run in the directory `uqbench slurm` was called from (`#SBATCH --chdir`), so
@@ -25,8 +30,8 @@ use serde::{Deserialize, Serialize};
 
 use super::run::{out_dir, plan_of, RunArgs};
 use super::slurm_queue::{max_array_size, sbatch};
-use crate::provenance::sha256_file;
 use crate::runner::shards;
+use uqbench_eval::store::SPEC_FILE;
 use uqbench_eval::store::{prepare_dir, write_atomic};
 
 /// Arguments of `uqbench slurm`.
@@ -69,12 +74,25 @@ pub struct SlurmArgs {
     /// At most K tasks of the array at once (`--array=0-N%K`).
     #[arg(long, value_name = "K")]
     pub array_throttle: Option<usize>,
-    /// One more `#SBATCH` option for both jobs (repeatable), e.g. --sbatch-arg=--mail-type=END.
+    /// One more `#SBATCH` option for the array's tasks (repeatable), e.g.
+    /// --sbatch-arg=--exclusive; the merge job takes its own through --merge-sbatch-arg.
     #[arg(long = "sbatch-arg", value_name = "OPTION", allow_hyphen_values = true)]
     pub sbatch_args: Vec<String>,
-    /// A shell line both scripts run before uqbench (repeatable), e.g. --setup "module load cuda".
+    /// One more `#SBATCH` option for the merge job (repeatable), e.g.
+    /// --merge-sbatch-arg=--mail-type=END.
+    #[arg(
+        long = "merge-sbatch-arg",
+        value_name = "OPTION",
+        allow_hyphen_values = true
+    )]
+    pub merge_sbatch_args: Vec<String>,
+    /// A shell line both scripts run before uqbench (repeatable), after `set -euo pipefail`
+    /// (a failing line stops the job), e.g. --setup "module load cuda".
     #[arg(long = "setup", value_name = "LINE")]
     pub setup: Vec<String>,
+    /// Memory of the merge job's node (`#SBATCH --mem`, e.g. 4G); default: the partition's.
+    #[arg(long)]
+    pub merge_mem: Option<String>,
     /// Wall-clock limit of the merge job (default: --time).
     #[arg(long)]
     pub merge_time: Option<String>,
@@ -85,6 +103,9 @@ pub struct SlurmArgs {
     #[arg(long)]
     pub submit: bool,
 }
+
+#[path = "slurm_pin.rs"]
+mod pin;
 
 /// `DIR/slurm/slurm.json`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -109,6 +130,15 @@ pub struct SlurmMeta {
     /// Where the pinned binary was copied from.
     #[serde(default)]
     pub binary_source: String,
+    /// The SHA-256 of the binary it was copied from (the pinned copy is stripped of its
+    /// symbols, so the two differ): `--resume` from that binary or from the pinned one.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub binary_source_sha256: String,
+    /// The spec the tasks and the merge read: resolved at submission (profile, --methods,
+    /// --joint-tau and --draws applied) and copied with the data files it names, so that an
+    /// edit of the spec after submission changes nothing.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub spec: String,
     /// Each `uqbench status --resubmit`: the tasks, and the array and merge jobs it submitted.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub resubmissions: Vec<Resubmission>,
@@ -170,6 +200,10 @@ impl SlurmDir {
         self.parts().join(format!("task-{i}"))
     }
     /// The pinned binary both scripts call.
+    pub fn spec(&self) -> PathBuf {
+        self.root.join(SPEC_FILE)
+    }
+
     pub fn binary(&self) -> PathBuf {
         self.root.join("bin").join("uqbench")
     }
@@ -220,24 +254,16 @@ fn directive_path(p: &Path, what: &str) -> Result<String> {
     Ok(s)
 }
 
-/// The `uqbench run` arguments every task shares (everything but --out and --shard).
-fn run_arguments(args: &SlurmArgs, spec: &Path) -> Result<Vec<String>> {
+/// The `uqbench run` arguments every task shares (everything but --out and --shard). The spec
+/// is the one pinned at submission (`slurm/spec.resolved.toml`, `--pinned`): the profile,
+/// --methods, --joint-tau and --draws are in it already; --profile only names it.
+fn run_arguments(args: &SlurmArgs, pinned: &Path) -> Result<Vec<String>> {
     let r = &args.run;
-    let mut out = vec!["run".to_string(), path_str(spec)?];
+    let mut out = vec!["run".to_string(), path_str(pinned)?, "--pinned".into()];
     if let Some(p) = &r.profile {
         out.extend(["--profile".into(), p.clone()]);
     }
     out.extend(["--backend".into(), r.backend.name().to_string()]);
-    if let Some(m) = &r.methods {
-        out.extend(["--methods".into(), m.join(",")]);
-    }
-    // What changes the recorded spec (checked by `plan_of` before the script is written):
-    // every task's spec must be the plan's, or `merge` refuses the shards.
-    for (flag, v) in [("--joint-tau", &r.joint_tau), ("--draws", &r.draws)] {
-        if let Some(v) = v {
-            out.extend([flag.into(), v.clone()]);
-        }
-    }
     if let Some(t) = r.threads.or(args.cpus_per_task) {
         out.extend(["--threads".into(), t.to_string()]);
     }
@@ -273,7 +299,8 @@ fn checked(flag: &str, v: &str, directive: bool) -> Result<String> {
 }
 
 /// The `#SBATCH` lines of one job: `--chdir`, the partition and time given (the merge's own
-/// where set), --account, --qos and every --sbatch-arg.
+/// where set), --account, --qos, and the job's own options: --sbatch-arg for the array's
+/// tasks, --merge-mem and --merge-sbatch-arg for the merge.
 fn common_directives(args: &SlurmArgs, cwd: &str, merge: bool) -> Result<Vec<String>> {
     let mut lines = vec![format!("#SBATCH --chdir={cwd}")];
     let pick = |own: &Option<String>, task: &Option<String>| {
@@ -297,28 +324,39 @@ fn common_directives(args: &SlurmArgs, cwd: &str, merge: bool) -> Result<Vec<Str
             lines.push(format!("#SBATCH {flag}={}", checked(flag, v, true)?));
         }
     }
-    for a in &args.sbatch_args {
-        let a = checked("--sbatch-arg", a, true)?;
+    let (flag, extra) = if merge {
+        ("--merge-sbatch-arg", &args.merge_sbatch_args)
+    } else {
+        ("--sbatch-arg", &args.sbatch_args)
+    };
+    if let (true, Some(m)) = (merge, &args.merge_mem) {
+        lines.push(format!(
+            "#SBATCH --mem={}",
+            checked("--merge-mem", m, true)?
+        ));
+    }
+    for a in extra {
+        let a = checked(flag, a, true)?;
         if !a.starts_with('-') {
-            bail!("--sbatch-arg {a}: valid: an sbatch option such as --mail-type=END");
+            bail!("{flag} {a}: valid: an sbatch option such as --mail-type=END");
         }
         lines.push(format!("#SBATCH {a}"));
     }
     Ok(lines)
 }
 
-/// The `--setup` lines, then `set -euo pipefail`.
+/// `set -euo pipefail`, then the `--setup` lines: a failing `module load` stops the job
+/// instead of running uqbench without what it loads.
 fn setup_lines(args: &SlurmArgs) -> Result<Vec<String>> {
-    let mut out = Vec::new();
+    let mut out = vec!["set -euo pipefail".to_string()];
     for l in &args.setup {
         out.push(checked("--setup", l, false)?);
     }
-    out.push("set -euo pipefail".into());
     Ok(out)
 }
 
 /// The two scripts' text.
-fn scripts(args: &SlurmArgs, name: &str, dir: &Path, spec: &Path) -> Result<(String, String)> {
+fn scripts(args: &SlurmArgs, name: &str, dir: &Path) -> Result<(String, String)> {
     let cwd = std::env::current_dir().context("the current directory")?;
     let cwd = directive_path(&cwd, "the current directory")?;
     let sd = SlurmDir::of(dir);
@@ -358,7 +396,7 @@ fn scripts(args: &SlurmArgs, name: &str, dir: &Path, spec: &Path) -> Result<(Str
             run.push(format!("#SBATCH {flag}={}", checked(flag, v, true)?));
         }
     }
-    let task_args: Vec<String> = run_arguments(args, spec)?
+    let task_args: Vec<String> = run_arguments(args, &sd.spec())?
         .iter()
         .map(|a| quote(a))
         .collect();
@@ -370,7 +408,9 @@ fn scripts(args: &SlurmArgs, name: &str, dir: &Path, spec: &Path) -> Result<(Str
         "# attempt of the task finished, so a requeued or resubmitted task loses nothing.".into(),
         "# Rerun failed tasks: `uqbench status DIR --resubmit` (it asks the scheduler which)."
             .into(),
-        "# It calls the binary pinned in slurm/bin/ (a rebuild elsewhere changes nothing).".into(),
+        "# It calls the binary pinned in slurm/bin/ and reads the spec pinned in slurm/ (resolved"
+            .into(),
+        "# at submission): a rebuild or an edit of the spec elsewhere changes nothing.".into(),
     ]);
     run.extend(setup_lines(args)?);
     run.extend([
@@ -420,38 +460,6 @@ fn write_script(path: &Path, text: &str) -> Result<()> {
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))?;
     }
     Ok(())
-}
-
-/// Copies this binary to `sd.binary()` (atomically, executable) and returns (its checksum,
-/// where it came from). A directory that already pins another build refuses: parts of two
-/// builds cannot be merged.
-fn pin_binary(sd: &SlurmDir) -> Result<(String, String)> {
-    let exe = std::env::current_exe().context("the path of this uqbench binary")?;
-    let sha = sha256_file(&exe)?;
-    let target = sd.binary();
-    if target.is_file() {
-        let pinned = sha256_file(&target)?;
-        if pinned == sha {
-            return Ok((sha, path_str(&exe)?));
-        }
-        bail!(
-            "{} pins another build of uqbench (sha256 {}…) than this one ({}…): parts of two \
-             builds cannot be merged. Resume with the pinned binary ({} slurm … --resume), or \
-             start a new --out",
-            target.display(),
-            &pinned[..12],
-            &sha[..12],
-            target.display()
-        );
-    }
-    let bytes = std::fs::read(&exe).with_context(|| format!("cannot read {}", exe.display()))?;
-    write_atomic(&target, &bytes)?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o755))?;
-    }
-    Ok((sha, path_str(&exe)?))
 }
 
 /// Checks what the cluster and an existing directory allow: `--tasks` within MaxArraySize
@@ -506,7 +514,6 @@ pub fn run(args: &SlurmArgs) -> Result<()> {
     let (plan, _) = plan_of(&args.run)?;
     let cwd = std::env::current_dir()?;
     let dir = cwd.join(out_dir(&args.run, &plan));
-    let spec = cwd.join(&args.run.spec);
     let split = shards::balanced(&plan, args.tasks)?;
     let empty = split.iter().filter(|s| s.is_empty()).count();
     if empty > 0 {
@@ -525,22 +532,26 @@ pub fn run(args: &SlurmArgs) -> Result<()> {
     let sd = SlurmDir::of(&dir);
     check_tasks(args, &sd)?;
     // The scripts first (they check every option), then the directory.
-    let (run_text, merge_text) = scripts(args, &plan.spec.name, &dir, &spec)?;
-    prepare_dir(&dir, &plan.spec.resolved_toml()?, args.run.resume)?;
+    let (run_text, merge_text) = scripts(args, &plan.spec.name, &dir)?;
+    let pinned = pin::spec_text(&plan.spec, &sd)?;
+    prepare_dir(&dir, &pinned.text, args.run.resume)?;
     std::fs::create_dir_all(sd.root.join("logs"))
         .with_context(|| format!("cannot create {}", sd.root.join("logs").display()))?;
     std::fs::create_dir_all(sd.parts())?;
-    let (binary_sha256, binary_source) = pin_binary(&sd)?;
-    write_script(&sd.run_script(), &run_text)?;
-    write_script(&sd.merge_script(), &merge_text)?;
+    pin::write_spec(&pinned, &sd)?;
     // A resumed directory keeps its job history.
     let old = sd.meta().filter(|_| args.run.resume);
+    let binary = pin::binary(&sd, old.as_ref())?;
+    write_script(&sd.run_script(), &run_text)?;
+    write_script(&sd.merge_script(), &merge_text)?;
     let mut meta = SlurmMeta {
         tasks: args.tasks,
         profile: args.run.profile.clone(),
         array_throttle: args.array_throttle,
-        binary_sha256,
-        binary_source,
+        binary_sha256: binary.sha256,
+        binary_source: binary.source,
+        binary_source_sha256: binary.source_sha256,
+        spec: path_str(&sd.spec())?,
         ..old.unwrap_or_default()
     };
     sd.write_meta(&meta)?;
