@@ -29,7 +29,7 @@ def test_paired_statistics_equal_scipy_and_a_numpy_bootstrap():
     frame = uqbench.compare(_rows(A=A, B=B, C=C), seed=3)
     assert list(frame.columns) == [
         "setting", "method_a", "method_b", "metric", "region", "diff", "stderr", "t_low",
-        "t_high", "p_value", "p_holm", "prob_a_lower", "mdd", "k",
+        "t_high", "p_value", "p_holm", "boot_share_a_lower", "mdd_unadjusted", "k",
     ]
     assert len(frame) == 6  # 3 methods, every ordered pair
     ab = frame.query("method_a == 'A' and method_b == 'B'").iloc[0]
@@ -41,8 +41,8 @@ def test_paired_statistics_equal_scipy_and_a_numpy_bootstrap():
     assert ab["p_value"] == pytest.approx(ref.pvalue, rel=1e-9)
     lo, hi = st.t.interval(0.95, len(d) - 1, loc=d.mean(), scale=se)
     assert (ab["t_low"], ab["t_high"]) == (pytest.approx(lo, rel=1e-9), pytest.approx(hi, rel=1e-9))
-    mdd = (st.t.ppf(0.975, 9) + st.t.ppf(0.8, 9)) * se
-    assert ab["mdd"] == pytest.approx(mdd, rel=1e-9)
+    mdd_unadjusted = (st.t.ppf(0.975, 9) + st.t.ppf(0.8, 9)) * se
+    assert ab["mdd_unadjusted"] == pytest.approx(mdd_unadjusted, rel=1e-9)
     # Holm over the three unordered pairs, by hand.
     p = {
         pair: frame.query(f"method_a == '{pair[0]}' and method_b == '{pair[1]}'").iloc[0]["p_value"]
@@ -60,9 +60,9 @@ def test_paired_statistics_equal_scipy_and_a_numpy_bootstrap():
     rng = np.random.default_rng(0)
     means = d[rng.integers(0, len(d), (1_000_000, len(d)))].mean(axis=1)
     numpy_p = (means < 0).mean() + 0.5 * (means == 0).mean()
-    assert abs(ab["prob_a_lower"] - numpy_p) < 0.014, (ab["prob_a_lower"], numpy_p)
+    assert abs(ab["boot_share_a_lower"] - numpy_p) < 0.014, (ab["boot_share_a_lower"], numpy_p)
     ba = frame.query("method_a == 'B' and method_b == 'A'").iloc[0]
-    assert ba["prob_a_lower"] == pytest.approx(1 - ab["prob_a_lower"], abs=1e-12)
+    assert ba["boot_share_a_lower"] == pytest.approx(1 - ab["boot_share_a_lower"], abs=1e-12)
     assert ba["diff"] == -ab["diff"] and ba["p_holm"] == ab["p_holm"]
     # The ranking: A and B not separated, C (0.2 higher, lower is better) last and separated.
     ranking = frame.attrs["rankings"][0]["entries"]

@@ -622,7 +622,7 @@ def read_run(path: "str | os.PathLike[str]") -> Run:
 _REPETITION_COLUMNS = ["setting", "method", "region", "metric", "repetition", "value"]
 _COMPARE_COLUMNS = [
     "setting", "method_a", "method_b", "metric", "region", "diff", "stderr", "t_low",
-    "t_high", "p_value", "p_holm", "prob_a_lower", "mdd", "k",
+    "t_high", "p_value", "p_holm", "boot_share_a_lower", "mdd_unadjusted", "k",
 ]
 
 
@@ -672,8 +672,8 @@ def compare(
     compare`` does: one row per ordered pair and setting, with ``diff`` (the mean over
     repetitions of a − b), ``stderr``, the 95% paired t interval ``t_low``/``t_high``, the
     paired t-test's ``p_value``, ``p_holm`` (Holm over the setting's pairs),
-    ``prob_a_lower`` (paired bootstrap P(a's mean < b's), ``resamples`` resamples from
-    ``seed``), ``mdd`` (the minimum detectable difference at 5% and 80% power) and ``k`` (the
+    ``boot_share_a_lower`` (the share of ``resamples`` paired-bootstrap resamples, from
+    ``seed``), ``mdd_unadjusted`` (the minimum detectable difference of the unadjusted test at 5% and 80% power) and ``k`` (the
     repetitions paired).
 
     ``run_or_results``: a run directory, a :class:`Score` (from :func:`score` or

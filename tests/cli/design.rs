@@ -91,8 +91,12 @@ fn split_conformal_around_an_engine_trained_ensemble_keeps_its_marginal_guarante
     // A random design's summary says so, and leaves out [004]'s per-point Brier scores,
     // which need the same test points in every repetition.
     assert_eq!(s["settings"][0]["test"]["design"], "random");
+    // The test inputs come from the training design (uniform on [−2, 2], 40 points against
+    // 100): the mean over repetitions is the marginal risk, and the report says so.
+    assert_eq!(s["settings"][0]["test"]["test_as_train"], true);
     let report = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(report.contains("Inputs: random"), "{report}");
+    assert!(report.contains("is marginal over x and y"), "{report}");
     assert!(all.get("picf_brier_0.9").is_none());
 }
 
@@ -184,6 +188,15 @@ validation = { kind = "uniform", n = 10, low = -2, high = 2 }"#,
         .as_f64()
         .unwrap();
     assert!(gap > 0.0 && gap < 41.0, "{gap}");
+    // A test grid across the gap is not the training mixture: the report does not call the
+    // mean over repetitions the marginal risk.
+    assert_eq!(s["settings"][0]["test"]["test_as_train"], false);
+    let report = std::fs::read_to_string(one.join("report.md")).unwrap();
+    assert!(!report.contains("is marginal over x and y"), "{report}");
+    assert!(
+        report.contains("not the risk marginal over the training distribution"),
+        "{report}"
+    );
 }
 
 #[test]

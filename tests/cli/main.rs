@@ -18,6 +18,7 @@ mod metrics_command;
 mod one_rep;
 mod parts;
 mod posthoc;
+mod preflight;
 mod run;
 mod slurm;
 mod tracks;

@@ -148,6 +148,9 @@ fn the_catalogue_lists_every_metric_once_with_its_direction() {
     };
     assert_eq!(find("joint_kl", "tau")["better"], "lower");
     assert_eq!(find("accuracy", "none")["better"], "higher");
+    // A good fit's training MSE is ≈ σ²(1 − p_eff/N), not as low as possible.
+    assert_eq!(find("fit_ratio", "none")["better"], "neither");
+    assert_eq!(find("train_mse", "none")["better"], "neither");
     assert_eq!(find("cicf", "level")["on"], "regression");
     assert_eq!(find("coverage", "level")["on"], "classification");
     assert_eq!(find("w2_anchor", "none")["column"], "W2 to BLR");

@@ -61,6 +61,39 @@ fn one_repetition_has_no_standard_errors() {
         text.contains("\"stderr\":null"),
         "no null stderr in summary.json"
     );
+    // Per point too (the coverage's binomial error bar with k = 1 used to be written 0).
+    fn numbered_stderr(v: &serde_json::Value, path: &str, out: &mut Vec<String>) {
+        match v {
+            serde_json::Value::Object(m) => {
+                for (k, x) in m {
+                    let here = format!("{path}.{k}");
+                    if k == "stderr" {
+                        let numbers = match x {
+                            serde_json::Value::Array(a) => a.iter().any(|e| e.is_number()),
+                            other => other.is_number(),
+                        };
+                        if numbers {
+                            out.push(here.clone());
+                        }
+                    }
+                    numbered_stderr(x, &here, out);
+                }
+            }
+            serde_json::Value::Array(a) => {
+                for (i, x) in a.iter().enumerate() {
+                    numbered_stderr(x, &format!("{path}[{i}]"), out);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut found = Vec::new();
+    numbered_stderr(&json, "", &mut found);
+    assert!(
+        found.is_empty(),
+        "standard errors with a value from one repetition: {:?}",
+        &found[..found.len().min(5)]
+    );
     let (agg, _) = one_repetition("experiments/tcc.toml", "Det,Ens");
     assert!(agg.contains(",accuracy,"), "{agg}");
     assert_no_stderr(&agg, "tcc");

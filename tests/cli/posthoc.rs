@@ -33,6 +33,37 @@ fn the_posthoc_study_runs_and_reports_what_it_promises() {
         // A quarter of the 1000 training points is held out for calibration.
         assert_eq!(all(m, "calibration_points"), Some(250.0), "{m}");
     }
+    // Each wrapper's joint is its base's (calibration changes only the intervals of y): the
+    // summary says so and the report's joint column names it, beside the bases' own kinds.
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    for (m, kind, of_base) in [
+        ("Ens", "draws", false),
+        ("BD", "draws", false),
+        ("Ens+conformal", "draws", true),
+        ("EnsNLL+conformal", "draws", true),
+        ("EnsNLL+std", "draws", true),
+        ("EnsNLL+isotonic", "draws", true),
+        ("BD+conformal", "draws", true),
+    ] {
+        assert_eq!(methods[m]["joint_kind"], kind, "{m}");
+        assert_eq!(
+            methods[m]
+                .get("joint_of_base")
+                .and_then(|v| v.as_bool())
+                .unwrap_or(false),
+            of_base,
+            "{m}"
+        );
+        let label = if of_base {
+            format!("{kind} of its base")
+        } else {
+            kind.to_string()
+        };
+        assert!(
+            report.contains(&format!("| {m} | {label} |")),
+            "report.md lacks `| {m} | {label} |`"
+        );
+    }
     // W2 to the exact posterior, per point, from the repetition files: for two normals it is
     // √(Δmean² + Δsd²) exactly (the anchor is normal here, σ known), checked on every method
     // whose f is normal (at least two of them, so the check cannot pass by skipping them all;

@@ -47,7 +47,8 @@ impl Method for Blr {
 
 /// Bayesian linear regression under the Gaussian prior N(0, σ_p²) on the coefficients of the
 /// features that vary over the training inputs (the intercept keeps the flat prior), σ known
-/// ([`Anchor::with_gaussian_prior`]): the exact reference of the methods with that prior
+/// ([`Anchor::with_gaussian_prior`]; where σ is known only up to scale, the flat fit's σ̂
+/// plugged in: [`plug_in`]): the exact reference of the methods with that prior
 /// (ensemble+ and SG-MCMC with `prior_sd`). Not the anchor: it is a method of the spec
 /// (`kind = "BLRGaussian"`, `prior_sd`), scored against the anchor like every other.
 #[derive(Debug, Clone)]
@@ -90,6 +91,11 @@ impl Method for GaussianBlr {
         Some(task.features?.p)
     }
 
+    fn check(&self, task: &Task<'_>, _levels: &[f64]) -> Result<(), MethodError> {
+        task.validate()?;
+        features(task, &self.name).map(|_| ())
+    }
+
     fn run(
         &self,
         task: &Task<'_>,
@@ -101,8 +107,94 @@ impl Method for GaussianBlr {
     }
 }
 
+/// A posterior as a method's prediction: its mean, sd (normal, or Student t with its degrees
+/// of freedom), Gaussian joint of rank p and training fit.
+fn prediction(post: crate::posterior::Posterior, p: usize) -> Prediction {
+    Prediction {
+        family: match post.dof {
+            None => Family::Normal,
+            Some(dof) => Family::StudentT { dof },
+        },
+        mean: post.mean,
+        std: post.std,
+        extra: Extra::joint(Some(FactorJoint {
+            factor: post.factor,
+            rank: p,
+        })),
+        train_mean: Some(post.fitted),
+        ..Prediction::default()
+    }
+}
+
+/// The task's features, which an exact posterior needs.
+fn features<'a>(task: &Task<'a>, name: &str) -> Result<uqbench_core::Features<'a>, MethodError> {
+    task.features.ok_or_else(|| {
+        MethodError::invalid(
+            name,
+            "a problem without declared features",
+            "a problem linear in known features (a surrogate or classification problem \
+             has no exact posterior)",
+        )
+    })
+}
+
+/// The Gaussian-prior posterior where σ is known only up to its scale (`sigma_known = false`):
+/// per repetition, the scale from the flat-prior fit's residuals (the anchor's unbiased
+/// σ̂² = RSS/(N − p), in units of σ(x)'s shape) is plugged in, and the posterior is the
+/// Gaussian-prior one at that σ: normal given σ̂, not exact (σ's own uncertainty is not
+/// integrated out, which the Gaussian prior's non-conjugacy would need). Recorded per
+/// repetition as the scalar `plug_in_noise_scale`.
+fn plug_in(
+    task: &Task<'_>,
+    name: &str,
+    f: uqbench_core::Features<'_>,
+    prior_sd: f64,
+    progress: &(dyn Fn(usize) + Sync),
+) -> Result<Vec<Prediction>, MethodError> {
+    let (seeds, noise) = (&task.seeds, &task.noise);
+    let failed = |e: crate::error::AnchorError| MethodError::Failed(format!("{name}: {e}"));
+    let flat = Anchor::from_features(
+        f.p,
+        f.train,
+        noise.train,
+        f.test,
+        noise.test,
+        false,
+        &seeds.experiment,
+        &seeds.setting,
+    )
+    .map_err(failed)?;
+    task.y_train
+        .iter()
+        .enumerate()
+        .map(|(k, y)| {
+            let scale = flat.noise_scale(y).map_err(failed)?;
+            let train: Vec<f64> = noise.train.iter().map(|s| s * scale).collect();
+            let test: Vec<f64> = noise.test.iter().map(|s| s * scale).collect();
+            let fit = Anchor::with_gaussian_prior(
+                f.p,
+                f.train,
+                &train,
+                f.test,
+                &test,
+                prior_sd,
+                &seeds.experiment,
+                &seeds.setting,
+            )
+            .map_err(failed)?;
+            let post = fit.posterior(y).map_err(failed)?;
+            progress(k + 1);
+            Ok(Prediction {
+                noise_std: Some(test),
+                scalars: BTreeMap::from([("plug_in_noise_scale".to_string(), scale)]),
+                ..prediction(post, f.p)
+            })
+        })
+        .collect()
+}
+
 /// The exact posterior per repetition: flat prior (`prior_sd` `None`), or the Gaussian prior
-/// with σ known.
+/// with σ known (σ known up to scale: [`plug_in`]).
 fn exact(
     task: &Task<'_>,
     name: &str,
@@ -110,14 +202,7 @@ fn exact(
     progress: &(dyn Fn(usize) + Sync),
 ) -> Result<Vec<Prediction>, MethodError> {
     task.validate()?;
-    let f = task.features.ok_or_else(|| {
-        MethodError::invalid(
-            name,
-            "a problem without declared features",
-            "a problem linear in known features (a surrogate or classification problem \
-             has no exact posterior)",
-        )
-    })?;
+    let f = features(task, name)?;
     let (seeds, noise) = (&task.seeds, &task.noise);
     let fit = match prior_sd {
         None => Anchor::from_features(
@@ -130,14 +215,7 @@ fn exact(
             &seeds.experiment,
             &seeds.setting,
         ),
-        Some(_) if !noise.known => {
-            return Err(MethodError::invalid(
-                format!("{name}.prior_sd"),
-                prior_sd.unwrap_or_default(),
-                "a problem with sigma_known = true: the Gaussian-prior posterior is for a \
-                 known σ",
-            ))
-        }
+        Some(sd) if !noise.known => return plug_in(task, name, f, sd, progress),
         Some(sd) => Anchor::with_gaussian_prior(
             f.p,
             f.train,
@@ -161,19 +239,7 @@ fn exact(
             Ok(Prediction {
                 noise_std: (!noise.known).then(|| post.noise_std.clone()),
                 noise_known: noise.known,
-                family: match post.dof {
-                    None => Family::Normal,
-                    Some(dof) => Family::StudentT { dof },
-                },
-                mean: post.mean,
-                std: post.std,
-                extra: Extra::joint(Some(FactorJoint {
-                    factor: post.factor,
-                    rank: f.p,
-                })),
-                train_mean: Some(post.fitted),
-                scalars: BTreeMap::new(),
-                ..Prediction::default()
+                ..prediction(post, f.p)
             })
         })
         .collect()

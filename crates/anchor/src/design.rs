@@ -200,6 +200,27 @@ pub enum DesignSpec {
     },
 }
 
+impl DesignSpec {
+    /// Whether `self` and `other` draw their points from the same distribution (uniform in
+    /// the same box, or the same mixture), whatever their number of points. Grids, diagonals
+    /// and explicit points are laid out, not drawn: never.
+    pub fn same_distribution(&self, other: &DesignSpec) -> bool {
+        match (self, other) {
+            (
+                DesignSpec::Uniform { low, high, .. },
+                DesignSpec::Uniform {
+                    low: l2, high: h2, ..
+                },
+            ) => low == l2 && high == h2,
+            (
+                DesignSpec::Mixture { components, .. },
+                DesignSpec::Mixture { components: c2, .. },
+            ) => components == c2,
+            _ => false,
+        }
+    }
+}
+
 /// Which part of the input space a test point lies in, relative to the training design.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -382,6 +382,17 @@ impl Anchor {
         self.condition
     }
 
+    /// σ's scale as the Student-t posterior estimates it from `y`: √(RSS_w/(N − p)) of the
+    /// residuals weighted by 1/σ(x)'s shape (the unbiased estimate, in units of that shape);
+    /// 1 where σ is known.
+    pub fn noise_scale(&self, y: &[f64]) -> Result<f64, AnchorError> {
+        let post = self.posterior(y)?;
+        Ok(match (post.noise_std.first(), self.test_sigma.first()) {
+            (Some(s), Some(shape)) if *shape > 0.0 => s / shape,
+            _ => 1.0,
+        })
+    }
+
     /// The posterior for training targets `y`.
     pub fn posterior(&self, y: &[f64]) -> Result<Posterior, AnchorError> {
         if y.len() != self.n {

@@ -11,9 +11,11 @@
 //!   for exchangeable points with continuous scores (MAPIE's and crepes' split conformal
 //!   regressor use the same order statistic).
 //! - [`CalibrationRule::StdScaling`] (uncertainty-toolbox's std recalibration with its `nll`
-//!   criterion): one factor c on the predictive sd that maximises the Gaussian likelihood of
-//!   the held-out points, c² = mean z_i² (the closed form of argmin_c Σ log c + z_i²/(2c²));
-//!   the interval is ±c·q_level of the base's family (normal, or its Student t).
+//!   criterion): one factor c on the predictive sd that maximises the likelihood of the
+//!   held-out points under the base's family: for a normal c² = mean z_i² (the closed form of
+//!   argmin_c Σ log c + z_i²/(2c²)), for a Student t_ν the t's maximum-likelihood scale (an
+//!   EM fixed point, `Calibration::std_scaling_factor`); the interval is ±c·q_level of that
+//!   family.
 //! - [`CalibrationRule::Isotonic`] (Kuleshov et al. 2018): the base's CDF values (PIT)
 //!   p_i = F(z_i) are mapped to their observed frequencies by isotonic regression. The PITs,
 //!   sorted, are already monotone in their frequencies j/(n + 1), so the isotonic fit is the
@@ -43,7 +45,8 @@ pub struct QuantileBand {
 pub enum CalibrationRule {
     /// Split conformal prediction: ± the conformal quantile of |z|.
     Conformal,
-    /// Std scaling: ± c·q with c² = mean z².
+    /// Std scaling: ± c·q with c the residuals' maximum-likelihood scale (c² = mean z² for a
+    /// normal base).
     StdScaling,
     /// Isotonic recalibration of the predictive CDF.
     Isotonic,
@@ -102,7 +105,7 @@ pub struct Calibration {
 
 /// The index k (1-based) of split conformal's order statistic at `level` among `n` scores,
 /// ⌈(n + 1)·level⌉, or an error naming the calibration size the level needs.
-fn conformal_rank(n: usize, level: f64) -> Result<usize, MethodError> {
+pub fn conformal_rank(n: usize, level: f64) -> Result<usize, MethodError> {
     // A little slack so that (n + 1)·level landing on an integer in exact arithmetic is not
     // pushed up by rounding.
     let k = ((n as f64 + 1.0) * level - 1e-9).ceil() as usize;
@@ -200,7 +203,7 @@ impl Calibration {
                 "a rule with offsets: its intervals come from Calibration::interval",
             )),
             CalibrationRule::StdScaling => {
-                let c = (self.residuals.iter().map(|z| z * z).sum::<f64>() / n as f64).sqrt();
+                let c = self.std_scaling_factor();
                 let q = self.quantile(0.5 + level / 2.0);
                 Ok((-c * q, c * q))
             }
@@ -279,18 +282,43 @@ impl Calibration {
                         kth_smallest(s, conformal_rank(s.len(), 0.9).ok()?),
                     ))
                 }),
-            CalibrationRule::StdScaling => {
-                let n = self.residuals.len() as f64;
-                Some((
-                    "std_scaling_factor",
-                    (self.residuals.iter().map(|z| z * z).sum::<f64>() / n).sqrt(),
-                ))
-            }
+            CalibrationRule::StdScaling => Some(("std_scaling_factor", self.std_scaling_factor())),
             _ => self
                 .offsets(0.9)
                 .ok()
                 .map(|(a, b)| ("calibrated_half_width_0.9", (b - a) / 2.0)),
         }
+    }
+
+    /// Std scaling's factor c: the maximum-likelihood scale of the held-out residuals under
+    /// the base's own standard shape. Normal: c² = mean z², the closed form of
+    /// argmin_c Σ log c + z_i²/(2c²) (uncertainty-toolbox's `nll` criterion). Student t_ν: the
+    /// NLL is Σ log c + (ν+1)/2 · log(1 + z_i²/(ν c²)); setting its derivative in c to 0 gives
+    /// n = (ν+1) Σ z_i²/(ν c² + z_i²), i.e. c² = (1/n) Σ w_i z_i² with weights
+    /// w_i = (ν+1)/(ν + z_i²/c²): the EM fixed point of a t's scale, iterated from the normal
+    /// fit (each step lowers the NLL; it converges to the unique optimum). The normal
+    /// formula on a t base would set c² = E z² = ν/(ν−2) for an already calibrated t_ν and
+    /// widen it by √(ν/(ν−2)).
+    fn std_scaling_factor(&self) -> f64 {
+        let z = &self.residuals;
+        let n = z.len() as f64;
+        let mut c2 = z.iter().map(|z| z * z).sum::<f64>() / n;
+        let Some(nu) = self.dof.filter(|_| c2 > 0.0) else {
+            return c2.sqrt();
+        };
+        for _ in 0..1000 {
+            let next = z
+                .iter()
+                .map(|z| (nu + 1.0) * z * z / (nu + z * z / c2))
+                .sum::<f64>()
+                / n;
+            let done = (next - c2).abs() <= 1e-14 * c2;
+            c2 = next;
+            if done {
+                break;
+            }
+        }
+        c2.sqrt()
     }
 
     fn cdf(&self, z: f64) -> f64 {
@@ -317,8 +345,11 @@ impl Calibration {
     /// exactly), kept within the segment's residuals; where they are not (residuals so far in
     /// a tail of the base that F rounds them to 0 or 1 alike) the map is interpolated linearly
     /// in z between the two calibration residuals. Past the last calibration residual (a
-    /// level beyond n/(n + 1), or every residual saturated on that side) the interval ends at
-    /// that residual: no calibration point says how far the tail reaches beyond it.
+    /// level beyond n/(n + 1)) the map runs on to the knot (1, 1) (or from (0, 0)), as
+    /// Kuleshov et al.'s does: the base's own tail beyond that residual, its PIT stretched
+    /// linearly over the remaining frequency; only where the base's PITs saturate there (F
+    /// rounds the residual and everything past it to 1, or to 0) does the interval end at the
+    /// residual.
     fn isotonic_offset(&self, sorted: &[f64], q: f64) -> f64 {
         let n = sorted.len() as f64;
         let cdf = |z: f64| match z {
@@ -400,6 +431,37 @@ mod tests {
     }
 
     #[test]
+    fn std_scaling_of_a_student_t_base_fits_the_t_scale() {
+        // Residuals drawn from a calibrated t_5 (scale 1): the t fit's factor is 1 up to its
+        // sampling error, sd(log ĉ) = √((ν+3)/(2νn)) from the t's Fisher information for a
+        // log scale, 2ν/(ν+3) per point: √(8/(10·20 000)) = 0.0063; checked at 5 sds. The
+        // normal formula would give √(ν/(ν−2)) = 1.29 (widening a calibrated base).
+        let mut rng = Rng::new(11);
+        let nu = 5.0;
+        let z: Vec<f64> = (0..20_000)
+            .map(|_| {
+                let chi2: f64 = (0..5).map(|_| rng.normal().powi(2)).sum();
+                rng.normal() / (chi2 / nu).sqrt()
+            })
+            .collect();
+        let mut c = calibration(CalibrationRule::StdScaling, z);
+        c.dof = Some(nu);
+        let f = c.std_scaling_factor();
+        assert!(f.ln().abs() < 5.0 * 0.0063, "factor {f}");
+        // The optimum of the t likelihood: larger NLL at f·1.01 and f/1.01.
+        let nll = |s: f64| {
+            c.residuals
+                .iter()
+                .map(|z| s.ln() + (nu + 1.0) / 2.0 * (1.0 + z * z / (nu * s * s)).ln())
+                .sum::<f64>()
+        };
+        assert!(nll(f * 1.01) > nll(f) && nll(f / 1.01) > nll(f));
+        // Its interval is ±f·t_5 quantile.
+        let (a, b) = c.offsets(0.9).unwrap();
+        assert!((b - f * 2.015_048_373).abs() < 1e-6 && (a + b).abs() < 1e-12);
+    }
+
+    #[test]
     fn recalibrations_reach_nominal_coverage_on_fresh_draws() {
         // The base claims sd 1 but the residuals have sd 2.5 and a shift of 0.5: recalibrated
         // on n = 2000 points, the 80% interval covers fresh residuals with probability
@@ -469,7 +531,14 @@ mod tests {
             let got = c.isotonic_offset(&z, q);
             assert!((got - phi.inverse_cdf(p)).abs() < 1e-9, "q {q}: {got}");
         }
-        // Saturated neighbours are interpolated in z; past the last residual it is the end.
+        // Past the last residual the map runs on to (1, 1): with PITs 0.2 and 0.6 (n = 2),
+        // q = 0.9 lies between (0.6, 2/3) and (1, 1), at t = (0.9 − 2/3)/(1/3) = 0.7, so
+        // p = 0.6 + 0.4·0.7 = 0.88, beyond the last residual Φ⁻¹(0.6); and symmetrically
+        // below the first, q = 0.1 → p = 0.2·0.3 = 0.06.
+        assert!((c.isotonic_offset(&z, 0.9) - phi.inverse_cdf(0.88)).abs() < 1e-9);
+        assert!((c.isotonic_offset(&z, 0.1) - phi.inverse_cdf(0.06)).abs() < 1e-9);
+        // Saturated neighbours are interpolated in z; past a saturated last residual it is the
+        // end.
         let far = vec![-2e4, -1e4, 1e4, 3e4];
         let c = calibration(CalibrationRule::Isotonic, far.clone());
         assert!((c.isotonic_offset(&far, 0.3) - -15_000.0).abs() < 1e-6);

@@ -398,6 +398,23 @@ pub trait Method: Send + Sync {
         None
     }
 
+    /// Checks what the method needs of `task` before anything trains (a noise sd it takes as
+    /// known against the problem's, draws against epochs, …), with the errors `run` would
+    /// give: `uqbench check` and the start of a run call it for every setting, so that a
+    /// configuration error surfaces in the first second, not after hours. `levels`: every
+    /// interval level the run scores (its levels and 0.95). By default nothing beyond the task
+    /// itself.
+    fn check(&self, task: &Task<'_>, _levels: &[f64]) -> Result<(), MethodError> {
+        task.validate()
+    }
+
+    /// The central levels of the quantile bands its intervals of y come from (quantile
+    /// regression and CQR); None for a method with a predictive distribution. A run's levels
+    /// (and 0.95) must be among them.
+    fn band_levels(&self) -> Option<Vec<f64>> {
+        None
+    }
+
     /// Trains and predicts. `progress` receives the number of replicas finished.
     fn run(
         &self,

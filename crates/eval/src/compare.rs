@@ -261,10 +261,10 @@ pub struct PairRecord {
     pub p_value: f64,
     /// Holm-adjusted p-value within the setting (every unordered pair one hypothesis).
     pub p_holm: f64,
-    /// Bootstrap P(a's mean < b's mean).
-    pub prob_a_lower: f64,
-    /// Minimum detectable difference (5% two-sided, 80% power).
-    pub mdd: f64,
+    /// The share of paired-bootstrap resamples with a's mean below b's (not a probability).
+    pub boot_share_a_lower: f64,
+    /// Minimum detectable difference of the unadjusted test (5% two-sided, 80% power).
+    pub mdd_unadjusted: f64,
     /// Repetitions paired (both values finite).
     pub k: usize,
 }
@@ -431,8 +431,8 @@ fn compare_setting(
                     p.t_low,
                     p.t_high,
                     p.p_value,
-                    p.prob_a_lower,
-                    p.mdd,
+                    p.boot_share_a_lower,
+                    p.mdd_unadjusted,
                 )
             } else {
                 // Fewer than two paired repetitions: nothing to test (the record says k).
@@ -445,7 +445,9 @@ fn compare_setting(
     let adjusted = holm(&unordered.iter().map(|u| u.2 .4).collect::<Vec<_>>());
     let mut pairs = Vec::new();
     let mut separated: BTreeSet<(&str, &str)> = BTreeSet::new();
-    for ((a, b, (diff, se, lo, hi, p, prob, mdd), k), p_holm) in unordered.iter().zip(&adjusted) {
+    for ((a, b, (diff, se, lo, hi, p, prob, mdd_unadjusted), k), p_holm) in
+        unordered.iter().zip(&adjusted)
+    {
         if *p_holm <= ALPHA {
             separated.insert((a, b));
             separated.insert((b, a));
@@ -462,8 +464,8 @@ fn compare_setting(
             t_high: hi,
             p_value: *p,
             p_holm: *p_holm,
-            prob_a_lower: prob,
-            mdd: *mdd,
+            boot_share_a_lower: prob,
+            mdd_unadjusted: *mdd_unadjusted,
             k: *k,
         };
         pairs.push(record(a, b, 1.0, *prob, *lo, *hi));

@@ -43,16 +43,16 @@ fn pairs_rank_and_mirror() {
     let ba = pair(&c, "B", "A");
     assert_eq!(ab.k, 30);
     assert!((ab.diff + 1.0).abs() < 0.05, "{}", ab.diff);
-    assert!(ab.p_holm < 1e-10 && ab.prob_a_lower == 1.0);
+    assert!(ab.p_holm < 1e-10 && ab.boot_share_a_lower == 1.0);
     assert_eq!(
         (ba.diff, ba.t_low, ba.t_high),
         (-ab.diff, -ab.t_high, -ab.t_low)
     );
     assert_eq!(
-        (ba.p_value, ba.p_holm, ba.mdd),
-        (ab.p_value, ab.p_holm, ab.mdd)
+        (ba.p_value, ba.p_holm, ba.mdd_unadjusted),
+        (ab.p_value, ab.p_holm, ab.mdd_unadjusted)
     );
-    assert!((ba.prob_a_lower + ab.prob_a_lower - 1.0).abs() < 1e-12);
+    assert!((ba.boot_share_a_lower + ab.boot_share_a_lower - 1.0).abs() < 1e-12);
     // A vs C: the mean difference is exactly 0 (alternating ±0.01): p = 1.
     let ac = pair(&c, "A", "C");
     assert!(ac.diff.abs() < 1e-12 && ac.p_value > 0.99, "{ac:?}");

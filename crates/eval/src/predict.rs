@@ -3,8 +3,8 @@
 //! `run.noise`, the validation inputs are predicted after the test inputs and split off, and
 //! a method without a noise model gets the run's noise estimate.
 
-use uqbench_anchor::{Anchor, Posterior, Problem, SeedPath, Setting, ANCHOR};
-use uqbench_core::{Compute, Method, Prediction, SeedBase};
+use uqbench_anchor::{Anchor, Posterior, Problem, SeedPath, Setting, TaskData, ANCHOR};
+use uqbench_core::{Compute, Method, Prediction, SeedBase, Task};
 
 use crate::bail;
 use crate::draws::{self, DrawFormat};
@@ -60,6 +60,94 @@ pub fn predict(
     Ok(out)
 }
 
+/// The data of a block of repetitions as a method gets it, with the run's settings that shape
+/// it: shared by [`predict_block`] and [`check_method`], so that a check sees the task a run
+/// would train on.
+struct Block<'s> {
+    levels: &'s [f64],
+    source: NoiseSource,
+    epochs: usize,
+    /// With the validation-set noise estimate, the validation inputs are predicted after the
+    /// test inputs and split off from the predictions.
+    with_validation: bool,
+    data: TaskData,
+}
+
+impl<'s> Block<'s> {
+    fn new(
+        spec: &'s ExperimentSpec,
+        setting: &Setting,
+        problem: &Problem,
+        reps: &[u64],
+    ) -> Result<Block<'s>> {
+        // A spec without [run] (scored, not run) has no levels, the known noise, and no
+        // training.
+        let (levels, source, epochs) = match &spec.run {
+            Some(run) => (&run.levels[..], run.noise, spec.epochs(setting)?),
+            None => (&[][..], NoiseSource::Known, 1),
+        };
+        let classification = Track::of(problem) == Track::Classification;
+        let with_validation = source == NoiseSource::Validation && !classification;
+        if with_validation && problem.validation.is_none() {
+            bail!(
+                "run.noise = \"validation\": {} has no validation set",
+                problem.display_name()
+            );
+        }
+        Ok(Block {
+            levels,
+            source,
+            epochs,
+            with_validation,
+            data: problem.task_data(reps, with_validation),
+        })
+    }
+
+    fn task(&self, spec: &ExperimentSpec, setting: &Setting) -> Task<'_> {
+        self.data.task(
+            self.epochs,
+            SeedBase {
+                base: spec.seed,
+                experiment: spec.name.clone(),
+                setting: setting.label(),
+            },
+        )
+    }
+}
+
+/// Checks `method`'s configuration against `setting`'s problem before anything trains: the
+/// method's own checks on the task it would get (repetition 0's: the data's shape, the noise,
+/// the epochs), and for a method whose intervals of y are quantile bands, that they include
+/// every level the summaries score (the run's levels and 0.95). What fails here would fail
+/// `predict` with the same message, after the methods before it had trained.
+pub fn check_method(
+    spec: &ExperimentSpec,
+    setting: &Setting,
+    problem: &Problem,
+    method: &dyn Method,
+) -> Result<()> {
+    let block = Block::new(spec, setting, problem, &[0])?;
+    let task = block.task(spec, setting);
+    let context = || format!("method {} at {}", method.name(), problem.display_name());
+    let levels = block.levels;
+    let scored = summary::with_coverage_level(levels);
+    method.check(&task, &scored).with_context(context)?;
+    if let Some(bands) = method.band_levels() {
+        if let Some(level) = scored
+            .iter()
+            .find(|&&l| !bands.iter().any(|b| (b - l).abs() < 1e-9))
+        {
+            bail!(
+                "{}: levels = {bands:?} has no band at level {level}, which the run scores (its \
+                 levels {levels:?} and 0.95); valid: leave `levels` out (the run's are taken), \
+                 or list every one of {scored:?}",
+                method.name()
+            );
+        }
+    }
+    Ok(())
+}
+
 /// [`predict`] for repetitions that share their inputs.
 fn predict_block(
     spec: &ExperimentSpec,
@@ -72,29 +160,10 @@ fn predict_block(
 ) -> Result<Vec<Predicted>> {
     let track = Track::of(problem);
     let classification = track == Track::Classification;
-    // A spec without [run] (scored, not run) has no levels, the known noise, and no training.
-    let (levels, source, epochs) = match &spec.run {
-        Some(run) => (&run.levels[..], run.noise, spec.epochs(setting)?),
-        None => (&[][..], NoiseSource::Known, 1),
-    };
-    // With the validation-set noise estimate, the validation inputs are predicted after the
-    // test inputs and split off below.
-    let with_validation = source == NoiseSource::Validation && !classification;
-    if with_validation && problem.validation.is_none() {
-        bail!(
-            "run.noise = \"validation\": {} has no validation set",
-            problem.display_name()
-        );
-    }
-    let data = problem.task_data(reps, with_validation);
-    let task = data.task(
-        epochs,
-        SeedBase {
-            base: spec.seed,
-            experiment: spec.name.clone(),
-            setting: setting.label(),
-        },
-    );
+    let block = Block::new(spec, setting, problem, reps)?;
+    let (levels, source, with_validation) = (block.levels, block.source, block.with_validation);
+    let data = &block.data;
+    let task = block.task(spec, setting);
     let total = (reps.len() * method.replicas_per_repetition()) as f64;
     let context = || format!("method {} at {}", method.name(), problem.display_name());
     // Classification needs every member's or pass's logits; the joint metrics and the draws

@@ -45,6 +45,8 @@ pub struct Header<'a> {
     pub noise: NoiseSource,
     /// The problem's track.
     pub track: Track,
+    /// An incomplete run's unfinished (method, setting) pairs, left out of the report.
+    pub missing: &'a [String],
 }
 
 /// Writes `report.md` into `dir`.
@@ -56,6 +58,16 @@ pub fn write(
 ) -> Result<()> {
     let mut md = String::new();
     let _ = writeln!(md, "# uqbench run: {}\n", header.name);
+    if !header.missing.is_empty() {
+        let _ = writeln!(
+            md,
+            "> **Incomplete run.** This report covers only the (method, setting) pairs whose \
+             repetitions all finished. Not finished, and left out of every table and figure: \
+             {}. Continue the run with `uqbench run … --resume` (or merge its shards), then \
+             `uqbench report` again.\n",
+            header.missing.join("; ")
+        );
+    }
     if !header.description.is_empty() {
         let _ = writeln!(md, "{}\n", header.description);
     }
@@ -98,14 +110,26 @@ pub fn write(
         .settings
         .iter()
         .any(|s| s.test.design.as_deref() == Some(uqbench_eval::summary::RANDOM));
+    let as_train = summary
+        .settings
+        .iter()
+        .all(|s| s.test.test_as_train != Some(false));
     let _ = writeln!(
         md,
         "{}\n",
-        if random {
+        if random && as_train {
             "Inputs: random (`design = \"random\"`). Every repetition drew its own training and \
-             test inputs, so a mean over repetitions is marginal over x and y. Per-point \
-             metrics pool each test slot over repetitions (quantile bins along x, at the slot's \
-             mean position), and [004]'s per-point Brier scores are left out."
+             test inputs, the test inputs from the training design, so a mean over repetitions \
+             is marginal over x and y. Per-point metrics pool each test slot over repetitions \
+             (quantile bins along x, at the slot's mean position), and [004]'s per-point Brier \
+             scores are left out."
+        } else if random {
+            "Inputs: random (`design = \"random\"`). Every repetition drew its own training and \
+             test inputs, the test inputs from a test design other than the training design, \
+             so a mean over repetitions averages over the training inputs, y and the test \
+             design's inputs: it is not the risk marginal over the training distribution of x. \
+             Per-point metrics pool each test slot over repetitions (quantile bins along x, at \
+             the slot's mean position), and [004]'s per-point Brier scores are left out."
         } else {
             "Inputs: fixed. Each setting drew its inputs once and the repetitions redraw only the \
              targets, so every mean over repetitions is conditional on those inputs, and its ± \
@@ -238,10 +262,16 @@ fn joint_tables(md: &mut String, methods: &[String], summary: &Summary) {
         {
             let all = m.aggregate.get(names::ALL);
             let kind = m.joint_kind.map_or("–".to_string(), |k| {
-                serde_json::to_value(k)
+                let kind = serde_json::to_value(k)
                     .ok()
                     .and_then(|v| v.as_str().map(String::from))
-                    .unwrap_or_default()
+                    .unwrap_or_default();
+                // A calibration wrapper's joint is its base's (RepResult::joint_of_base).
+                if m.joint_of_base {
+                    format!("{kind} of its base")
+                } else {
+                    kind
+                }
             });
             let cells: Vec<String> = columns
                 .iter()

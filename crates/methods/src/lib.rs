@@ -11,6 +11,7 @@
 use uqbench_anchor::{Blr, GaussianBlr, Setting, ANCHOR};
 use uqbench_core::Method;
 use uqbench_eval::spec::ExperimentSpec;
+use uqbench_eval::summary::with_coverage_level;
 use uqbench_gp::Gp;
 use uqbench_models::{
     BatchEnsemble, BootstrapScheme, Der, DropoutKind, DropoutMethod, EnsMcd, EnsPrior, Ensemble,
@@ -213,6 +214,10 @@ pub const KINDS: &[(&str, Builder)] = &[
     ("CQR", cqr),
 ];
 
+/// The kinds whose intervals of y are quantile bands: their `levels` default to the run's
+/// (and 0.95, the coverage level every summary scores).
+pub const BANDS: &[&str] = &["QuantileRegression", "CQR"];
+
 /// The post-hoc kinds: they wrap the method of another table of the spec (`base`).
 pub const POSTHOC: &[&str] = &["Conformal", "Recalibrated"];
 
@@ -237,6 +242,16 @@ fn build_nested(
         .to_string();
     if !POSTHOC.contains(&kind.as_str()) {
         let mut table = table.unwrap_or_default();
+        if BANDS.contains(&kind.as_str()) && !table.contains_key("levels") {
+            // Its intervals of y are its bands: by default at the levels the run scores.
+            if let Some(run) = &spec.run {
+                let levels = with_coverage_level(&run.levels);
+                table.insert(
+                    "levels".into(),
+                    toml::Value::Array(levels.into_iter().map(toml::Value::Float).collect()),
+                );
+            }
+        }
         let features = match table.remove("inputs") {
             None => false,
             Some(toml::Value::String(s)) if s == "x" => false,

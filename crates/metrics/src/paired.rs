@@ -34,10 +34,12 @@ pub struct Paired {
     pub t_high: f64,
     /// Two-sided p-value of the paired t-test of "mean difference 0".
     pub p_value: f64,
-    /// Bootstrap probability that A's mean is below B's.
-    pub prob_a_lower: f64,
-    /// The smallest true mean difference the paired t-test at 5% detects with 80% power.
-    pub mdd: f64,
+    /// The share of paired-bootstrap resamples whose mean difference is below 0 (ties ½): a
+    /// description of the K values, not a calibrated probability (too extreme below K ≈ 20).
+    pub boot_share_a_lower: f64,
+    /// The smallest true mean difference the paired t-test at an unadjusted 5% detects with
+    /// 80% power.
+    pub mdd_unadjusted: f64,
 }
 
 /// The significance level of the interval, the tests and the detectable difference.
@@ -89,8 +91,8 @@ pub fn paired(a: &[f64], b: &[f64], resamples: usize, seed: u64) -> Result<Paire
         t_low: diff - half * stderr,
         t_high: diff + half * stderr,
         p_value,
-        prob_a_lower: bootstrap_below_zero(&d, resamples, seed),
-        mdd: (half + t.inverse_cdf(POWER)) * stderr,
+        boot_share_a_lower: bootstrap_below_zero(&d, resamples, seed),
+        mdd_unadjusted: (half + t.inverse_cdf(POWER)) * stderr,
     })
 }
 
@@ -152,7 +154,7 @@ mod tests {
         assert!((p.t_high - p.diff - 2.262157 * p.stderr).abs() < 1e-6);
         assert!((p.diff - p.t_low - 2.262157 * p.stderr).abs() < 1e-6);
         // MDD: (t.ppf(0.975, 9) + t.ppf(0.8, 9))·stderr = (2.262157 + 0.883404)·stderr.
-        assert!((p.mdd - 3.145561 * p.stderr).abs() < 1e-6);
+        assert!((p.mdd_unadjusted - 3.145561 * p.stderr).abs() < 1e-6);
     }
 
     /// B2: a difference the data do not settle (scipy: t = −1.35273, p = 0.20915).
@@ -167,9 +169,9 @@ mod tests {
         // at most ½·0.0036 = 0.0018. 4 sd + 0.0018 = 0.013.
         let p = paired(&A, &B2, 10_000, 7).unwrap();
         assert!(
-            (p.prob_a_lower - 0.912199).abs() < 0.013,
+            (p.boot_share_a_lower - 0.912199).abs() < 0.013,
             "{}",
-            p.prob_a_lower
+            p.boot_share_a_lower
         );
         assert!(
             (p.p_value - 0.20914542219471283).abs() < 1e-9,
@@ -178,7 +180,7 @@ mod tests {
         );
         // The reversed pair, same seed: exactly 1 − P (ties count ½).
         let q = paired(&B2, &A, 10_000, 7).unwrap();
-        assert!((p.prob_a_lower + q.prob_a_lower - 1.0).abs() < 1e-12);
+        assert!((p.boot_share_a_lower + q.boot_share_a_lower - 1.0).abs() < 1e-12);
         // Same seed, same answer; the reversed pair's difference and interval mirror.
         assert_eq!(p, paired(&A, &B2, 10_000, 7).unwrap());
         assert!((q.diff + p.diff).abs() < 1e-15 && (q.t_low + p.t_high).abs() < 1e-15);
@@ -188,10 +190,10 @@ mod tests {
     fn degenerate_and_bad_inputs() {
         // Every difference 0: p = 1, P = ½.
         let p = paired(&A, &A, 100, 1).unwrap();
-        assert_eq!((p.p_value, p.prob_a_lower, p.stderr), (1.0, 0.5, 0.0));
+        assert_eq!((p.p_value, p.boot_share_a_lower, p.stderr), (1.0, 0.5, 0.0));
         // A constant nonzero difference: p = 0, P = 1.
         let p = paired(&[1.0, 2.0, 3.0], &[1.5, 2.5, 3.5], 100, 1).unwrap();
-        assert_eq!((p.p_value, p.prob_a_lower), (0.0, 1.0));
+        assert_eq!((p.p_value, p.boot_share_a_lower), (0.0, 1.0));
         let e = paired(&A[..1], &B[..1], 100, 1).unwrap_err().to_string();
         assert!(e.contains("at least 2 repetitions"), "{e}");
         assert!(paired(&A, &B[..9], 100, 1).is_err());

@@ -16,6 +16,7 @@ pub fn inputs(x: &[f32], d: usize) -> DMatrix<f64> {
 }
 
 /// A trained network on the host: per layer W `[in, out]` (row-major) and b `[out]`.
+#[derive(Clone)]
 pub struct TrainedNet {
     /// Widths: input, hidden…, output (1).
     pub dims: Vec<usize>,
@@ -50,6 +51,34 @@ impl TrainedNet {
             .map(|&(i, o)| {
                 let s = sd(i);
                 let w = (0..i * o).map(|_| s * rng.normal()).collect();
+                (w, vec![0.0; o])
+            })
+            .unzip();
+        TrainedNet {
+            dims: shape.widths(),
+            w,
+            b,
+            slope: shape.negative_slope,
+        }
+    }
+
+    /// Weights drawn as haiku's default `Linear` initialiser draws them,
+    /// `TruncatedNormal(stddev = sd(fan_in))`: a normal with that sd truncated at ±2 sd (not
+    /// rescaled, so its own sd is 0.8796·sd), by rejection; biases 0.
+    pub fn truncated_normal(shape: &MlpShape, seed: u64, sd: impl Fn(usize) -> f64) -> TrainedNet {
+        let mut rng = Rng::new(seed);
+        let mut draw = || loop {
+            let z = rng.normal();
+            if z.abs() <= 2.0 {
+                return z;
+            }
+        };
+        let (w, b) = shape
+            .layers()
+            .iter()
+            .map(|&(i, o)| {
+                let s = sd(i);
+                let w = (0..i * o).map(|_| s * draw()).collect();
                 (w, vec![0.0; o])
             })
             .unzip();
@@ -300,6 +329,30 @@ impl TrainedNet {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn truncated_normal_weights_are_haikus_default() {
+        // haiku's TruncatedNormal(stddev = s): N(0, s²) cut at ±2s, not rescaled, so its sd is
+        // s·√(1 − 4φ(2)/(2Φ(2) − 1)) = 0.87962·s. 400·50 = 20 000 weights of fan-in 400
+        // (s = 0.05): the sample sd's relative error is about √((κ − 1)/(4n)) ≈ 0.003 (κ ≈
+        // 2.2, the truncated normal's kurtosis), checked at 1.5% (5 sds).
+        let shape = MlpShape {
+            d_in: 400,
+            hidden: vec![50],
+            d_out: 1,
+            negative_slope: 0.0,
+        };
+        let net = TrainedNet::truncated_normal(&shape, 3, |fan_in| (fan_in as f64).recip().sqrt());
+        let w = &net.w[0];
+        assert_eq!(w.len(), 20_000);
+        let sd = (w.iter().map(|v| v * v).sum::<f64>() / w.len() as f64).sqrt();
+        assert!((sd / (0.879_62 * 0.05) - 1.0).abs() < 0.015, "sd {sd}");
+        assert!(
+            w.iter().all(|v| v.abs() <= 2.0 * 0.05),
+            "a weight beyond ±2 sd"
+        );
+        assert!(net.b.iter().flatten().all(|&b| b == 0.0));
+    }
 
     #[test]
     fn the_batched_forward_is_the_pointwise_one() {

@@ -19,7 +19,9 @@ use uqbench_core::{Compute, Extra, Family, Method, MethodError, Prediction, Quan
 pub struct QuantileSettings {
     /// Members whose quantiles are averaged (1).
     pub members: usize,
-    /// The central levels of the bands (at most 4): the run's interval levels.
+    /// The central levels of the bands (at most 4). Left out in a spec, the run's interval
+    /// levels and 0.95 (what the summaries score: `uqbench_methods::build_for` sets them);
+    /// built without a spec, 0.5, 0.8, 0.9, 0.95.
     pub levels: Vec<f64>,
 }
 
@@ -74,6 +76,10 @@ impl QuantileNet {
 impl Method for QuantileNet {
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn band_levels(&self) -> Option<Vec<f64>> {
+        Some(self.config.levels.clone())
     }
 
     fn replicas_per_repetition(&self) -> usize {

@@ -8,8 +8,9 @@
 //! draws of f(x*), not its parameters.
 //!
 //! Target, per chain: p(θ | y) ∝ Π_n N(y_n | f_θ(x_n), σ²) · N(W | 0, σ_p² I) (labels: the
-//! Bernoulli likelihood), σ known (`noise_sd`: "known" or a number; the engine's L2 factor is
-//! λ = σ²/(N·σ_p²)) or learned (`noise_sd = "learn"`: p(θ, σ² | y) with HMC's InvGamma(1, 1)
+//! Bernoulli likelihood), σ known (`noise_sd`: "known" or a number, and the default where the
+//! problem's σ is a known constant; the engine's L2 factor is λ = σ²/(N·σ_p²)) or learned
+//! (`noise_sd = "learn"`, the default where it is not: p(θ, σ² | y) with HMC's InvGamma(1, 1)
 //! prior on σ², each chain's σ² Gibbs-sampled at every epoch's end and its weights moved at
 //! the current σ² with the step `step_size`·σ², as `engine::langevin` derives; the PI is then
 //! the mixture of N(f_s, σ_s²) over the draws, each with its chain's σ at that epoch, as
@@ -117,15 +118,23 @@ pub struct SgMcmcSettings {
     /// The chains' length in epochs (passes over the data), like HMC's `warmup + draws` a
     /// sampler setting: `run.epochs` when unset.
     pub epochs: Option<usize>,
-    /// ε (SGLD), η (SGHMC), or the cycles' ε₀ (1e-4; a step ε·λ_max/4 ≪ 1 keeps the O(ε)
-    /// bias small, λ_max the posterior precision's largest eigenvalue, of order N/σ²); with σ
-    /// learned, per unit σ² (the chain's step is ε·σ²).
-    pub step_size: f64,
+    /// ε (SGLD), η (SGHMC), or the cycles' ε₀; with σ learned, per unit σ² (the chain's step
+    /// is ε·σ²). Left out, the step whose drift is a plain gradient step of `DRIFT` (2e-3; for
+    /// the cycles, their peak) on the mean training loss: ε = 2·ℓ·σ²/N (SGLD), η = α·ℓ·σ²/N
+    /// (SGHMC, whose velocity reaches η/α times the gradient), σ² = 1 where σ is learned or
+    /// the likelihood is Bernoulli. What makes the dynamics diverge is ε·λ_max ≳ 4, λ_max the
+    /// posterior precision's largest eigenvalue, which is N/σ² times the mean loss's
+    /// curvature: a fixed ε diverges as N/σ² grows (N/σ² = 2 400 broke SGHMC at 1e-4), the
+    /// scaled one does not. Measured on E1 quick: SGLD diverges from ℓ ≈ 0.05 (7 of 20
+    /// repetitions), so 2e-3 leaves a factor 25; the cycles at ℓ₀ = 1e-2 diverged on E2
+    /// (docs/methods.md).
+    pub step_size: Option<f64>,
     /// SGHMC's friction α = 1 − momentum (0.1: Zhang et al.'s momentum 0.9).
     pub friction: f64,
     /// Prior sd σ_p of the weights (1, as HMC's).
     pub prior_sd: f64,
-    /// Noise sd: `"known"` (default), a number, or `"learn"`.
+    /// Noise sd: `"known"`, a number, or `"learn"`; left out, `"known"` where the problem's
+    /// σ is a known constant (and for labels), else `"learn"`.
     pub noise_sd: Option<SgNoise>,
     /// SGLD and SGHMC: the fraction of the epochs discarded as burn-in (0.5).
     pub burnin: f64,
@@ -147,7 +156,7 @@ impl Default for SgMcmcSettings {
         SgMcmcSettings {
             chains: 4,
             epochs: None,
-            step_size: 1e-4,
+            step_size: None,
             friction: 0.1,
             prior_sd: 1.0,
             noise_sd: None,
@@ -164,6 +173,19 @@ impl Default for SgMcmcSettings {
 /// SG-MCMC's settings: the network, `batch_size` (32 unless set; the full batch when it is
 /// N or more), and [`SgMcmcSettings`]; Adam's keys and `weight_decay` do not apply.
 pub type SgMcmcConfig = MethodConfig<SgMcmcSettings>;
+
+/// What [`SgMcmc::prepare`] decides before training.
+struct Prepared {
+    learn: bool,
+    bernoulli: bool,
+    sigma: f64,
+    n: usize,
+    settings: engine::TrainSettings,
+    epochs: Vec<usize>,
+}
+
+/// The default step's drift ℓ: a gradient step of ℓ on the mean training loss (SGLD, SGHMC).
+pub const DRIFT: f64 = 2e-3;
 
 /// Draws per chain when `draws` is unset and the sampling stage has as many epochs.
 pub const DEFAULT_DRAWS: usize = 100;
@@ -209,6 +231,13 @@ impl SgMcmc {
         if !(c.prior_sd.is_finite() && c.prior_sd > 0.0) {
             return bad("prior_sd", c.prior_sd.to_string(), "a positive sd");
         }
+        if let Some(s) = c.step_size.filter(|s| !(s.is_finite() && *s > 0.0)) {
+            return bad(
+                "step_size",
+                s.to_string(),
+                "a positive step, or unset for the step scaled to N/σ²",
+            );
+        }
         if let Some(wd) = c.optim.weight_decay {
             return bad(
                 "weight_decay",
@@ -224,14 +253,35 @@ impl SgMcmc {
             kind,
             config: config.clone(),
         };
-        probe.langevin(1.0, None).validate()?;
+        probe.langevin(1.0, None, probe.step(1.0)).validate()?;
         config.net.shape(1, 1).validate()?;
         Ok(probe)
     }
 
-    /// The dynamics for ∇U = `scale`·g, or with σ² learned (`noise`) each chain's own factors
-    /// (`Langevin::factors`).
-    fn langevin(&self, scale: f64, noise: Option<LearnedNoise>) -> Langevin {
+    /// The step: `step_size`, or the one whose drift is a gradient step of `DRIFT` on the
+    /// mean loss (the cycles' peak), `scale` being N/σ² (N where σ is learned, per unit σ²,
+    /// or for labels).
+    fn step(&self, scale: f64) -> f64 {
+        let c = &self.config;
+        if let Some(step) = c.step_size {
+            return step;
+        }
+        let sghmc = match self.kind {
+            SgKind::Sgld => false,
+            SgKind::Sghmc => true,
+            SgKind::Cyclical => c.dynamics == CyclicalDynamics::Sghmc,
+        };
+        // SGLD: θ moves by (ε/2)·scale·g; SGHMC: v settles at (η/α)·scale·g. The cycles' ε₀
+        // is their peak, from which the step falls to 0.
+        match sghmc {
+            false => 2.0 * DRIFT / scale,
+            true => c.friction * DRIFT / scale,
+        }
+    }
+
+    /// The dynamics for ∇U = `scale`·g at `step`, or with σ² learned (`noise`) each chain's
+    /// own factors (`Langevin::factors`).
+    fn langevin(&self, scale: f64, noise: Option<LearnedNoise>, step: f64) -> Langevin {
         let c = &self.config;
         let sghmc = Dynamics::Sghmc {
             friction: c.friction,
@@ -252,11 +302,73 @@ impl SgMcmc {
         };
         Langevin {
             dynamics,
-            step_size: c.step_size,
+            step_size: step,
             schedule,
             scale,
             noise,
         }
+    }
+
+    /// What `run` decides before training, with every configuration error it can give: σ's
+    /// treatment (learned where `noise_sd` says so, or where it is left out and the problem's
+    /// σ is not a known constant), the engine's settings, the draw epochs.
+    fn prepare(&self, task: &Task<'_>) -> Result<Prepared, MethodError> {
+        task.validate()?;
+        let c = &self.config;
+        let n = task.n_train();
+        let bernoulli = task.likelihood == Likelihood::Bernoulli;
+        let learn = match c.noise_sd {
+            Some(SgNoise::Learn) => true,
+            None => !bernoulli && task.known_sigma.is_none(),
+            Some(SgNoise::Fixed(_)) => false,
+        };
+        if learn && bernoulli {
+            return Err(MethodError::invalid(
+                format!("{}.noise_sd", self.name),
+                "\"learn\"",
+                "left out for a classification problem: its Bernoulli likelihood has no noise sd \
+                 to learn",
+            ));
+        }
+        let noise = match c.noise_sd {
+            Some(SgNoise::Fixed(t)) => Some(t),
+            _ => (!bernoulli).then_some(Tau::Known(uqbench_core::KnownSigma::Known)),
+        };
+        // With σ learned, σ = 1 in `scale` and λ: the dynamics use each chain's σ² instead,
+        // and λ only enters the reported final objective.
+        let sigma = match learn {
+            true => 1.0,
+            false => fixed_noise_sd(&self.name, noise, task, "learn")?.unwrap_or(1.0),
+        };
+        let (scale, lambda) = (
+            n as f64 / (sigma * sigma),
+            sigma * sigma / (n as f64 * c.prior_sd * c.prior_sd),
+        );
+        let learned = learn.then(|| LearnedNoise {
+            n,
+            prior_precision: 1.0 / (c.prior_sd * c.prior_sd),
+        });
+        let batch = c.optim.batch_size.unwrap_or(DEFAULT_BATCH);
+        let settings = engine::TrainSettings {
+            weight_decay: lambda,
+            likelihood: task.likelihood,
+            batching: if batch < n {
+                Batching::Shuffled { size: batch }
+            } else {
+                Batching::Full
+            },
+            langevin: Some(self.langevin(scale, learned, self.step(scale))),
+            ..c.optim.settings(c.epochs.unwrap_or(task.epochs), n)
+        };
+        let epochs = self.draw_epochs(&settings, n)?;
+        Ok(Prepared {
+            learn,
+            bernoulli,
+            sigma,
+            n,
+            settings,
+            epochs,
+        })
     }
 
     /// The epochs (0-based) whose end gives a draw (module docs).
@@ -377,6 +489,10 @@ impl Method for SgMcmc {
         Some(self.config.net.shape(task.d, 1).parameters())
     }
 
+    fn check(&self, task: &Task<'_>, _levels: &[f64]) -> Result<(), MethodError> {
+        self.prepare(task).map(|_| ())
+    }
+
     fn run(
         &self,
         task: &Task<'_>,
@@ -384,51 +500,16 @@ impl Method for SgMcmc {
         _keep_samples: bool,
         progress: &(dyn Fn(usize) + Sync),
     ) -> Result<Vec<Prediction>, MethodError> {
-        task.validate()?;
         let c = &self.config;
         let resources = &Resources::of(compute)?;
-        let n = task.n_train();
-        let bernoulli = task.likelihood == Likelihood::Bernoulli;
-        let learn = c.noise_sd == Some(SgNoise::Learn);
-        if learn && bernoulli {
-            return Err(MethodError::invalid(
-                format!("{}.noise_sd", self.name),
-                "\"learn\"",
-                "left out for a classification problem: its Bernoulli likelihood has no noise sd \
-                 to learn",
-            ));
-        }
-        let noise = match c.noise_sd {
-            Some(SgNoise::Fixed(t)) => Some(t),
-            _ => (!bernoulli).then_some(Tau::Known(uqbench_core::KnownSigma::Known)),
-        };
-        // With σ learned, σ = 1 in `scale` and λ: the dynamics use each chain's σ² instead,
-        // and λ only enters the reported final objective.
-        let sigma = match learn {
-            true => 1.0,
-            false => fixed_noise_sd(&self.name, noise, task, "learn")?.unwrap_or(1.0),
-        };
-        let (scale, lambda) = (
-            n as f64 / (sigma * sigma),
-            sigma * sigma / (n as f64 * c.prior_sd * c.prior_sd),
-        );
-        let learned = learn.then(|| LearnedNoise {
+        let Prepared {
+            learn,
+            bernoulli,
+            sigma,
             n,
-            prior_precision: 1.0 / (c.prior_sd * c.prior_sd),
-        });
-        let batch = c.optim.batch_size.unwrap_or(DEFAULT_BATCH);
-        let mut settings = engine::TrainSettings {
-            weight_decay: lambda,
-            likelihood: task.likelihood,
-            batching: if batch < n {
-                Batching::Shuffled { size: batch }
-            } else {
-                Batching::Full
-            },
-            langevin: Some(self.langevin(scale, learned)),
-            ..c.optim.settings(c.epochs.unwrap_or(task.epochs), n)
-        };
-        let epochs = self.draw_epochs(&settings, n)?;
+            mut settings,
+            epochs,
+        } = self.prepare(task)?;
         let (_, x_test) = task.inputs_f32(c.net.standardize);
         let x_test = host_net::inputs(&x_test, task.d);
         let shape = c.net.shape(task.d, 1);
@@ -464,7 +545,12 @@ impl Method for SgMcmc {
                 true => Noise::Draws(reps.clone().flat_map(|r| draws[r].sigmas.clone()).collect()),
                 false => Noise::Fixed((!bernoulli).then_some(sigma)),
             };
-            self.repetition(rows, diverged, noise, &out, reps, n)
+            let mut p = self.repetition(rows, diverged, noise, &out, reps, n);
+            if let Some(l) = &settings.langevin {
+                // The step the chains took (per unit σ² where σ is learned).
+                p.scalars.insert("step_size".into(), l.step_size);
+            }
+            p
         }))
     }
 }

@@ -108,6 +108,33 @@ impl Method for Calibrated {
         self.base.parameters(task)
     }
 
+    fn check(&self, task: &Task<'_>, levels: &[f64]) -> Result<(), MethodError> {
+        task.validate()?;
+        self.check_likelihood(task)?;
+        let held = held_out(&self.name, self.fraction, task)?;
+        if self.rule.conformal() {
+            // Split conformal's interval at each scored level needs ⌈(n + 1)·level⌉ ≤ n.
+            for &level in levels {
+                uqbench_core::calibration::conformal_rank(held.len(), level).map_err(|e| {
+                    MethodError::Failed(format!(
+                        "[methods.{}] calibration_fraction = {} holds out {} of the {} \
+                         training points: {e}",
+                        self.name,
+                        self.fraction,
+                        held.len(),
+                        task.n_train()
+                    ))
+                })?;
+            }
+        }
+        let split = Split::new(task, held);
+        self.base.check(&split.task(task), levels)
+    }
+
+    fn band_levels(&self) -> Option<Vec<f64>> {
+        self.base.band_levels()
+    }
+
     fn cost(&self, n_train: usize, epochs: usize) -> f64 {
         self.base.cost(
             ((1.0 - self.fraction) * n_train as f64).round() as usize,

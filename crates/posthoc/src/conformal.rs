@@ -41,6 +41,10 @@ pub struct Conformal {
 }
 
 impl Calibrator for Conformal {
+    fn conformal(&self) -> bool {
+        true
+    }
+
     fn describe(&self) -> &'static str {
         "split conformal prediction"
     }

@@ -12,6 +12,10 @@ use crate::Calibrator;
 pub struct Cqr;
 
 impl Calibrator for Cqr {
+    fn conformal(&self) -> bool {
+        true
+    }
+
     fn describe(&self) -> &'static str {
         "conformalised quantile regression"
     }

@@ -50,6 +50,16 @@ impl Method for FeatureInputs {
         self.base.cost(n_train, epochs)
     }
 
+    fn check(&self, task: &Task<'_>, levels: &[f64]) -> Result<(), MethodError> {
+        // What the features change (the inputs, their number) is checked by run; the rest of
+        // the base's configuration does not depend on them.
+        self.base.check(task, levels)
+    }
+
+    fn band_levels(&self) -> Option<Vec<f64>> {
+        self.base.band_levels()
+    }
+
     fn parameters(&self, task: &Task<'_>) -> Option<usize> {
         let f = task.features?;
         let d = varying_columns(f.train, f.p).len();

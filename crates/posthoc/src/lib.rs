@@ -49,6 +49,12 @@ pub trait Calibrator: Send + Sync {
     /// The likelihood the rule calibrates; a task of another is refused before training.
     fn likelihood(&self) -> Likelihood;
 
+    /// Whether its intervals are split-conformal order statistics of the held-out points,
+    /// which at level l need ⌈(n + 1)·l⌉ ≤ n of them (checked before training).
+    fn conformal(&self) -> bool {
+        false
+    }
+
     /// Calibrates one repetition: `out` is the base's prediction at the test inputs (the
     /// held-out points already split off), `cal` its prediction at the held-out points; the
     /// rule changes `out` in place (a [`uqbench_core::Calibration`], rescaled logits, scalars).

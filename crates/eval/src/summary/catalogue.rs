@@ -143,10 +143,13 @@ pub const METRICS: &[MetricInfo] = &[
     metric(n::DEVIATION_RATIO, Regression, Neither, COMPUTE)
         .column("deviation / BLR")
         .about("in-distribution deviation over the anchor's (the underfit check)"),
-    metric(n::FIT_RATIO, Regression, Lower, REP)
+    // Neither, not lower: a fit's training MSE is ≈ σ²·(1 − p_eff/N), and below that it
+    // overfits the noise; the target depends on the method's p_eff, which is not known.
+    metric(n::FIT_RATIO, Regression, Neither, REP)
         .column("fit ratio")
-        .about("training MSE over σ²: about 1 − p_eff/N for a good fit"),
-    metric(n::TRAIN_MSE, Regression, Lower, REP).about("training MSE of the mean prediction"),
+        .about("training MSE over σ²: about 1 − p_eff/N for a good fit, lower overfits"),
+    metric(n::TRAIN_MSE, Regression, Neither, REP)
+        .about("training MSE of the mean prediction (≈ σ²·(1 − p_eff/N) for a good fit)"),
     metric(n::CICF, Regression, Target, COMPUTE)
         .indexed(Index::Level)
         .figures(&["coverage_along", "coverage_hist"])

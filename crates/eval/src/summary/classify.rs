@@ -222,6 +222,22 @@ fn over_reps(v: &[f64]) -> Scalar {
     }
 }
 
+/// A method's flags: poor mixing, and the repetitions left out because training diverged.
+fn method_flags<'a>(
+    scalars: impl Iterator<Item = &'a BTreeMap<String, f64>> + Clone,
+    diverged: &[u64],
+    total: usize,
+) -> Vec<String> {
+    let mut flags: Vec<String> = mixing_flag(scalars, total);
+    if !diverged.is_empty() {
+        flags.push(format!(
+            "{} of {total} repetitions diverged and are left out",
+            diverged.len()
+        ));
+    }
+    flags
+}
+
 /// Summarises one method's repetitions of a classification problem. `labels(rep)` gives the
 /// fresh test labels of a repetition.
 pub fn summarize_classification(
@@ -318,14 +334,7 @@ pub fn summarize_classification(
         &mut by,
     );
     insert_joint(&mut aggregate, used.iter().map(|r| &r.joint), &mut by);
-    let mut flags: Vec<String> = mixing_flag(used.iter().map(|r| &r.scalars), reps.len());
-    if !diverged.is_empty() {
-        flags.push(format!(
-            "{} of {} repetitions diverged and are left out",
-            diverged.len(),
-            reps.len()
-        ));
-    }
+    let flags = method_flags(used.iter().map(|r| &r.scalars), &diverged, reps.len());
     Ok(MethodSummary {
         repetitions: k,
         diverged,
@@ -338,6 +347,7 @@ pub fn summarize_classification(
             .iter()
             .any(|r| !r.joint.is_empty())
             .then_some(JointKind::Draws),
+        joint_of_base: false,
         by_repetition: by,
     })
 }

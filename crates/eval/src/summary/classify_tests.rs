@@ -18,6 +18,7 @@ fn test_info(m: usize) -> TestInfo {
         sigma: truth.iter().map(|p| (p * (1.0 - p)).sqrt()).collect(),
         truth,
         design: None,
+        test_as_train: None,
         repetitions: None,
     }
 }
@@ -172,6 +173,7 @@ fn region_error_bars_are_over_repetitions_by_hand() {
         truth: vec![0.2, 0.5, 0.7, 0.9],
         sigma: vec![0.0; 4],
         design: None,
+        test_as_train: None,
         repetitions: None,
     };
     let draws = [

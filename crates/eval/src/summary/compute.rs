@@ -80,7 +80,8 @@ pub(super) fn proportions(hits: &[u64], k: usize) -> PointMetric {
     for &h in hits {
         let p = coverage::proportion(h, k as u64, 0.95).expect("hits ≤ trials, k > 0");
         out.value.push(p.p);
-        out.stderr.push(p.se);
+        // One trial has no spread to measure: no error bar (empty), not 0.
+        out.stderr.push(if k < 2 { f64::NAN } else { p.se });
         out.lower.as_mut().expect("set above").push(p.wilson.0);
         out.upper.as_mut().expect("set above").push(p.wilson.1);
     }
@@ -217,6 +218,7 @@ pub fn summarize_method(
         flags: Vec::new(),
         per_repetition,
         joint_kind: ok.iter().find_map(|r| r.joint_kind),
+        joint_of_base: ok.iter().any(|r| r.joint_of_base),
         by_repetition: by,
     })
 }

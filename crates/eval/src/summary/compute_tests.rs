@@ -26,6 +26,7 @@ fn rep(r: u64, mean: [f64; 2], std: [f64; 2]) -> RepResult {
         scalars: BTreeMap::from([("train_mse".to_string(), r as f64)]),
         diverged: false,
         joint_kind: None,
+        joint_of_base: false,
         joint: BTreeMap::new(),
     }
 }
@@ -39,6 +40,7 @@ fn two_points() -> TestInfo {
         truth: vec![0.0, 1.0],
         sigma: vec![1.0, 1.0],
         design: None,
+        test_as_train: None,
         repetitions: None,
     }
 }
@@ -114,6 +116,7 @@ fn region_error_bars_are_over_repetitions_by_hand() {
         truth: vec![0.0, 1.0, 2.0, 3.0],
         sigma: vec![1.0; 4],
         design: None,
+        test_as_train: None,
         repetitions: None,
     };
     let rep4 = |r: u64, mean: [f64; 4], std: [f64; 4]| RepResult {
@@ -337,6 +340,7 @@ fn a_random_design_judges_each_repetition_at_its_own_inputs_by_hand() {
         truth: vec![1.0, 2.0],
         sigma: vec![1.0; 2],
         design: Some(crate::summary::RANDOM.into()),
+        test_as_train: Some(true),
         repetitions: Some(BTreeMap::from([
             (0, own([0.0, 1.0], [Region::In, Region::Out])),
             (1, own([2.0, 3.0], [Region::Out, Region::In])),

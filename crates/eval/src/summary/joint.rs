@@ -12,7 +12,7 @@
 //! uniformly from the anchors; Osband et al. 2022); for τ = 1 every test input of the region
 //! once (the exact expectation over X, so that `joint_kl_1` is the mean of the marginal KLs).
 //! Per batch: the closed form when both joints are Gaussian, else one draw of y from the
-//! reference (for τ = 1, `batches / points` draws per input, at least one). The repetition's
+//! reference (for τ = 1, `batches / points` draws per input, at least two). The repetition's
 //! value is the mean over batches, with its standard error (batches and Monte Carlo together)
 //! stored beside it as `…_se`.
 
@@ -161,7 +161,7 @@ pub type JointMetrics = BTreeMap<String, BTreeMap<String, f64>>;
 /// The batches of one region at one τ: input indices, `[B, τ]`.
 fn batches(idx: &[usize], tau: usize, settings: &JointSettings, rng: &mut Rng) -> Vec<Vec<usize>> {
     if tau == 1 {
-        let per = (settings.batches / idx.len()).max(1);
+        let per = draws_per_input(settings, idx.len());
         return idx
             .iter()
             .flat_map(|&i| std::iter::repeat_n(vec![i], per))
@@ -177,6 +177,13 @@ fn batches(idx: &[usize], tau: usize, settings: &JointSettings, rng: &mut Rng) -
                 .collect()
         })
         .collect()
+}
+
+/// τ = 1's y draws per test input: `batches` spread over the region's inputs, and at least
+/// two, so that a Monte Carlo estimate has a standard error also in a region with more inputs
+/// than batches (one draw per input gave none, written as 0).
+fn draws_per_input(settings: &JointSettings, points: usize) -> usize {
+    (settings.batches / points.max(1)).max(2)
 }
 
 fn pick(v: &[f64], x: &[usize]) -> Vec<f64> {
@@ -535,7 +542,7 @@ pub fn regression(
         for &tau in &input.settings.tau {
             let mut rng = input.rng(r, tau);
             let b = batches(idx, tau, input.settings, &mut rng);
-            let per_input = (tau == 1).then(|| (input.settings.batches / idx.len()).max(1));
+            let per_input = (tau == 1).then(|| draws_per_input(input.settings, idx.len()));
             let mut put = |prefix: &str, e: Estimate| {
                 entry.insert(name(prefix, tau), e.value);
                 entry.insert(format!("{}_se", name(prefix, tau)), e.stderr);

@@ -230,6 +230,38 @@ fn draws_permuted_per_input_keep_tau_1_and_lose_the_closed_form_amount_at_tau_10
     );
 }
 
+#[test]
+fn tau_1_has_a_standard_error_with_more_inputs_than_batches() {
+    // 600 inputs and 500 batches: each input still gets two y draws, so the draws' Monte
+    // Carlo error is estimated (it was 0 with one draw per input).
+    let m = 600;
+    let (mean, _, noise) = exact_parts(m);
+    let settings = JointSettings {
+        tau: vec![1],
+        kappa: 2,
+        batches: 500,
+    };
+    let regions = all(m);
+    let input = JointInput {
+        settings: &settings,
+        seed: seed(5),
+        regions: &regions,
+        exact: None,
+    };
+    let mut rng = Rng::new(7);
+    let rows: Vec<Vec<f64>> = (0..50)
+        .map(|_| mean.iter().map(|v| v + 0.3 * rng.normal()).collect())
+        .collect();
+    let pred = Prediction {
+        samples: Some(rows),
+        ..Default::default()
+    };
+    let (kind, metrics) = regression(&pred, &noise, &mean, &noise, &input).unwrap();
+    assert_eq!(kind, JointKind::Draws);
+    let se = metrics["all"]["env_kl_1_se"];
+    assert!(se.is_finite() && se > 0.0, "env_kl_1_se = {se}");
+}
+
 fn binomial(n: usize, k: usize) -> f64 {
     (0..k).map(|i| (n - i) as f64 / (i + 1) as f64).product()
 }

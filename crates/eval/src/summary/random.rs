@@ -75,6 +75,10 @@ impl TestInfo {
         out.truth = truth;
         out.sigma = sigma;
         out.design = Some(RANDOM.to_string());
+        out.test_as_train = problem
+            .random
+            .as_ref()
+            .map(|r| r.test.same_distribution(&r.train));
         out.repetitions = Some(own);
         Ok(out)
     }

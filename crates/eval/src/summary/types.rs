@@ -103,6 +103,11 @@ pub struct RepResult {
     /// What the method's joint predictive was made of (spec §10), when joint metrics ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub joint_kind: Option<JointKind>,
+    /// Whether that joint is its base's: a conformal or recalibrated wrapper changes only the
+    /// intervals of y (a set per input, not a density), so no calibrated joint exists and its
+    /// joint metrics score the base's draws (or Gaussian joint) with the base's noise sd.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub joint_of_base: bool,
     /// The joint metrics per region: `joint_kl_T`, `env_kl_T` and their `…_se`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub joint: JointMetrics,
@@ -262,6 +267,7 @@ impl RepResult {
         };
         Ok(RepResult {
             repetition: rep,
+            joint_of_base: joint_kind.is_some() && out.extra.calibration.is_some(),
             joint_kind,
             joint,
             calibrated_pi,
@@ -443,6 +449,9 @@ pub struct MethodSummary {
     /// product of its marginals), when the joint metrics ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub joint_kind: Option<JointKind>,
+    /// Whether that joint is its base's (a calibration wrapper: [`RepResult::joint_of_base`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub joint_of_base: bool,
     /// Each repetition's value of every region aggregate that is a mean over repetitions
     /// (not in summary.json: `repetitions.csv` holds it), for paired comparisons.
     #[serde(skip)]
@@ -470,6 +479,7 @@ impl MethodSummary {
             flags,
             per_repetition: BTreeMap::new(),
             joint_kind: None,
+            joint_of_base: false,
             by_repetition: ByRepetition::default(),
         }
     }
@@ -504,6 +514,11 @@ pub struct TestInfo {
     /// metrics pool each slot's points (see [`TestInfo::for_repetitions`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub design: Option<String>,
+    /// With a random design, whether the test inputs are drawn as the training inputs are (the
+    /// same design): only then is a mean over repetitions the risk marginal over the training
+    /// distribution of x.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub test_as_train: Option<bool>,
     /// With a random design, each repetition's own test inputs (not written to files: they
     /// follow from the spec's seeds).
     #[serde(skip)]
@@ -536,6 +551,7 @@ impl TestInfo {
             truth: problem.test.truth.clone(),
             sigma: problem.test.sigma.clone(),
             design: None,
+            test_as_train: None,
             repetitions: None,
         }
     }
@@ -583,6 +599,7 @@ mod tests {
             scalars: BTreeMap::new(),
             diverged: false,
             joint_kind: None,
+            joint_of_base: false,
             joint: BTreeMap::new(),
         }
     }

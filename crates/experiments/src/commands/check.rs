@@ -7,6 +7,7 @@ use anyhow::Result;
 use clap::Args;
 use uqbench_anchor::{Anchor, Model, Noise, Region};
 
+use crate::runner::{check_methods, Plan};
 use uqbench_eval::spec::ExperimentSpec;
 
 /// Arguments of `uqbench check`.
@@ -14,11 +15,34 @@ use uqbench_eval::spec::ExperimentSpec;
 pub struct CheckArgs {
     /// Experiment spec (TOML).
     pub spec: PathBuf,
+    /// Named profile(s) of the spec, as for `uqbench run`.
+    #[arg(long)]
+    pub profile: Option<String>,
+    /// Only these methods (comma separated), as for `uqbench run`.
+    #[arg(long, value_delimiter = ',')]
+    pub methods: Option<Vec<String>>,
 }
 
-/// Runs `uqbench check`.
+/// Runs `uqbench check`: the problems, then (for a spec with a [run]) every method table at
+/// every setting against its problem, as `uqbench run` does before it trains.
 pub fn run(args: &CheckArgs) -> Result<()> {
-    let spec = ExperimentSpec::load(&args.spec)?;
+    let spec = ExperimentSpec::load_profile(&args.spec, args.profile.as_deref())?;
+    describe(&spec)?;
+    if spec.run.is_some() {
+        let plan = Plan::new(spec, args.methods.as_deref())?;
+        let checked = check_methods(&plan)?;
+        outln!(
+            "methods: {} at {} settings checked against their problems ({checked} pairs)",
+            plan.methods.join(", "),
+            plan.settings.len()
+        );
+    }
+    outln!("ok");
+    Ok(())
+}
+
+/// Prints every setting's problem and anchor (or forests and split).
+fn describe(spec: &ExperimentSpec) -> Result<()> {
     outln!("experiment `{}`: {}", spec.name, spec.description);
     for setting in spec.settings() {
         let problem = spec.resolve(&setting)?;
@@ -116,6 +140,5 @@ pub fn run(args: &CheckArgs) -> Result<()> {
             }
         }
     }
-    outln!("ok");
     Ok(())
 }

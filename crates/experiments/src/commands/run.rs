@@ -262,6 +262,8 @@ pub fn out_dir(args: &RunArgs, plan: &Plan) -> PathBuf {
 pub fn run(args: &RunArgs) -> Result<()> {
     let s = RunSettings::from_args(args)?;
     let (plan, dir) = (&s.plan, &s.dir);
+    // Every method against every setting's problem before the first training.
+    runner::check_methods(plan)?;
     prepare_dir(dir, &plan.spec.resolved_toml()?, s.resume)?;
     s.meta.write(dir)?;
     let todo = runner::schedule(plan, dir, s.shard, s.resources.backend.is_gpu())?;

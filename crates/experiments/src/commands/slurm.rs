@@ -512,6 +512,8 @@ pub fn run(args: &SlurmArgs) -> Result<()> {
         );
     }
     let (plan, _) = plan_of(&args.run)?;
+    // A configuration error fails the submission, not every task of the array.
+    crate::runner::check_methods(&plan)?;
     let cwd = std::env::current_dir()?;
     let dir = cwd.join(out_dir(&args.run, &plan));
     let split = shards::balanced(&plan, args.tasks)?;

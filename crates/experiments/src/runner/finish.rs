@@ -13,16 +13,41 @@ use super::{Plan, Resolved};
 use crate::figures::{FigureInput, SettingFigures};
 
 /// Reads every repetition of a complete run directory and summarises it. Missing files are an
-/// error naming the first one (a sharded run must be merged first).
-pub fn summarize_dir(dir: &Path, plan: &Plan) -> Result<(Summary, Vec<Resolved>)> {
+/// error naming the first one (a sharded run must be merged first). With `partial`, a
+/// (method, setting) whose repetitions are not all there is left out instead, and named in
+/// the third value ("`Ens` at f_main=2: 5 of 20 repetitions").
+pub fn summarize_dir(
+    dir: &Path,
+    plan: &Plan,
+    partial: bool,
+) -> Result<(Summary, Vec<Resolved>, Vec<String>)> {
     let run = plan.spec.run_spec()?;
     let mut settings = Vec::new();
     let mut resolved_all = Vec::new();
+    let mut missing = Vec::new();
     for setting in &plan.settings {
         let resolved = Resolved::new(&plan.spec, setting)?;
         let track = Track::of(&resolved.problem);
         let mut methods = BTreeMap::new();
         for m in &plan.methods {
+            if partial {
+                let done = (0..run.repetitions)
+                    .filter(|&r| rep_path(dir, setting, m, r).is_file())
+                    .count();
+                if done < run.repetitions as usize {
+                    let at = setting.label();
+                    missing.push(format!(
+                        "`{m}`{}: {done} of {} repetitions",
+                        if at.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" at {at}")
+                        },
+                        run.repetitions
+                    ));
+                    continue;
+                }
+            }
             let reps = (0..run.repetitions)
                 .map(|r| track.read(&rep_path(dir, setting, m, r)))
                 .collect::<uqbench_eval::Result<Vec<_>>>()?;
@@ -48,6 +73,7 @@ pub fn summarize_dir(dir: &Path, plan: &Plan) -> Result<(Summary, Vec<Resolved>)
             settings,
         },
         resolved_all,
+        missing,
     ))
 }
 
@@ -111,9 +137,28 @@ fn figure_settings(dir: &Path, plan: &Plan, resolved: &[Resolved]) -> Result<Vec
 
 /// Summaries, figures and report of a complete run directory.
 pub fn finish(dir: &Path, plan: &Plan, meta: &RunMeta) -> Result<()> {
-    let (summary, resolved) = summarize_dir(dir, plan)?;
+    finish_with(dir, plan, meta, false)
+}
+
+/// [`finish`] of a run that stopped before the end (`uqbench report` of an incomplete run):
+/// the (method, setting) pairs whose repetitions are all there are summarised and reported,
+/// the figures show the methods finished at every setting, and the report opens with a
+/// banner naming what is missing.
+pub fn finish_partial(dir: &Path, plan: &Plan, meta: &RunMeta) -> Result<()> {
+    finish_with(dir, plan, meta, true)
+}
+
+fn finish_with(dir: &Path, plan: &Plan, meta: &RunMeta, partial: bool) -> Result<()> {
+    let (summary, resolved, missing) = summarize_dir(dir, plan, partial)?;
     summary.write(dir)?;
     let run = plan.spec.run_spec()?;
+    // The figures draw the methods finished at every setting.
+    let mut drawn = plan.clone();
+    drawn
+        .methods
+        .retain(|m| summary.settings.iter().all(|s| s.methods.contains_key(m)));
+    let plan_all = plan;
+    let plan = &drawn;
     let input = FigureInput {
         experiment: &plan.spec.name,
         sweep: &plan.spec.sweep,
@@ -132,9 +177,10 @@ pub fn finish(dir: &Path, plan: &Plan, meta: &RunMeta) -> Result<()> {
         backend: &meta.backend,
         repetitions: run.repetitions,
         settings: plan.settings.iter().map(|s| s.label()).collect(),
-        methods: &plan.methods,
+        methods: &plan_all.methods,
         noise: run.noise,
         track: plan.spec.problem.track(),
+        missing: &missing,
     };
     crate::report::write(dir, &header, &summary, &figures)?;
     // Wall times go to timings.csv only: report.md and the summaries stay bit-reproducible.

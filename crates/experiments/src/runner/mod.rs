@@ -10,6 +10,7 @@
 
 mod execute;
 mod finish;
+mod preflight;
 pub mod shards;
 pub mod timings;
 
@@ -24,8 +25,10 @@ use uqbench_eval::summary::ANCHOR;
 
 use uqbench_methods as registry;
 
+pub use preflight::check_methods;
+
 pub use execute::{execute, schedule, Event};
-pub use finish::finish;
+pub use finish::{finish, finish_partial};
 
 /// One block of repetitions of one method at one setting.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,6 +42,7 @@ pub struct Unit {
 }
 
 /// Everything a run does, in a fixed order.
+#[derive(Clone)]
 pub struct Plan {
     /// The spec (profile applied).
     pub spec: ExperimentSpec,

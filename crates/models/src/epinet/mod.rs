@@ -13,8 +13,9 @@
 //!   β·Σ_d z_d p_d(x), D fixed random ReLU MLPs of widths `prior_hidden` (5, 5) on the
 //!   inputs (`make_mlp_ensemble_prior_fns`, `combine_functions_linear_in_index`), β =
 //!   `prior_scale` 0.3 (the agent's 0.3 divided by the Testbed's temperature, 1 for
-//!   regression). uqbench takes that form. p_d's weights are N(0, 1/fan_in) with zero biases:
-//!   haiku's default initialiser, a truncated normal rescaled to variance 1/fan_in;
+//!   regression). uqbench takes that form. p_d's weights are drawn by haiku's default
+//!   `Linear` initialiser, `TruncatedNormal(stddev = 1/√fan_in)`: a normal truncated at ±2
+//!   sd and not rescaled, so their sd is 0.8796/√fan_in; biases 0;
 //! - the loss is the data loss averaged over K index samples per step, K = `index_samples`
 //!   (the agent's `average_single_index_loss(…, index_dim)`: K = D);
 //! - D = `index_dim` 8;
@@ -155,7 +156,8 @@ impl Epinet {
         }
     }
 
-    /// Prior network p_d of one repetition: ReLU, weights N(0, 1/fan_in), biases 0.
+    /// Prior network p_d of one repetition: ReLU, weights from haiku's default initialiser
+    /// (a normal of sd 1/√fan_in truncated at ±2 sd), biases 0.
     fn prior_net(&self, d: usize, seed: u64) -> TrainedNet {
         let shape = MlpShape {
             d_in: d,
@@ -163,7 +165,7 @@ impl Epinet {
             d_out: 1,
             negative_slope: 0.0,
         };
-        TrainedNet::gaussian(&shape, seed, |fan_in| (fan_in as f64).recip().sqrt())
+        TrainedNet::truncated_normal(&shape, seed, |fan_in| (fan_in as f64).recip().sqrt())
     }
 }
 

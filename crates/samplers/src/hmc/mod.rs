@@ -334,6 +334,28 @@ impl Hmc {
     }
 }
 
+impl Hmc {
+    /// The task's configuration errors (the noise sd, the conjugate steps on labels) and the
+    /// fixed noise sd, if any: what `run` and `check` share.
+    fn checked_noise(&self, task: &Task<'_>) -> Result<Option<f64>, MethodError> {
+        task.validate()?;
+        let c = &self.config;
+        let fixed_noise = fixed_noise_sd(&self.name, c.noise_sd, task, "sample")?;
+        let bernoulli = task.likelihood == Likelihood::Bernoulli;
+        if bernoulli && (c.marginalise_output || c.temperatures > 1) {
+            return Err(MethodError::invalid(
+                format!("{}.marginalise_output / temperatures", self.name),
+                format!(
+                    "{} / {} on a classification task",
+                    c.marginalise_output, c.temperatures
+                ),
+                "false and 1 for labels: both need the Gaussian likelihood's conjugate steps",
+            ));
+        }
+        Ok(fixed_noise)
+    }
+}
+
 impl Method for Hmc {
     fn name(&self) -> &str {
         &self.name
@@ -368,6 +390,10 @@ impl Method for Hmc {
         Some(self.config.net.shape(task.d, 1).parameters())
     }
 
+    fn check(&self, task: &Task<'_>, _levels: &[f64]) -> Result<(), MethodError> {
+        self.checked_noise(task).map(|_| ())
+    }
+
     fn run(
         &self,
         task: &Task<'_>,
@@ -376,26 +402,15 @@ impl Method for Hmc {
         progress: &(dyn Fn(usize) + Sync),
     ) -> Result<Vec<Prediction>, MethodError> {
         let resources = &Resources::of(compute)?;
-        task.validate()?;
+        let fixed_noise = self.checked_noise(task)?;
         let c = &self.config;
-        let fixed_noise = fixed_noise_sd(&self.name, c.noise_sd, task, "sample")?;
         let replicas = task.replicas(&self.name, c.chains);
         let y = task.replica_targets_f32(&replicas);
         let (x_train, x_test) = task.inputs_f32(c.net.standardize);
         let shape = c.net.shape(task.d, 1);
+        let bernoulli = task.likelihood == Likelihood::Bernoulli;
         // NUTS runs on the host chains on every backend: its trajectories differ in length
         // between chains, and no lockstep tensor version is built.
-        let bernoulli = task.likelihood == Likelihood::Bernoulli;
-        if bernoulli && (c.marginalise_output || c.temperatures > 1) {
-            return Err(MethodError::invalid(
-                format!("{}.marginalise_output / temperatures", self.name),
-                format!(
-                    "{} / {} on a classification task",
-                    c.marginalise_output, c.temperatures
-                ),
-                "false and 1 for labels: both need the Gaussian likelihood's conjugate steps",
-            ));
-        }
         let own_loops =
             c.algorithm == Algorithm::Nuts || c.marginalise_output || c.temperatures > 1;
         let host = (own_loops || resources.sampler_host_loops(&shape)).then_some(resources.simd);

@@ -302,6 +302,11 @@ impl Method for Mfvi {
         Some(2 * self.config.net.shape(task.d, 1).parameters())
     }
 
+    fn check(&self, task: &Task<'_>, _levels: &[f64]) -> Result<(), MethodError> {
+        task.validate()?;
+        fixed_noise_sd(&self.name, self.config.noise_sd, task, "learn").map(|_| ())
+    }
+
     fn run(
         &self,
         task: &Task<'_>,
