@@ -215,6 +215,22 @@ pub fn null_rates(
 mod tests {
     use super::*;
 
+    /// Standard normal draws by Box–Muller from a 64-bit LCG seeded by `seed` (the tests'
+    /// own stream, independent of the crate's generators).
+    fn normals(seed: u64) -> impl FnMut() -> f64 {
+        let mut state = seed;
+        move || {
+            let mut u = || {
+                state = state
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((state >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+            };
+            let (a, b) = (u(), u());
+            (-2.0 * a.ln()).sqrt() * (2.0 * std::f64::consts::PI * b).cos()
+        }
+    }
+
     #[test]
     fn nested_rhat_by_hand() {
         // Two superchains of two chains of two draws: chain means 1, 3 | 5, 7, each chain's
@@ -242,17 +258,7 @@ mod tests {
         // B̂ ≈ 1/800 (a superchain mean's variance), so nR̂ ≈ 1.0006 with an sd of about
         // 0.0003 (B̂'s relative sd is √(2/15)): under 1.005. With one superchain shifted by 1
         // (its chains stuck near their start), B̂ gains ≈ 1/16 and nR̂ ≈ 1.03.
-        let mut state: u64 = 99;
-        let mut normal = || {
-            let mut u = || {
-                state = state
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                ((state >> 11) as f64 + 0.5) / (1u64 << 53) as f64
-            };
-            let (a, b) = (u(), u());
-            (-2.0 * a.ln()).sqrt() * (2.0 * std::f64::consts::PI * b).cos()
-        };
+        let mut normal = normals(99);
         let mut chains: Vec<Vec<f64>> = (0..128)
             .map(|_| (0..100).map(|_| normal()).collect())
             .collect();
@@ -272,17 +278,8 @@ mod tests {
         // 8 chains of 500 independent N(0, 4) draws (S = 4 000): the mean's error is
         // 2/√4000 = 0.0316 and the sd's ≈ 2/√8000 = 0.0224. The ESS estimates scatter by a
         // few per cent around S; 15% bounds.
-        let mut state: u64 = 5;
-        let mut normal = || {
-            let mut u = || {
-                state = state
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                ((state >> 11) as f64 + 0.5) / (1u64 << 53) as f64
-            };
-            let (a, b) = (u(), u());
-            2.0 * (-2.0 * a.ln()).sqrt() * (2.0 * std::f64::consts::PI * b).cos()
-        };
+        let mut draw = normals(5);
+        let mut normal = || 2.0 * draw();
         let chains: Vec<Vec<f64>> = (0..8)
             .map(|_| (0..500).map(|_| normal()).collect())
             .collect();
