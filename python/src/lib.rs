@@ -150,6 +150,14 @@ fn from_json<'py>(py: Python<'py>, v: &Value) -> PyResult<Bound<'py, PyAny>> {
             Some(i) => i.into_pyobject(py)?.into_any(),
             None => n.as_f64().unwrap_or(f64::NAN).into_pyobject(py)?.into_any(),
         },
+        // uqbench's JSON writes ±∞ (a result, such as an infinite KL) as "inf"/"-inf"
+        // (`uqbench_eval::json`); Python has floats for them.
+        Value::String(s) if s == uqbench_eval::json::INF || s == uqbench_eval::json::NEG_INF => {
+            uqbench_eval::json::read_number(v)
+                .unwrap_or(f64::NAN)
+                .into_pyobject(py)?
+                .into_any()
+        }
         Value::String(s) => PyString::new(py, s).into_any(),
         Value::Array(a) => PyList::new(
             py,
@@ -595,7 +603,7 @@ fn compare<'py>(
             }
             .map_err(|e| e.to_string())?;
             let c = uqbench_eval::compare::compare(&rows, &opts).map_err(|e| e.to_string())?;
-            serde_json::to_value(&c).map_err(|e| e.to_string())
+            uqbench_eval::json::to_value(&c).map_err(|e| e.to_string())
         })
         .map_err(value_error)?;
     from_json(py, &out)

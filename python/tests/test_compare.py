@@ -29,7 +29,7 @@ def test_paired_statistics_equal_scipy_and_a_numpy_bootstrap():
     frame = uqbench.compare(_rows(A=A, B=B, C=C), seed=3)
     assert list(frame.columns) == [
         "setting", "method_a", "method_b", "metric", "region", "diff", "stderr", "t_low",
-        "t_high", "p_value", "p_holm", "boot_share_a_lower", "mdd_unadjusted", "k",
+        "t_high", "p_value", "p_holm", "boot_share_a_lower", "mdd_unadjusted", "k", "infinite",
     ]
     assert len(frame) == 6  # 3 methods, every ordered pair
     ab = frame.query("method_a == 'A' and method_b == 'B'").iloc[0]
@@ -88,6 +88,39 @@ def test_scores_of_one_problem_compare_with_one_anchor(root):
     assert row["k"] == 20 and row["p_holm"] < 1e-6
     crps = uqbench.compare([wide, narrow], metric="crps", region="in")
     assert len(crps) == 6 and set(crps["region"]) == {"in"}
+
+
+def test_an_infinite_kl_is_a_result_that_ranks_worst(root):
+    """Issue 59 §4: certain (sd 0) and wrong at one input in 3 of 10 repetitions: KL to the
+    anchor is +inf there. The aggregate is inf with its count, summary.json's value a float
+    inf, and compare pairs all 10 repetitions (sign test) and ranks the method last."""
+    problem = uqbench.Problem(root / "experiments/e1.toml", setting={"f_main": 2}, profile="quick")
+    exact = [problem.anchor(k) for k in range(10)]
+
+    def certain(k, a):
+        std = np.array(a.std, dtype=float)
+        mean = np.array(a.mean, dtype=float)
+        if k in (2, 5, 8):
+            std[0], mean[0] = 0.0, mean[0] + 1.0
+        return {"mean": mean, "std": 0.5 * std}
+
+    wide = uqbench.score(problem, [{"mean": a.mean, "std": 2 * a.std} for a in exact], method="wide")
+    bold = uqbench.score(problem, [certain(k, a) for k, a in enumerate(exact)], method="bold")
+    agg = bold.aggregate.query("region == 'all' and metric == 'kl_anchor' and method == 'bold'")
+    assert agg["value"].iloc[0] == np.inf and agg["infinite"].iloc[0] == 3
+    assert np.isnan(agg["stderr"].iloc[0])
+    kl = bold.json["settings"][0]["methods"]["bold"]["aggregate"]["all"]["kl_anchor"]
+    assert kl["value"] == float("inf") and kl["infinite"] == 3
+    # The DataFrame written back is the file's text ("inf" both ways).
+    assert "kl_anchor,inf,,,3.0" in bold.aggregate.to_csv(index=False)
+    frame = uqbench.compare([wide, bold], metric="kl_anchor")
+    row = frame.query("method_a == 'bold'").iloc[0]
+    assert row["k"] == 10 and row["infinite"] == 3 and row["diff"] == np.inf
+    # bold (half the anchor's sd) has the smaller KL in the other 7: the sign test, 7 of 10
+    # against 3 of 10 is not significant (binomtest(3, 10).pvalue).
+    assert row["p_value"] == pytest.approx(st.binomtest(3, 10).pvalue, rel=1e-12)
+    ranking = frame.attrs["rankings"][0]["entries"]
+    assert ranking[-1]["method"] == "bold" and ranking[-1]["mean"] == np.inf
 
 
 def test_a_run_directory_equals_the_command(cli, tmp_path):

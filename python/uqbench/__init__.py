@@ -585,13 +585,24 @@ def _setting_dir(setting: str) -> str:
     return setting if setting else "default"
 
 
+_INFINITIES = {"inf": np.inf, "-inf": -np.inf}
+
+
+def _number(v: Any) -> bool:
+    """A number of a stored file: a number, ``null`` (NaN: no value) or ``"inf"``/``"-inf"``
+    (±∞, a result such as an infinite KL, which JSON has no number for)."""
+    return isinstance(v, (int, float)) or v is None or (isinstance(v, str) and v in _INFINITIES)
+
+
 def _arrays(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _arrays(v) for k, v in value.items()}
-    if isinstance(value, list) and value and all(
-        isinstance(v, (int, float)) or v is None for v in value
-    ):
-        return np.asarray([np.nan if v is None else v for v in value], dtype=float)
+    if isinstance(value, str) and value in _INFINITIES:
+        return _INFINITIES[value]
+    if isinstance(value, list) and value and all(_number(v) for v in value):
+        return np.asarray(
+            [np.nan if v is None else _INFINITIES.get(v, v) for v in value], dtype=float
+        )
     if isinstance(value, list):
         return [_arrays(v) for v in value]
     return value
@@ -622,7 +633,7 @@ def read_run(path: "str | os.PathLike[str]") -> Run:
 _REPETITION_COLUMNS = ["setting", "method", "region", "metric", "repetition", "value"]
 _COMPARE_COLUMNS = [
     "setting", "method_a", "method_b", "metric", "region", "diff", "stderr", "t_low",
-    "t_high", "p_value", "p_holm", "boot_share_a_lower", "mdd_unadjusted", "k",
+    "t_high", "p_value", "p_holm", "boot_share_a_lower", "mdd_unadjusted", "k", "infinite",
 ]
 
 
@@ -673,8 +684,10 @@ def compare(
     repetitions of a − b), ``stderr``, the 95% paired t interval ``t_low``/``t_high``, the
     paired t-test's ``p_value``, ``p_holm`` (Holm over the setting's pairs),
     ``boot_share_a_lower`` (the share of ``resamples`` paired-bootstrap resamples, from
-    ``seed``), ``mdd_unadjusted`` (the minimum detectable difference of the unadjusted test at 5% and 80% power) and ``k`` (the
-    repetitions paired).
+    ``seed``), ``mdd_unadjusted`` (the minimum detectable difference of the unadjusted test at 5% and 80% power) ``k`` (the
+    repetitions paired) and ``infinite`` (of those, the ones in which a or b is ±inf, an
+    infinite KL or NLL: then ``p_value`` is the exact sign test's, +inf worst, and ``diff`` is
+    ±inf).
 
     ``run_or_results``: a run directory, a :class:`Score` (from :func:`score` or
     :func:`evaluate`), a :class:`Run`, a DataFrame with the columns of ``repetitions.csv``, or

@@ -141,13 +141,30 @@ fn scoring_the_anchor_reproduces_the_anchor_exactly() {
     }
 }
 
+/// `dir/preds/default` (made) and cubic.toml's anchor prediction (`uqbench anchor --json`).
+fn cubic_predictions(dir: &Path) -> (PathBuf, serde_json::Value) {
+    let sub = dir.join("preds/default");
+    std::fs::create_dir_all(&sub).unwrap();
+    let a = uqbench(&["anchor", "experiments/cubic.toml", "--json"]);
+    (sub, serde_json::from_slice(&a.stdout).unwrap())
+}
+
+/// `uqbench score experiments/cubic.toml --predictions dir/preds`, which must succeed.
+fn score_cubic(dir: &Path) {
+    let preds = dir.join("preds");
+    let o = uqbench(&[
+        "score",
+        "experiments/cubic.toml",
+        "--predictions",
+        preds.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
 #[test]
 fn csv_and_sample_predictions_are_read() {
     let dir = tempfile::tempdir().unwrap();
-    let sub = dir.path().join("preds/default");
-    std::fs::create_dir_all(&sub).unwrap();
-    let a = uqbench(&["anchor", "experiments/cubic.toml", "--json"]);
-    let a: serde_json::Value = serde_json::from_slice(&a.stdout).unwrap();
+    let (sub, a) = cubic_predictions(dir.path());
     let m = a["mean"].as_array().unwrap().len();
     let mut csv = String::from("mean,std\n");
     for i in 0..m {
@@ -166,13 +183,7 @@ fn csv_and_sample_predictions_are_read() {
         serde_json::json!({"samples": samples}).to_string(),
     )
     .unwrap();
-    let o = uqbench(&[
-        "score",
-        "experiments/cubic.toml",
-        "--predictions",
-        dir.path().join("preds").to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    score_cubic(dir.path());
     let s: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(dir.path().join("preds/score/summary.json")).unwrap(),
     )
@@ -206,4 +217,42 @@ fn missing_repetitions_and_bad_files_are_clear_errors() {
         dir.path().join("nothing").to_str().unwrap(),
     ]);
     assert_clean_error(&o, &["no setting directories"]);
+}
+
+/// Issue 59 §4: a prediction with uncertainty 0 where it errs has KL(method ‖ anchor) = +∞
+/// there. That is a result: `aggregate.csv` writes `inf` with the count of infinite
+/// repetitions, summary.json the string "inf", never an empty "no value".
+#[test]
+fn an_infinite_kl_is_written_as_a_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let (sub, a) = cubic_predictions(dir.path());
+    let mut mean: Vec<f64> = serde_json::from_value(a["mean"].clone()).unwrap();
+    let mut std: Vec<f64> = serde_json::from_value(a["std"].clone()).unwrap();
+    // Repetition 0: the anchor's own prediction; repetition 1: certain (sd 0) and off by 1
+    // at the first test input (the old code left the repetition's KL out, and with it the
+    // method's).
+    for r in 0..2 {
+        if r == 1 {
+            mean[0] += 1.0;
+            std[0] = 0.0;
+        }
+        let p = serde_json::json!({"mean": mean, "std": std});
+        std::fs::write(sub.join(format!("rep-{r:03}.json")), p.to_string()).unwrap();
+    }
+    score_cubic(dir.path());
+    let out = dir.path().join("preds/score");
+    let agg = std::fs::read_to_string(out.join("aggregate.csv")).unwrap();
+    let row = agg
+        .lines()
+        .find(|l| l.starts_with(",external,all,kl_anchor,"))
+        .unwrap_or_else(|| panic!("{agg}"));
+    // value +∞, no standard error, no point spread (a +∞ point), 1 infinite repetition.
+    assert_eq!(row, ",external,all,kl_anchor,inf,,,1.0", "{agg}");
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let m = &s["settings"][0]["methods"]["external"];
+    assert_eq!(m["aggregate"]["all"]["kl_anchor"]["value"], "inf");
+    assert_eq!(m["points"]["kl_anchor"]["value"][0], "inf");
+    let reps = std::fs::read_to_string(out.join("repetitions.csv")).unwrap();
+    assert!(reps.contains(",external,all,kl_anchor,1,inf\n"), "{reps}");
 }

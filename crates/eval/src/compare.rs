@@ -19,7 +19,7 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 use uqbench_core::seed::splitmix64;
-use uqbench_metrics::paired::{holm, paired, ALPHA};
+use uqbench_metrics::paired::{holm, paired, paired_signs, ALPHA};
 
 use crate::bail;
 use crate::error::{Context, EvalError, Result};
@@ -77,7 +77,7 @@ pub fn read_repetitions(text: &str, source: &str) -> Result<Vec<RepRow>> {
             "" => f64::NAN,
             v => v.parse::<f64>().map_err(|_| {
                 crate::error::EvalError::Message(format!(
-                    "{source}, line {}: value {v:?}; valid: a number or empty",
+                    "{source}, line {}: value {v:?}; valid: a number, inf, -inf or empty",
                     line + 2
                 ))
             })?,
@@ -265,8 +265,13 @@ pub struct PairRecord {
     pub boot_share_a_lower: f64,
     /// Minimum detectable difference of the unadjusted test (5% two-sided, 80% power).
     pub mdd_unadjusted: f64,
-    /// Repetitions paired (both values finite).
+    /// Repetitions paired (both with a value).
     pub k: usize,
+    /// Of those, the repetitions in which a or b is ±∞ (an infinite KL or NLL: a result).
+    /// When not 0, `p_value` is the exact sign test's ([`paired_signs`]: +∞ is worse than any
+    /// number for a lower-is-better metric) and `diff` is ±∞ or undefined, with no interval,
+    /// standard error, bootstrap share or detectable difference.
+    pub infinite: usize,
 }
 
 /// One method's place in a setting's ranking.
@@ -280,10 +285,13 @@ pub struct RankEntry {
     pub rank_worst: usize,
     /// Mean over its repetitions.
     pub mean: f64,
-    /// Its standard error.
+    /// Its standard error (undefined where a repetition is ±∞).
     pub stderr: f64,
     /// Its repetitions with a value.
     pub k: usize,
+    /// Of those, the repetitions whose value is ±∞ (then the mean is ±∞: +∞ ranks worst for a
+    /// lower-is-better metric).
+    pub infinite: usize,
     /// The methods the data do not separate from it (Holm-adjusted p > 5%).
     pub ties: Vec<String>,
 }
@@ -416,9 +424,19 @@ fn compare_setting(
             let (va, vb): (Vec<f64>, Vec<f64>) = methods[a]
                 .iter()
                 .filter_map(|(r, &x)| Some((x, *methods[b].get(r)?)))
-                .filter(|(x, y)| x.is_finite() && y.is_finite())
+                .filter(|(x, y)| !x.is_nan() && !y.is_nan())
                 .unzip();
-            let rec = if va.len() >= 2 {
+            let infinite = va
+                .iter()
+                .zip(&vb)
+                .filter(|(x, y)| x.is_infinite() || y.is_infinite())
+                .count();
+            let rec = if infinite > 0 {
+                // A mean-based test cannot take ±∞: the sign test can (+∞ loses to any number).
+                let p = paired_signs(&va, &vb)?;
+                let n = f64::NAN;
+                (p.diff, n, n, n, p.p_value, n, n)
+            } else if va.len() >= 2 {
                 let p = paired(
                     &va,
                     &vb,
@@ -439,13 +457,13 @@ fn compare_setting(
                 let n = f64::NAN;
                 (n, n, n, n, n, n, n)
             };
-            unordered.push((*a, *b, rec, va.len()));
+            unordered.push((*a, *b, rec, va.len(), infinite));
         }
     }
     let adjusted = holm(&unordered.iter().map(|u| u.2 .4).collect::<Vec<_>>());
     let mut pairs = Vec::new();
     let mut separated: BTreeSet<(&str, &str)> = BTreeSet::new();
-    for ((a, b, (diff, se, lo, hi, p, prob, mdd_unadjusted), k), p_holm) in
+    for ((a, b, (diff, se, lo, hi, p, prob, mdd_unadjusted), k, infinite), p_holm) in
         unordered.iter().zip(&adjusted)
     {
         if *p_holm <= ALPHA {
@@ -467,6 +485,7 @@ fn compare_setting(
             boot_share_a_lower: prob,
             mdd_unadjusted: *mdd_unadjusted,
             k: *k,
+            infinite: *infinite,
         };
         pairs.push(record(a, b, 1.0, *prob, *lo, *hi));
         pairs.push(record(b, a, -1.0, 1.0 - prob, -hi, -lo));
@@ -486,15 +505,17 @@ fn rank(
     let mut entries: Vec<RankEntry> = methods
         .iter()
         .map(|(m, v)| {
-            let x: Vec<f64> = v.values().copied().filter(|x| x.is_finite()).collect();
-            let s = uqbench_metrics::coverage::mean_se(&x).ok();
+            // ±∞ is a value (the mean is then ±∞, ranked by it), NaN is none.
+            let x: Vec<f64> = v.values().copied().filter(|x| !x.is_nan()).collect();
+            let s = crate::summary::Scalar::over_repetitions(&x);
             RankEntry {
                 method: m.to_string(),
                 rank: 0,
                 rank_worst: 0,
-                mean: s.map_or(f64::NAN, |s| s.mean),
-                stderr: s.map_or(f64::NAN, |s| s.se),
+                mean: s.map_or(f64::NAN, |s| s.value),
+                stderr: s.map_or(f64::NAN, |s| s.stderr),
                 k: x.len(),
+                infinite: x.iter().filter(|x| x.is_infinite()).count(),
                 ties: Vec::new(),
             }
         })

@@ -179,3 +179,41 @@ fn repetitions_csv_reads_back() {
     .to_string();
     assert!(e.contains("t.csv, line 2: repetition \"x\""), "{e}");
 }
+
+/// Issue 59 §4: a method whose KL is +∞ in some repetitions is not compared on its good
+/// repetitions only. Here D equals A − 0.5 (better) in 27 repetitions and is +∞ in 3: its
+/// mean is +∞, it ranks last, and its pairs use the exact sign test over all 30.
+#[test]
+fn an_infinite_repetition_ranks_worst_and_is_not_dropped() {
+    let mut rows = rows(30);
+    let a: Vec<RepRow> = rows.iter().filter(|r| r.method == "A").cloned().collect();
+    rows.extend(a.into_iter().map(|mut r| {
+        r.method = "D".into();
+        r.value = if r.repetition % 10 == 3 {
+            f64::INFINITY
+        } else {
+            r.value - 0.5
+        };
+        r
+    }));
+    let c = compare(&rows, &Options::default()).unwrap();
+    let da = pair(&c, "D", "A");
+    // Every repetition paired (the old code paired the 27 finite ones, where D wins all).
+    assert_eq!((da.k, da.infinite), (30, 3));
+    assert_eq!(da.diff, f64::INFINITY);
+    assert!(da.stderr.is_nan() && da.boot_share_a_lower.is_nan());
+    // D lower in 27 of 30: scipy.stats.binomtest(27, 30).pvalue = 8.43e-6 (2·4526/2³⁰).
+    assert!(
+        (da.p_value - 2.0 * 4526.0 / 2f64.powi(30)).abs() < 1e-12,
+        "{da:?}"
+    );
+    let ranking = &c.rankings[0];
+    let last = ranking.entries.last().unwrap();
+    assert_eq!((last.method.as_str(), last.mean), ("D", f64::INFINITY));
+    assert_eq!((last.k, last.infinite), (30, 3));
+    // The CSV round trip keeps the infinity.
+    let text = "setting,method,region,metric,repetition,value\ns,A,all,crps,0,inf\n\
+                s,A,all,crps,1,-inf\n";
+    let r = read_repetitions(text, "t.csv").unwrap();
+    assert_eq!((r[0].value, r[1].value), (f64::INFINITY, f64::NEG_INFINITY));
+}

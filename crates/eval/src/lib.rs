@@ -24,6 +24,7 @@
 pub mod compare;
 pub mod draws;
 pub mod error;
+pub mod json;
 pub mod kinds;
 pub mod metrics;
 pub mod predict;

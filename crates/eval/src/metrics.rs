@@ -141,7 +141,7 @@ fn joint_classification(
         exact: None,
     };
     for (name, v) in &joint::classification(&draws, truth, &input)?["all"] {
-        out.insert(name.clone(), json!(v));
+        out.insert(name.clone(), num(v));
     }
     Ok(())
 }
@@ -351,7 +351,7 @@ fn joint_metrics(j: &JointSpec, out: &mut Map<String, Value>) -> Result<()> {
         if j.truth.is_none() && name.starts_with(joint::ENV_KL) {
             continue;
         }
-        out.insert(name.clone(), json!(v));
+        out.insert(name.clone(), num(v));
     }
     Ok(())
 }
@@ -372,12 +372,12 @@ fn loglik_metrics(table: &[Vec<f64>], out: &mut Map<String, Value>) -> Result<()
     let w1 = negative_waic(t, WaicType::Waic1).context("loglik")?;
     let w2 = negative_waic(t, WaicType::Waic2).context("loglik")?;
     let cv = importance_sampling_cv(t).context("loglik")?;
-    out.insert("neg_waic1".into(), json!(w1.value));
-    out.insert("neg_waic1_se".into(), json!(w1.se));
-    out.insert("neg_waic2".into(), json!(w2.value));
-    out.insert("neg_waic2_se".into(), json!(w2.se));
-    out.insert("iscv".into(), json!(cv.value));
-    out.insert("iscv_se".into(), json!(cv.se));
+    out.insert("neg_waic1".into(), num(w1.value));
+    out.insert("neg_waic1_se".into(), num(w1.se));
+    out.insert("neg_waic2".into(), num(w2.value));
+    out.insert("neg_waic2_se".into(), num(w2.se));
+    out.insert("iscv".into(), num(cv.value));
+    out.insert("iscv_se".into(), num(cv.se));
     Ok(())
 }
 
@@ -446,7 +446,7 @@ fn draws_metrics(draws: &[Vec<f64>], out: &mut Map<String, Value>) -> Result<()>
         ("ess_tail", d.ess_tail),
         ("mcse_mean", d.mcse_mean),
     ] {
-        out.insert(name.into(), finite_or_null(v));
+        out.insert(name.into(), num(v));
     }
     Ok(())
 }
@@ -462,28 +462,28 @@ fn regression_metrics(
 ) -> Result<()> {
     out.insert("kind".into(), json!("regression"));
     out.insert("n".into(), json!(y.len()));
-    out.insert("rmse".into(), json!(reg::rmse(mean, y)?));
-    out.insert("mae".into(), json!(reg::mae(mean, y)?));
-    out.insert("nll".into(), json!(reg::gaussian_nll(mean, std, y)?));
-    out.insert("crps".into(), json!(reg::crps_gaussian(mean, std, y)?));
+    out.insert("rmse".into(), num(reg::rmse(mean, y)?));
+    out.insert("mae".into(), num(reg::mae(mean, y)?));
+    out.insert("nll".into(), num(reg::gaussian_nll(mean, std, y)?));
+    out.insert("crps".into(), num(reg::crps_gaussian(mean, std, y)?));
     if let Some(s) = samples {
-        out.insert("crps_samples".into(), json!(reg::crps_samples(s, y)?));
+        out.insert("crps_samples".into(), num(reg::crps_samples(s, y)?));
     }
     for &level in &args.levels {
         let q = reg::interval_quality(mean, std, y, level)?;
-        out.insert(format!("coverage_{level}"), json!(q.coverage));
-        out.insert(format!("width_{level}"), json!(q.width));
-        out.insert(format!("interval_score_{level}"), json!(q.interval_score));
+        out.insert(format!("coverage_{level}"), num(q.coverage));
+        out.insert(format!("width_{level}"), num(q.width));
+        out.insert(format!("interval_score_{level}"), num(q.interval_score));
     }
     let curve = reg::calibration_curve(mean, std, y, 100)?;
-    out.insert("calibration_mae".into(), json!(curve.mean_absolute_error()));
+    out.insert("calibration_mae".into(), num(curve.mean_absolute_error()));
     out.insert(
         "calibration_rmse".into(),
-        json!(curve.root_mean_squared_error()),
+        num(curve.root_mean_squared_error()),
     );
     out.insert(
         "miscalibration_area".into(),
-        json!(curve.miscalibration_area()),
+        num(curve.miscalibration_area()),
     );
     Ok(())
 }
@@ -499,52 +499,52 @@ fn classification_metrics(
     out.insert("kind".into(), json!("classification"));
     out.insert("n".into(), json!(labels.len()));
     out.insert("classes".into(), json!(classes));
-    out.insert("accuracy".into(), json!(cls::accuracy(probs, labels)?));
-    out.insert("brier".into(), json!(cls::brier(probs, labels)?));
+    out.insert("accuracy".into(), num(cls::accuracy(probs, labels)?));
+    out.insert("brier".into(), num(cls::brier(probs, labels)?));
     let d = cls::brier_decomposition(probs, labels)?;
-    out.insert("brier_uncertainty".into(), json!(d.uncertainty));
-    out.insert("brier_resolution".into(), json!(d.resolution));
-    out.insert("brier_reliability".into(), json!(d.reliability));
-    out.insert("nll".into(), json!(cls::nll(probs, labels)?));
+    out.insert("brier_uncertainty".into(), num(d.uncertainty));
+    out.insert("brier_resolution".into(), num(d.resolution));
+    out.insert("brier_reliability".into(), num(d.reliability));
+    out.insert("nll".into(), num(cls::nll(probs, labels)?));
     let b = args.bins;
     out.insert(
         "ece".into(),
-        json!(cls::calibration_error(
+        num(cls::calibration_error(
             probs,
             labels,
-            &CalibrationConfig::ece(b)
+            &CalibrationConfig::ece(b),
         )?),
     );
     out.insert(
         "rmsce".into(),
-        json!(cls::calibration_error(
+        num(cls::calibration_error(
             probs,
             labels,
-            &CalibrationConfig::rmsce(b)
+            &CalibrationConfig::rmsce(b),
         )?),
     );
     out.insert(
         "sce".into(),
-        json!(cls::calibration_error(
+        num(cls::calibration_error(
             probs,
             labels,
-            &CalibrationConfig::sce(b)
+            &CalibrationConfig::sce(b),
         )?),
     );
     out.insert(
         "ace".into(),
-        json!(cls::calibration_error(
+        num(cls::calibration_error(
             probs,
             labels,
-            &CalibrationConfig::ace(b)
+            &CalibrationConfig::ace(b),
         )?),
     );
     out.insert(
         "tace".into(),
-        json!(cls::calibration_error(
+        num(cls::calibration_error(
             probs,
             labels,
-            &CalibrationConfig::tace(b, args.tace_threshold)
+            &CalibrationConfig::tace(b, args.tace_threshold),
         )?),
     );
     out.insert("bins".into(), json!(b));
@@ -555,8 +555,8 @@ fn classification_metrics(
             .iter()
             .map(|bin| json!({
                 "lower": bin.lower, "upper": bin.upper, "count": bin.count,
-                "confidence": finite_or_null(bin.confidence),
-                "accuracy": finite_or_null(bin.accuracy),
+                "confidence": num(bin.confidence),
+                "accuracy": num(bin.accuracy),
             }))
             .collect::<Vec<_>>()),
     );
@@ -565,7 +565,7 @@ fn classification_metrics(
         let positive: Vec<bool> = labels.iter().map(|&l| l == 1).collect();
         match roc_auc(&scores, &positive) {
             Ok(auc) => {
-                out.insert("auc".into(), json!(auc));
+                out.insert("auc".into(), num(auc));
             }
             Err(_) => {
                 out.insert("auc".into(), Value::Null);
@@ -602,16 +602,13 @@ fn ensemble_metrics(
         mi += e.mutual_information;
     }
     let n = n as f64;
-    out.insert("predictive_entropy".into(), json!(total / n));
-    out.insert("expected_entropy".into(), json!(expected / n));
-    out.insert("mutual_information".into(), json!(mi / n));
+    out.insert("predictive_entropy".into(), num(total / n));
+    out.insert("expected_entropy".into(), num(expected / n));
+    out.insert("mutual_information".into(), num(mi / n));
     Ok(())
 }
 
-fn finite_or_null(v: f64) -> Value {
-    if v.is_finite() {
-        json!(v)
-    } else {
-        Value::Null
-    }
+/// A number of the output: ±∞ as `"inf"`/`"-inf"`, NaN as `null` ([`crate::json`]).
+fn num(v: impl std::borrow::Borrow<f64>) -> Value {
+    crate::json::number(*v.borrow())
 }

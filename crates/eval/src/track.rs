@@ -37,8 +37,8 @@ impl Stored {
     /// The file's text.
     pub fn to_json(&self) -> Result<String> {
         Ok(match self {
-            Stored::Regression(r) => serde_json::to_string(r)?,
-            Stored::Classification(r) => serde_json::to_string(r)?,
+            Stored::Regression(r) => crate::json::to_string(r)?,
+            Stored::Classification(r) => crate::json::to_string(r)?,
         })
     }
 

@@ -8,7 +8,11 @@ use uqbench_metrics::paired::{ALPHA, POWER};
 
 /// A number to 3 significant digits (`–` when not finite).
 fn sig(v: f64) -> String {
-    if !v.is_finite() {
+    if v.is_infinite() {
+        // A result (an infinite KL or NLL), not a missing value.
+        return if v > 0.0 { "+∞" } else { "−∞" }.to_string();
+    }
+    if v.is_nan() {
         return "–".to_string();
     }
     if v == 0.0 {
@@ -70,7 +74,7 @@ pub fn rankings_md(c: &Comparison, md: &mut String) {
                 e.method,
                 sig(e.mean),
                 sig(e.stderr),
-                e.k
+                with_infinite(e.k, e.infinite)
             );
         }
         let mut mdd_unadjusted: Vec<f64> = c
@@ -83,7 +87,8 @@ pub fn rankings_md(c: &Comparison, md: &mut String) {
         if let Some(mid) = mdd_unadjusted.get(mdd_unadjusted.len() / 2) {
             let _ = writeln!(
                 md,
-                "\nSeparated: paired t-test over repetitions, Holm-adjusted over the setting's \
+                "\nSeparated: paired t-test over repetitions (the sign test for a pair with a ±∞ \
+                 repetition), Holm-adjusted over the setting's \
                  pairs, at {:.0}%. The median minimum detectable difference over the pairs \
                  (unadjusted test, {:.0}% power): {}; a true difference that large is detected \
                  by the unadjusted test 80% of the time, and less often after Holm.\n",
@@ -92,6 +97,15 @@ pub fn rankings_md(c: &Comparison, md: &mut String) {
                 sig(*mid)
             );
         }
+    }
+}
+
+/// A count of repetitions, with how many of them were ±∞ (`10 (2 ∞)`).
+fn with_infinite(k: usize, infinite: usize) -> String {
+    if infinite > 0 {
+        format!("{k} ({infinite} ∞)")
+    } else {
+        k.to_string()
     }
 }
 
@@ -105,7 +119,7 @@ pub fn pairs_md(pairs: &[PairRecord], md: &mut String) {
     for p in pairs {
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} | {} | [{}, {}] | {} | {} | {:.3} | {} | {} |",
+            "| {} | {} | {} | {} | {} | [{}, {}] | {} | {} | {} | {} | {} |",
             p.setting,
             p.method_a,
             p.method_b,
@@ -115,9 +129,13 @@ pub fn pairs_md(pairs: &[PairRecord], md: &mut String) {
             sig(p.t_high),
             sig(p.p_value),
             sig(p.p_holm),
-            p.boot_share_a_lower,
+            if p.boot_share_a_lower.is_nan() {
+                "–".to_string()
+            } else {
+                format!("{:.3}", p.boot_share_a_lower)
+            },
             sig(p.mdd_unadjusted),
-            p.k
+            with_infinite(p.k, p.infinite)
         );
     }
 }

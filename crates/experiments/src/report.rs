@@ -16,6 +16,20 @@ use uqbench_eval::summary::{Scalar, SettingSummary, Summary, UNDERFIT_FACTOR};
 
 fn cell(s: Option<&Scalar>) -> String {
     match s {
+        // An infinite value is a result (an infinite KL, NLL or R̂): say so, and how many
+        // repetitions made it.
+        Some(v) if v.value.is_infinite() || v.infinite.unwrap_or(0) > 0 => {
+            let value = match v.value {
+                x if x == f64::INFINITY => "+∞".to_string(),
+                x if x == f64::NEG_INFINITY => "−∞".to_string(),
+                x if x.is_finite() => format!("{x:.3}"),
+                _ => "–".to_string(),
+            };
+            match v.infinite {
+                Some(n) if n > 0 => format!("{value} ({n} infinite)"),
+                _ => value,
+            }
+        }
         Some(v) if v.value.is_finite() && v.stderr.is_finite() => {
             format!("{:.3} ± {:.3}", v.value, v.stderr)
         }

@@ -7,6 +7,8 @@
 //! - The paired bootstrap: resample the K repetitions with replacement (the pairs stay
 //!   together), and count the resamples whose mean difference is below 0 (ties count ½):
 //!   P(A's value < B's).
+//! - The exact sign test, for pairs in which a value is ±∞ (an infinite KL or NLL is a
+//!   result that a mean-based test cannot take; [`paired_signs`]).
 //! - Holm's step-down correction of a family of p-values.
 //! - The minimum detectable difference of a two-sided paired t-test at level α and power
 //!   1 − β: (t_{1−α/2, K−1} + t_{1−β, K−1})·s_d/√K, the usual approximation to the
@@ -93,6 +95,45 @@ pub fn paired(a: &[f64], b: &[f64], resamples: usize, seed: u64) -> Result<Paire
         p_value,
         boot_share_a_lower: bootstrap_below_zero(&d, resamples, seed),
         mdd_unadjusted: (half + t.inverse_cdf(POWER)) * stderr,
+    })
+}
+
+/// The exact two-sided sign test of "a_r < b_r and a_r > b_r are equally likely", for pairs
+/// in which some value is ±∞ (an infinite KL or NLL: a result, which no mean-based test can
+/// take). Pairs with a_r = b_r (both +∞ too) are ties and left out; with n the pairs left and
+/// s those with a_r < b_r, p = min(1, 2·P(X ≤ min(s, n − s))) for X ~ Binomial(n, ½) (scipy's
+/// `binomtest(s, n).pvalue`), 1 when n = 0. `diff` is the mean of a − b (±∞, or NaN when
+/// +∞ − +∞ occurs); the interval, the standard error, the bootstrap share and the detectable
+/// difference are undefined (NaN). NaN values are not allowed (leave such pairs out first).
+pub fn paired_signs(a: &[f64], b: &[f64]) -> Result<Paired, MetricError> {
+    use statrs::distribution::{Binomial, DiscreteCDF};
+    same_len("a and b", a.len(), b.len())?;
+    if let Some(x) = a.iter().chain(b).find(|x| x.is_nan()) {
+        return Err(MetricError::Invalid {
+            what: "paired value".into(),
+            value: *x,
+            valid: "a number or ±∞ (leave out pairs without a value)".into(),
+        });
+    }
+    let lower = a.iter().zip(b).filter(|(x, y)| x < y).count() as u64;
+    let higher = a.iter().zip(b).filter(|(x, y)| x > y).count() as u64;
+    let n = lower + higher;
+    let p_value = if n == 0 {
+        1.0
+    } else {
+        let bin = Binomial::new(0.5, n).expect("p = ½ and n ≥ 1");
+        (2.0 * bin.cdf(lower.min(higher))).min(1.0)
+    };
+    let nan = f64::NAN;
+    Ok(Paired {
+        k: a.len(),
+        diff: a.iter().zip(b).map(|(x, y)| x - y).sum::<f64>() / a.len() as f64,
+        stderr: nan,
+        t_low: nan,
+        t_high: nan,
+        p_value,
+        boot_share_a_lower: nan,
+        mdd_unadjusted: nan,
     })
 }
 
@@ -184,6 +225,29 @@ mod tests {
         // Same seed, same answer; the reversed pair's difference and interval mirror.
         assert_eq!(p, paired(&A, &B2, 10_000, 7).unwrap());
         assert!((q.diff + p.diff).abs() < 1e-15 && (q.t_low + p.t_high).abs() < 1e-15);
+    }
+
+    #[test]
+    fn sign_test_takes_infinities_and_matches_scipy() {
+        // a lower in 8 pairs, higher in 1 (b = +∞ twice, a = +∞ once), one tie (both +∞):
+        // scipy.stats.binomtest(8, 9).pvalue = 0.0390625 (= 2·10/512).
+        let inf = f64::INFINITY;
+        let a = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, inf, inf];
+        let b = [2.0, 3.0, 4.0, 5.0, 6.0, 7.0, inf, inf, 1.0, inf];
+        let p = paired_signs(&a, &b).unwrap();
+        assert!((p.p_value - 0.0390625).abs() < 1e-12, "{}", p.p_value);
+        assert_eq!(p.k, 10);
+        // +∞ − +∞ in the last pair: the mean difference is undefined.
+        assert!(p.diff.is_nan() && p.stderr.is_nan());
+        // Without that pair: a − b has one +∞ and some −∞: still NaN; a clean case instead.
+        let q = paired_signs(&[1.0, 2.0, inf], &[2.0, 3.0, 4.0]).unwrap();
+        assert_eq!(q.diff, inf);
+        // binomtest(2, 3).pvalue = 1.0.
+        assert!((q.p_value - 1.0).abs() < 1e-12);
+        // Mirror: the reversed pair has the same p.
+        assert_eq!(paired_signs(&b, &a).unwrap().p_value, p.p_value);
+        assert_eq!(paired_signs(&[inf], &[inf]).unwrap().p_value, 1.0);
+        assert!(paired_signs(&[f64::NAN], &[1.0]).is_err());
     }
 
     #[test]

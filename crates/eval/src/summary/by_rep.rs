@@ -134,11 +134,7 @@ pub(super) fn region_means(v: &[Vec<f64>], idx: Points<'_>) -> Vec<f64> {
 /// random design a point is a test slot, pooled over the repetitions where it lies in the
 /// region). NaN values (an undefined quantity at a point) are left out of a repetition's mean.
 pub(super) fn region_aggregate(v: &[Vec<f64>], idx: Points<'_>) -> Scalar {
-    let per_rep: Vec<f64> = region_means(v, idx)
-        .into_iter()
-        .filter(|x| !x.is_nan())
-        .collect();
-    let Ok(s) = coverage::mean_se(&per_rep) else {
+    let Some(over_reps) = Scalar::over_repetitions(&region_means(v, idx)) else {
         return Scalar::bare(f64::NAN);
     };
     let width = v.first().map_or(0, Vec::len);
@@ -158,11 +154,11 @@ pub(super) fn region_aggregate(v: &[Vec<f64>], idx: Points<'_>) -> Scalar {
         .map(|(s, &c)| s / c as f64)
         .collect();
     Scalar {
-        value: s.mean,
-        stderr: if per_rep.len() > 1 { s.se } else { f64::NAN },
         points_sd: coverage::mean_se(&point_means)
             .ok()
             .filter(|_| point_means.len() > 1)
-            .map(|p| p.se * (point_means.len() as f64).sqrt()),
+            .map(|p| p.se * (point_means.len() as f64).sqrt())
+            .filter(|sd| !sd.is_nan()),
+        ..over_reps
     }
 }

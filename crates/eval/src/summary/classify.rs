@@ -31,7 +31,8 @@ use super::joint::{JointKind, JointMetrics};
 use super::names;
 use super::regions::regions;
 use super::types::{
-    level_name, nullable_vec, ByRepetition, MethodSummary, PointMetric, Scalar, TestInfo,
+    level_name, nullable_map, nullable_vec, ByRepetition, MethodSummary, PointMetric, Scalar,
+    TestInfo,
 };
 use uqbench_metrics::regression::quantile_sorted;
 
@@ -81,7 +82,11 @@ pub struct ClassRep {
     #[serde(deserialize_with = "nullable_vec")]
     pub expected_entropy: Vec<f64>,
     /// Scalars such as `final_objective` or `diverged_members`.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "nullable_map"
+    )]
     pub scalars: BTreeMap<String, f64>,
     /// Whether training diverged; such repetitions are counted but left out of the metrics.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -213,13 +218,10 @@ fn label_metrics(prob: &[f64], labels: &[bool], idx: &[usize]) -> Result<BTreeMa
     Ok(out)
 }
 
-/// Mean and standard error over repetitions, ignoring NaN (an AUC on a one-class region).
+/// Mean and standard error over repetitions, ignoring NaN (an AUC on a one-class region),
+/// counting ±∞ ([`Scalar::over_repetitions`]).
 fn over_reps(v: &[f64]) -> Scalar {
-    let finite: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
-    match uqbench_metrics::coverage::mean_se(&finite) {
-        Ok(s) => Scalar::with_se(s.mean, s.se),
-        Err(_) => Scalar::bare(f64::NAN),
-    }
+    Scalar::over_repetitions(v).unwrap_or_else(|| Scalar::bare(f64::NAN))
 }
 
 /// A method's flags: poor mixing, and the repetitions left out because training diverged.
@@ -609,15 +611,8 @@ fn insert_scalars(all: &mut BTreeMap<String, Scalar>, used: &[&ClassRep], by: &m
         let v: Vec<f64> = used
             .iter()
             .filter_map(|r| r.scalars.get(&name).copied())
-            .filter(|v| !v.is_nan())
             .collect();
-        all.insert(
-            name,
-            match uqbench_metrics::coverage::mean_se(&v) {
-                Ok(s) => Scalar::with_se(s.mean, s.se),
-                Err(_) => Scalar::bare(f64::NAN),
-            },
-        );
+        all.insert(name, over_reps(&v));
     }
 }
 

@@ -436,12 +436,10 @@ fn insert_scalars(all: &mut BTreeMap<String, Scalar>, ok: &[&RepResult], by: &mu
         let v: Vec<f64> = ok
             .iter()
             .filter_map(|r| r.scalars.get(name).copied())
-            .filter(|v| !v.is_nan())
             .collect();
-        let Ok(s) = coverage::mean_se(&v) else {
-            continue;
-        };
-        all.insert(name.clone(), Scalar::with_se(s.mean, s.se));
+        if let Some(s) = Scalar::over_repetitions(&v) {
+            all.insert(name.clone(), s);
+        }
     }
 }
 
@@ -480,14 +478,9 @@ pub(super) fn insert_joint<'a>(
         let v: Vec<f64> = reps
             .clone()
             .filter_map(|j| j.get(&region)?.get(&name).copied())
-            .filter(|v| v.is_finite())
             .collect();
-        if let Ok(s) = coverage::mean_se(&v) {
-            let se = if v.len() > 1 { s.se } else { f64::NAN };
-            aggregate
-                .entry(region)
-                .or_default()
-                .insert(name, Scalar::with_se(s.mean, se));
+        if let Some(s) = Scalar::over_repetitions(&v) {
+            aggregate.entry(region).or_default().insert(name, s);
         }
     }
 }
@@ -519,6 +512,7 @@ fn brier_over_reps(per_rep: &[Vec<f64>], cf: &[f64], idx: &[usize], level: f64) 
         value,
         stderr: var.sqrt(),
         points_sd: None,
+        infinite: None,
     })
 }
 

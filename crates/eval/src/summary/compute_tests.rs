@@ -101,7 +101,7 @@ fn three_repetitions_at_two_points_by_hand() {
     );
     assert!(summary
         .aggregate_csv()
-        .contains("w=1,M,all,diverged,1.0,,\n"));
+        .contains("w=1,M,all,diverged,1.0,,,\n"));
 }
 
 #[test]
@@ -202,7 +202,7 @@ fn region_error_bars_are_over_repetitions_by_hand() {
         }],
     };
     let csv = summary.aggregate_csv();
-    assert!(csv.starts_with("setting,method,region,metric,value,stderr,points_sd\n"));
+    assert!(csv.starts_with("setting,method,region,metric,value,stderr,points_sd,infinite\n"));
     let row: Vec<f64> = csv
         .lines()
         .find(|l| l.starts_with(",M,in,deviation,"))
@@ -213,6 +213,8 @@ fn region_error_bars_are_over_repetitions_by_hand() {
         .collect();
     assert!(close(row[0], 1.55 / 3.0) && close(row[1], 0.145_296_631_4));
     assert!(close(row[2], 0.1 / 3.0 / 2f64.sqrt()), "{csv}");
+    // No repetition was infinite.
+    assert_eq!(row[3], 0.0, "{csv}");
     // repetitions.csv: one row per region × metric × repetition.
     let reps_csv = summary.repetitions_csv();
     assert!(reps_csv.starts_with("setting,method,region,metric,repetition,value\n"));
@@ -366,4 +368,82 @@ fn a_random_design_judges_each_repetition_at_its_own_inputs_by_hand() {
     // A repetition missing from the random design's inputs is an error naming it.
     let err = summarize_method(&test, &[rep(7, [0.0; 2], [0.1; 2])], &[0.9], None).unwrap_err();
     assert!(err.to_string().contains("repetition 7"), "{err}");
+}
+
+/// Issue 59 §4: an infinite KL (uncertainty 0 where the method errs) or R̂ (chains that never
+/// moved) is a result. It survives the stored file, makes the mean over repetitions +∞ with
+/// its count, and is written `inf` in the CSV files, never as "no value".
+#[test]
+fn an_infinite_value_is_kept_through_the_file_and_counted() {
+    let inf = f64::INFINITY;
+    let mut reps: Vec<RepResult> = (0..3)
+        .map(|r| {
+            let mut x = rep(r, [0.1 * r as f64, 1.0], [0.5, 0.5]);
+            x.kl_anchor = Some(vec![0.1 + r as f64, 0.2]);
+            x.scalars.insert("rhat_max".into(), 1.001);
+            x
+        })
+        .collect();
+    reps[1].kl_anchor = Some(vec![inf, 0.3]);
+    reps[2].scalars.insert("rhat_max".into(), inf);
+    reps[0].joint = BTreeMap::from([(
+        "all".to_string(),
+        BTreeMap::from([("joint_kl_10".to_string(), inf)]),
+    )]);
+    reps[1].joint = BTreeMap::from([(
+        "all".to_string(),
+        BTreeMap::from([("joint_kl_10".to_string(), 2.0)]),
+    )]);
+    // Through the stored file, as a run reads its repetitions back.
+    let reps: Vec<RepResult> = reps
+        .into_iter()
+        .map(|r| {
+            let text = crate::track::Stored::Regression(r).to_json().unwrap();
+            serde_json::from_str(&text).unwrap()
+        })
+        .collect();
+    assert_eq!(reps[1].kl_anchor.as_ref().unwrap()[0], inf);
+    assert_eq!(reps[2].scalars["rhat_max"], inf);
+    assert_eq!(reps[0].joint["all"]["joint_kl_10"], inf);
+    let s = summarize_method(&two_points(), &reps, &[0.9], None).unwrap();
+    let kl = s.aggregate["all"]["kl_anchor"];
+    assert_eq!((kl.value, kl.infinite), (inf, Some(1)));
+    assert!(kl.stderr.is_nan());
+    assert_eq!(s.aggregate["in"]["kl_anchor"].infinite, Some(1));
+    // Point 1 (region out) was finite in every repetition: (0.2 + 0.3 + 0.2)/3.
+    let out = s.aggregate["out"]["kl_anchor"];
+    assert_eq!(out.infinite, Some(0));
+    assert!((out.value - 0.7 / 3.0).abs() < 1e-12 && out.stderr.is_finite());
+    assert_eq!(s.points["kl_anchor"].value[0], inf);
+    let rhat = s.aggregate["all"]["rhat_max"];
+    assert_eq!((rhat.value, rhat.infinite), (inf, Some(1)));
+    // The joint KL: repetition 2 has none (left out), repetition 0 is +∞.
+    let joint = s.aggregate["all"]["joint_kl_10"];
+    assert_eq!((joint.value, joint.infinite), (inf, Some(1)));
+    let summary = Summary {
+        experiment: "t".into(),
+        levels: vec![0.9],
+        settings: vec![SettingSummary {
+            setting: String::new(),
+            test: two_points(),
+            methods: BTreeMap::from([("M".to_string(), s)]),
+        }],
+    };
+    let csv = summary.aggregate_csv();
+    assert!(csv.contains("\n,M,all,kl_anchor,inf,,,1.0\n"), "{csv}");
+    assert!(csv.contains("\n,M,all,rhat_max,inf,,,1.0\n"), "{csv}");
+    assert!(summary.points_csv().contains(",kl_anchor,inf,"));
+    let reps_csv = summary.repetitions_csv();
+    assert!(
+        reps_csv.contains("\n,M,all,kl_anchor,1,inf\n"),
+        "{reps_csv}"
+    );
+    // Repetition 2 has no joint KL: empty, not inf.
+    assert!(reps_csv.contains("\n,M,all,joint_kl_10,2,\n"), "{reps_csv}");
+    // summary.json: "inf" (JSON has no number for it), null for the undefined error bar.
+    let json = summary.to_json();
+    assert_eq!(
+        json["settings"][0]["methods"]["M"]["aggregate"]["all"]["kl_anchor"],
+        serde_json::json!({"value": "inf", "stderr": null, "infinite": 1})
+    );
 }

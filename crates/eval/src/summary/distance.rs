@@ -60,8 +60,12 @@ pub fn to_anchor(
                 )
             });
             let (w, k): (Vec<f64>, Vec<f64>) = pairs.into_iter().unzip();
-            // A point prediction (std 0: quantile regression) has no density: no KL.
-            let point = out.std.iter().any(|s| *s <= 0.0);
+            // A method without any uncertainty of f (std 0 everywhere: quantile regression,
+            // which states intervals of y only) has no density of f: no KL. A method with one
+            // that is certain (std 0) at some input where the anchor is not has KL = +∞ there
+            // (a point mass is not absolutely continuous with respect to the anchor): a
+            // result, kept as +∞ in the files (issue 59 §4), not left out.
+            let point = out.std.iter().all(|s| *s <= 0.0);
             (w, (!point).then_some(k))
         }
     }

@@ -3,7 +3,9 @@
 
 use crate::bail;
 use crate::error::Result;
-use serde_json::{json, Value};
+use serde_json::Value;
+
+use crate::json::{INF, NEG_INF};
 
 use super::by_rep::REPETITIONS_COLUMNS;
 use super::names;
@@ -11,11 +13,16 @@ use super::types::Summary;
 
 /// A number as Python's `repr` (and so pandas' `to_csv`) writes it: the shortest text that
 /// reads back to the same f64, `0.0` for integral values, scientific below 1e-4 and from 1e16
-/// with a signed exponent of at least two digits (`1e-07`, `1e+16`); empty when not finite.
-/// A DataFrame read from these files and written back gives the same text.
+/// with a signed exponent of at least two digits (`1e-07`, `1e+16`); `inf` and `-inf` for ±∞
+/// (a result: an infinite KL or NLL, issue 59 §4), empty for NaN (no value). A DataFrame read
+/// from these files and written back gives the same text.
 pub(crate) fn num(v: f64) -> String {
-    if !v.is_finite() {
+    if v.is_nan() {
         return String::new();
+    }
+    if v.is_infinite() {
+        let text = if v > 0.0 { INF } else { NEG_INF };
+        return text.to_string();
     }
     // Rust's Debug form is the shortest round-trip text with the same thresholds as Python's
     // repr; only the exponent is spelled differently (`1e-7`, `1e16`).
@@ -117,7 +124,9 @@ impl Summary {
 
     /// The aggregate CSV: one row per setting × method × region × metric, with `diverged`
     /// (repetitions left out) per setting × method. `stderr` is over repetitions; `points_sd`
-    /// is the descriptive spread across the region's test inputs, where the metric has one.
+    /// is the descriptive spread across the region's test inputs, where the metric has one;
+    /// `infinite` how many of the repetitions in a mean over repetitions were ±∞ (then the
+    /// value is `inf`, `-inf` or empty and the standard error empty).
     pub fn aggregate_csv(&self) -> String {
         let header = [
             "setting",
@@ -127,6 +136,7 @@ impl Summary {
             "value",
             "stderr",
             "points_sd",
+            "infinite",
         ]
         .map(String::from);
         let mut out = Csv::new(&header);
@@ -142,6 +152,7 @@ impl Summary {
                             num(v.value),
                             num(v.stderr),
                             v.points_sd.map(num).unwrap_or_default(),
+                            v.infinite.map(|n| num(n as f64)).unwrap_or_default(),
                         ]);
                     }
                 }
@@ -151,6 +162,7 @@ impl Summary {
                     names::ALL.to_string(),
                     names::DIVERGED.to_string(),
                     num(ms.diverged.len() as f64),
+                    String::new(),
                     String::new(),
                     String::new(),
                 ]);
@@ -179,9 +191,10 @@ impl Summary {
         out.text()
     }
 
-    /// The summary as JSON (non-finite numbers become null).
+    /// The summary as JSON: ±∞ as `"inf"`/`"-inf"`, NaN (no value) as `null`
+    /// ([`crate::json`]).
     pub fn to_json(&self) -> Value {
-        json!(self)
+        crate::json::to_value(self).expect("a summary serialises (string keys only)")
     }
 
     /// Writes summary.json, summary.csv (per test input), aggregate.csv (per region) and
@@ -231,7 +244,10 @@ mod tests {
         ] {
             assert_eq!(num(v), py, "{v}");
         }
+        // Python's repr of ±∞ (what pandas' read_csv reads and to_csv writes back); NaN is "no
+        // value", an empty field.
         assert_eq!(num(f64::NAN), "");
-        assert_eq!(num(f64::INFINITY), "");
+        assert_eq!(num(f64::INFINITY), "inf");
+        assert_eq!(num(f64::NEG_INFINITY), "-inf");
     }
 }

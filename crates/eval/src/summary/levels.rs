@@ -1,5 +1,5 @@
 //! Interval levels and their stored bounds, and the readers of numbers that JSON writes as
-//! `null` (NaN, ±∞): what the stored repetition types and the empirical intervals share.
+//! `null` (NaN) and `"inf"`/`"-inf"` (±∞): what the stored repetition types and the empirical intervals share.
 
 use std::collections::BTreeMap;
 
@@ -14,26 +14,75 @@ pub fn level_name(level: f64) -> String {
     format!("{level}")
 }
 
-/// Reads a list of numbers in which `null` stands for a non-finite value (serde_json writes
-/// NaN and ±∞ as `null`): a diverged repetition's predictions read back as NaN.
+/// One number of a stored JSON file: a number, `null` (NaN: no value, or a diverged
+/// repetition's prediction) or `"inf"`/`"-inf"` (±∞, which serde_json alone would write as
+/// `null`: see [`crate::json`]).
+struct Num(f64);
+
+impl<'de> Deserialize<'de> for Num {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Num, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Num;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a number, null, \"inf\" or \"-inf\"")
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<Num, E> {
+                Ok(Num(v))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<Num, E> {
+                Ok(Num(v as f64))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<Num, E> {
+                Ok(Num(v as f64))
+            }
+            fn visit_unit<E>(self) -> Result<Num, E> {
+                Ok(Num(f64::NAN))
+            }
+            fn visit_none<E>(self) -> Result<Num, E> {
+                Ok(Num(f64::NAN))
+            }
+            fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Num, D::Error> {
+                Num::deserialize(d)
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Num, E> {
+                crate::json::text_number(v)
+                    .map(Num)
+                    .ok_or_else(|| E::invalid_value(serde::de::Unexpected::Str(v), &self))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// Reads a list of numbers in which `null` stands for NaN and `"inf"`/`"-inf"` for ±∞.
 pub(crate) fn nullable_vec<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<f64>, D::Error> {
-    let v: Vec<Option<f64>> = Vec::deserialize(d)?;
-    Ok(v.into_iter().map(|x| x.unwrap_or(f64::NAN)).collect())
+    let v: Vec<Num> = Vec::deserialize(d)?;
+    Ok(v.into_iter().map(|x| x.0).collect())
 }
 
 pub(crate) fn nullable_opt_vec<'de, D: Deserializer<'de>>(
     d: D,
 ) -> Result<Option<Vec<f64>>, D::Error> {
-    let v: Option<Vec<Option<f64>>> = Option::deserialize(d)?;
-    Ok(v.map(|v| v.into_iter().map(|x| x.unwrap_or(f64::NAN)).collect()))
+    let v: Option<Vec<Num>> = Option::deserialize(d)?;
+    Ok(v.map(|v| v.into_iter().map(|x| x.0).collect()))
 }
 
 pub(crate) fn nullable_map<'de, D: Deserializer<'de>>(
     d: D,
 ) -> Result<BTreeMap<String, f64>, D::Error> {
-    let v: BTreeMap<String, Option<f64>> = BTreeMap::deserialize(d)?;
+    let v: BTreeMap<String, Num> = BTreeMap::deserialize(d)?;
+    Ok(v.into_iter().map(|(k, x)| (k, x.0)).collect())
+}
+
+/// Reads region → name → number (the joint metrics of a stored repetition) as
+/// [`nullable_map`] does.
+pub(crate) fn nullable_nested_map<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<BTreeMap<String, BTreeMap<String, f64>>, D::Error> {
+    let v: BTreeMap<String, BTreeMap<String, Num>> = BTreeMap::deserialize(d)?;
     Ok(v.into_iter()
-        .map(|(k, x)| (k, x.unwrap_or(f64::NAN)))
+        .map(|(k, m)| (k, m.into_iter().map(|(n, x)| (n, x.0)).collect()))
         .collect())
 }
 

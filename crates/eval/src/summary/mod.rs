@@ -15,6 +15,7 @@
 //!   data-generating distribution (spec §10), per repetition and region;
 //! - [`names`]: the metric and region names, in one place;
 //! - `regions`: each region's test inputs, shared or per repetition;
+//! - `scalar`: a region aggregate or scalar with its standard error and its count of ±∞;
 //! - `random`: the test inputs of a random-design setting (each repetition's own);
 //! - `files`: summary.json, summary.csv, aggregate.csv and repetitions.csv.
 
@@ -31,6 +32,7 @@ mod levels;
 pub mod names;
 mod random;
 mod regions;
+mod scalar;
 mod types;
 
 pub use by_rep::{RepetitionEntry, REPETITIONS_COLUMNS};

@@ -15,10 +15,12 @@ use uqbench_metrics::regression::{crps_gaussian, crps_student_t};
 pub use super::distance::AnchorRef;
 pub use super::empirical::{columns_of, empirical, per_input_t, NoiseSd};
 use super::joint::{JointInput, JointKind, JointMetrics};
+pub(super) use super::levels::nullable_map;
 pub(super) use super::levels::nullable_vec;
 pub use super::levels::{level_name, with_coverage_level, LevelBounds, PiBounds, COVERAGE_LEVEL};
-use super::levels::{nullable_map, nullable_opt_vec};
+use super::levels::{nullable_nested_map, nullable_opt_vec};
 use super::names;
+pub use super::scalar::Scalar;
 
 /// The reference method's name.
 pub use uqbench_anchor::ANCHOR;
@@ -109,7 +111,11 @@ pub struct RepResult {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub joint_of_base: bool,
     /// The joint metrics per region: `joint_kl_T`, `env_kl_T` and their `…_se`.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "nullable_nested_map"
+    )]
     pub joint: JointMetrics,
 }
 
@@ -389,41 +395,6 @@ pub struct PointMetric {
     /// Wilson 95% upper bounds, for proportions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upper: Option<Vec<f64>>,
-}
-
-/// A single number with its standard error over repetitions.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct Scalar {
-    /// The value.
-    pub value: f64,
-    /// Its standard error over the repetitions that entered the metrics (NaN where not
-    /// defined).
-    pub stderr: f64,
-    /// For a region aggregate of a per-point metric: the sd across the region's test inputs of
-    /// the per-point values, a descriptive spread (the inputs are not independent samples, so
-    /// this is no standard error).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub points_sd: Option<f64>,
-}
-
-impl Scalar {
-    /// A value without a standard error.
-    pub fn bare(value: f64) -> Scalar {
-        Scalar {
-            value,
-            stderr: f64::NAN,
-            points_sd: None,
-        }
-    }
-
-    /// A mean with its standard error.
-    pub fn with_se(value: f64, stderr: f64) -> Scalar {
-        Scalar {
-            value,
-            stderr,
-            points_sd: None,
-        }
-    }
 }
 
 /// Everything computed for one method at one setting.

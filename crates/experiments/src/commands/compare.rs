@@ -46,7 +46,7 @@ pub fn run(args: &CompareArgs) -> Result<()> {
     };
     let c = compare(&rows, &opts)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&c.pairs)?);
+        println!("{}", uqbench_eval::json::to_string_pretty(&c.pairs)?);
         return Ok(());
     }
     let mut md = String::new();

@@ -399,7 +399,7 @@ pub fn run(args: &ScoreArgs) -> Result<()> {
         .unwrap_or_else(|| args.predictions.join("score"));
     summary.write(&out)?;
     eprintln!(
-        "wrote summary.json, summary.csv and aggregate.csv to {}",
+        "wrote summary.json, summary.csv, aggregate.csv and repetitions.csv to {}",
         out.display()
     );
     Ok(())
