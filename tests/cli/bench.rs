@@ -40,6 +40,17 @@ fn bench_prints_one_json_line_and_backends_agree() {
         assert!(!flex[key].is_null(), "{key} missing: {flex}");
     }
     assert_eq!(flex["replicas"], 16);
+    // The host trainer's rate against this machine's own peaks (issue 61): the fraction is
+    // the rate over the large product, so both are there and agree.
+    let (gflops, product) = (
+        flex["gflops"].as_f64().unwrap(),
+        flex["product_gflops"].as_f64().unwrap(),
+    );
+    let fraction = flex["peak_fraction"].as_f64().unwrap();
+    assert!(
+        product > 0.0 && (fraction - gflops / product).abs() < 1e-12,
+        "{flex}"
+    );
     let reference = flex["final_objective"].as_f64().unwrap();
     let mut others = vec!["ndarray"];
     if !skip_wgpu() {
@@ -362,4 +373,27 @@ fn bench_train_runs_every_engine_method_at_its_defaults() {
             assert_eq!(v["diverged_repetitions"], 0, "{kind}: {v}");
         }
     }
+}
+
+#[test]
+fn bench_peak_measures_the_product_and_the_fma_bound() {
+    let o = uqbench(&["bench", "peak", "--threads", "1", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let product = v["product_gflops"].as_f64().unwrap();
+    assert!(product > 0.0, "{v}");
+    // Capped at the baseline: a product rate, and no FMA-bound peak (no vector FMA there).
+    let o = uqbench(&[
+        "bench",
+        "peak",
+        "--threads",
+        "1",
+        "--json",
+        "--simd",
+        "baseline",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["level"], "baseline");
+    assert!(v["fma_peak_gflops"].is_null() && v["product_gflops"].as_f64().unwrap() > 0.0);
 }

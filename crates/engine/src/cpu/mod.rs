@@ -13,7 +13,10 @@
 //!   host execution (`crate::engine`'s `host.rs`) and the samplers' host loops
 //!   (`uqbench-samplers`) run the networks through;
 //! - [`kernels`]: fused in-place element-wise loops on flex tensors (bias and activation,
-//!   their backward, Adam), for the tensor execution on the CPU.
+//!   their backward, Adam), for the tensor execution on the CPU;
+//! - [`peak`]: the machine's own f32 peaks, measured in the process (a large product
+//!   through the same register tiles, and independent fused multiply-adds), which
+//!   `bench train` reports its rate against.
 //!
 //! Whether host loops run, and at which instruction set, are settings of the run
 //! (`Resources::host_loops` and `Resources::simd`, from `Compute`), recorded in `run.json`.
@@ -21,6 +24,7 @@
 pub mod feature_major;
 pub mod kernels;
 pub mod math;
+pub mod peak;
 pub(crate) mod point_major;
 pub mod sampled;
 pub mod simd;

@@ -26,6 +26,9 @@ enum BenchCommand {
     Hmc(super::bench_hmc::HmcBench),
     /// The reference certificate's null: how often perfectly mixed chains would fail it.
     Certificate(super::bench_null::NullBench),
+    /// This machine's own f32 peaks: a large product through the host trainer's register
+    /// tiles, and independent fused multiply-adds.
+    Peak(super::bench_peak::PeakBench),
 }
 
 /// Arguments of `uqbench bench train`.
@@ -89,6 +92,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         BenchCommand::Train(t) => train(t),
         BenchCommand::Hmc(h) => super::bench_hmc::run(h),
         BenchCommand::Certificate(c) => super::bench_null::run(c),
+        BenchCommand::Peak(p) => super::bench_peak::run(p),
     }
 }
 
@@ -185,8 +189,15 @@ fn train(args: &TrainBench) -> Result<()> {
         }
         Route::Autodiff => autodiff(args, &job, &settings, &res)?,
     };
+    let seconds = start.elapsed().as_secs_f64();
+    // The machine's own peaks at the same level and threads, after the timing (host only:
+    // they are what the host loops run on).
+    let peak = trainer
+        .starts_with("host")
+        .then(|| uqbench_engine::cpu::peak::measure(res.simd, res.threads));
     let measured = Measured {
-        seconds: start.elapsed().as_secs_f64(),
+        seconds,
+        peak,
         chunk,
         final_objective,
         diverged,
@@ -201,6 +212,8 @@ fn train(args: &TrainBench) -> Result<()> {
 /// What one benchmark run measured.
 struct Measured {
     seconds: f64,
+    /// The machine's own peaks (`cpu::peak`), for the host trainer.
+    peak: Option<uqbench_engine::cpu::peak::Peak>,
     chunk: Option<usize>,
     final_objective: f64,
     diverged: usize,
@@ -215,6 +228,7 @@ struct Measured {
 fn report(args: &TrainBench, shape: &MlpShape, m: &Measured) -> Result<()> {
     let Measured {
         seconds,
+        peak,
         chunk,
         final_objective,
         diverged,
@@ -225,6 +239,7 @@ fn report(args: &TrainBench, shape: &MlpShape, m: &Measured) -> Result<()> {
     } = *m;
     let replica_epochs = (args.replicas * args.epochs) as f64;
     let flops = 6.0 * args.n as f64 * shape.macs_per_point() as f64 * replica_epochs;
+    let gflops = flops / seconds / 1e9;
     if args.json {
         outln!(
             "{}",
@@ -237,7 +252,13 @@ fn report(args: &TrainBench, shape: &MlpShape, m: &Measured) -> Result<()> {
                 "replica_epochs_per_s": replica_epochs / seconds,
                 // The whole process's peak resident memory (VmHWM), in MiB.
                 "peak_memory_mib": crate::provenance::peak_memory_mib(),
-                "gflops": flops / seconds / 1e9,
+                "gflops": gflops,
+                // This machine's own large product through the same register tiles and its
+                // FMA-bound peak (`bench peak`), and the training's GFLOP/s over each.
+                "product_gflops": peak.map(|p| p.product_gflops),
+                "fma_peak_gflops": peak.and_then(|p| p.fma_gflops),
+                "peak_fraction": peak.map(|p| gflops / p.product_gflops),
+                "fma_fraction": peak.and_then(|p| p.fma_gflops).map(|f| gflops / f),
                 "final_objective": final_objective,
                 "chunk": chunk,
                 "route": format!("{:?}", args.route).to_lowercase(),
@@ -261,8 +282,8 @@ fn report(args: &TrainBench, shape: &MlpShape, m: &Measured) -> Result<()> {
     } else {
         outln!(
             "{} replicas × {} epochs, N = {}, backend {} ({}; {} threads, chunks of {}): {:.2} s, \
-             {:.0} replica-epochs/s, {:.1} GFLOP/s, peak memory {:.0} MiB, mean final objective \
-             {:.6}{}{}",
+             {:.0} replica-epochs/s, {:.1} GFLOP/s{}, peak memory {:.0} MiB, mean final \
+             objective {:.6}{}{}",
             args.replicas,
             args.epochs,
             args.n,
@@ -272,7 +293,8 @@ fn report(args: &TrainBench, shape: &MlpShape, m: &Measured) -> Result<()> {
             chunk.map_or("auto".to_string(), |c| c.to_string()),
             seconds,
             replica_epochs / seconds,
-            flops / seconds / 1e9,
+            gflops,
+            peak.map_or(String::new(), |p| super::bench_peak::fractions(gflops, &p)),
             crate::provenance::peak_memory_mib().unwrap_or(f64::NAN),
             final_objective,
             if diverged > 0 {

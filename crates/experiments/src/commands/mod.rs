@@ -6,6 +6,7 @@ pub mod bench;
 pub mod bench_hmc;
 pub mod bench_method;
 pub mod bench_null;
+pub mod bench_peak;
 pub mod check;
 pub mod compare;
 pub mod draws;

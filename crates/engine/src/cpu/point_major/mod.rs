@@ -7,10 +7,14 @@
 //! do one pass over the points per weight, and burn's gemm pays for packing, dispatch and a
 //! fresh output tensor per product on a chunk's small matrices (`docs/performance.md`).
 //!
-//! Every sum has its order written out: an output adds its bias (or zero) and then the
-//! products in the order of the inner index, one multiplication and one addition each (no
-//! fused multiply-add), so [`crate::cpu::simd::dispatch`]'s baseline and AVX2 copies give the
-//! same bits (tested). The order differs from gemm's, so from the same seeds a replica ends
+//! Every sum has its order written out: an output starts at its bias (or zero) and then
+//! takes the products in the order of the inner index, each as one fused multiply-add (a·b + c
+//! rounded once, IEEE 754's fusedMultiplyAdd: `f32::mul_add` at the baseline, `vfmadd` in
+//! AVX2 and AVX-512 registers), so [`crate::cpu::simd::dispatch`]'s baseline, AVX2 and AVX-512
+//! copies give the same bits (tested). A fused step is one instruction where a product and a
+//! sum are two, which is what lets the products approach the machine's FMA-bound peak (issue
+//! 61; before 2026-11-28 they were unfused, so results from earlier builds differ in the last
+//! bits and, through training, at nearby weights). The order differs from gemm's, so from the same seeds a replica ends
 //! at nearby, not identical, weights: equal in distribution (docs/performance.md).
 
 mod product;
@@ -20,6 +24,29 @@ mod tests;
 use self::product::{transpose, Layout, Product};
 use super::{offsets, Part, ReplicaNet};
 use crate::cpu::simd::Lanes;
+
+/// C = A·B (`c`: `[m, n]`, `a`: `[m, k]`, `b`: `[k, n]`, all row-major) through the same
+/// register tiles as the networks' products: what `cpu::peak` times as the machine's own
+/// large-product rate.
+#[inline(always)]
+pub(crate) fn product(
+    lanes: Lanes,
+    (m, n, k): (usize, usize, usize),
+    a: &[f32],
+    b: &[f32],
+    c: &mut [f32],
+) {
+    Product {
+        m,
+        n,
+        k,
+        a,
+        layout: Layout::Rows(k),
+        b,
+        bias: None,
+    }
+    .run(lanes, c);
+}
 
 /// One replica's network, point-major: layer shapes, flat parameters W₀ … W_L then b₀ … b_L
 /// (W_l row-major `[in, out]`, [`crate::cpu::feature_major::Net`]'s layout), and scratch.

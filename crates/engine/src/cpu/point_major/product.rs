@@ -21,7 +21,8 @@ trait Vector: Copy {
     type V: Copy;
     fn splat(self, x: f32) -> Self::V;
     fn load(self, x: &[f32]) -> Self::V;
-    /// acc + a·b, the product rounded first (no fused multiply-add).
+    /// acc + a·b, fused (one rounding, IEEE 754's fusedMultiplyAdd: the same bits in every
+    /// lane set, and half the instructions of a product and a sum).
     fn mul_add(self, acc: Self::V, a: Self::V, b: Self::V) -> Self::V;
     fn store(self, v: Self::V, out: &mut [f32]);
 }
@@ -48,7 +49,8 @@ impl Vector for Plain {
     fn mul_add(self, acc: [f32; 8], a: [f32; 8], b: [f32; 8]) -> [f32; 8] {
         let mut out = acc;
         for i in 0..8 {
-            out[i] += a[i] * b[i];
+            // Without an FMA unit (the baseline), a library call: correct, not fast.
+            out[i] = a[i].mul_add(b[i], out[i]);
         }
         out
     }
@@ -77,7 +79,7 @@ impl Vector for V3 {
 
     #[inline(always)]
     fn mul_add(self, acc: f32x8, a: f32x8, b: f32x8) -> f32x8 {
-        self.add_f32x8(acc, self.mul_f32x8(a, b))
+        self.mul_add_f32x8(a, b, acc)
     }
 
     #[inline(always)]
@@ -105,7 +107,7 @@ impl Vector for V4 {
 
     #[inline(always)]
     fn mul_add(self, acc: f32x16, a: f32x16, b: f32x16) -> f32x16 {
-        self.add_f32x16(acc, self.mul_f32x16(a, b))
+        self.mul_add_f32x16(a, b, acc)
     }
 
     #[inline(always)]
@@ -310,7 +312,8 @@ impl Product<'_> {
                 for k in 0..self.k {
                     let bkj = self.b[k * n + j];
                     for r in 0..rows {
-                        acc[r] += self.a(i + r, k) * bkj;
+                        // Inside the AVX2 and AVX-512 copies one `vfmadd`.
+                        acc[r] = self.a(i + r, k).mul_add(bkj, acc[r]);
                     }
                 }
                 for r in 0..rows {

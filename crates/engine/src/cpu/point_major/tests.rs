@@ -40,8 +40,8 @@ impl Op for Products<'_> {
 
 #[test]
 fn products_add_in_the_documented_order_at_both_levels() {
-    // Every C_ij must be init + A_i0·B_0j + A_i1·B_1j + … in f32, in that order, with each
-    // product rounded before its addition: the scalar loop below, bit for bit, at the
+    // Every C_ij must be init + A_i0·B_0j + A_i1·B_1j + … in f32, in that order, each term
+    // a fused multiply-add (one rounding): the scalar loop below, bit for bit, at the
     // baseline and in AVX2 and AVX-512 registers. Shapes cover full tiles (5 rows, 16 or
     // 32 columns), every row remainder (1–4), the one-vector columns and the scalar
     // columns, both layouts of A, with and without a bias.
@@ -79,7 +79,7 @@ fn products_add_in_the_documented_order_at_both_levels() {
                 for j in 0..n {
                     let mut acc = if bias { data[1000 + j] } else { 0.0f32 };
                     for kk in 0..k {
-                        acc += a(i, kk) * data[500 + kk * n + j];
+                        acc = a(i, kk).mul_add(data[500 + kk * n + j], acc);
                     }
                     c.push(acc.to_bits());
                 }
