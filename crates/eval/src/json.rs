@@ -22,15 +22,7 @@ pub const NEG_INF: &str = "-inf";
 /// One number as uqbench's JSON writes it: finite as a number, ±∞ as `"inf"`/`"-inf"`, NaN as
 /// `null`.
 pub fn number(v: f64) -> Value {
-    if v.is_nan() {
-        Value::Null
-    } else if v == f64::INFINITY {
-        Value::String(INF.into())
-    } else if v == f64::NEG_INFINITY {
-        Value::String(NEG_INF.into())
-    } else {
-        serde_json::json!(v)
-    }
+    float(serde_json::value::Serializer, v).expect("a number serialises")
 }
 
 /// The number a JSON value stands for in uqbench's files: a number, `null` (NaN), or the

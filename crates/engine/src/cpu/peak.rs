@@ -33,6 +33,9 @@ const TIMING: f64 = 0.15;
 const TRIALS: usize = 3;
 /// Iterations of the FMA chains per thread (each iteration one FMA per chain).
 const FMA_ITERATIONS: u64 = 20_000_000;
+/// Independent FMA chains in AVX-512 registers (16 lanes each) and in AVX2's (8 lanes).
+const CHAINS_V4: usize = 16;
+const CHAINS_V3: usize = 12;
 
 /// What [`measure`] found.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -75,9 +78,9 @@ pub fn measure(level: Level, threads: usize) -> Peak {
         });
         // Flops per thread: chains × lanes × 2 per iteration, from the level actually run.
         let per_iteration = match level {
-            Level::Avx512 => 16.0 * 16.0 * 2.0,
-            _ => 12.0 * 8.0 * 2.0,
-        };
+            Level::Avx512 => CHAINS_V4 * 16 * 2,
+            _ => CHAINS_V3 * 8 * 2,
+        } as f64;
         per_iteration * FMA_ITERATIONS as f64 * threads as f64 / per_thread / 1e9
     });
     Peak {
@@ -167,7 +170,7 @@ impl Op for Chains {
 #[inline(always)]
 fn chains_v4(v4: V4, iterations: u64, seed: f32) -> f32 {
     let (a, b) = (v4.splat_f32x16(seed + 0.5), v4.splat_f32x16(0.999));
-    let mut acc: [pulp::f32x16; 16] = std::array::from_fn(|i| v4.splat_f32x16(i as f32));
+    let mut acc: [pulp::f32x16; CHAINS_V4] = std::array::from_fn(|i| v4.splat_f32x16(i as f32));
     for _ in 0..iterations {
         for x in &mut acc {
             *x = v4.mul_add_f32x16(*x, b, a);
@@ -182,7 +185,7 @@ fn chains_v4(v4: V4, iterations: u64, seed: f32) -> f32 {
 #[inline(always)]
 fn chains_v3(v3: V3, iterations: u64, seed: f32) -> f32 {
     let (a, b) = (v3.splat_f32x8(seed + 0.5), v3.splat_f32x8(0.999));
-    let mut acc: [pulp::f32x8; 12] = std::array::from_fn(|i| v3.splat_f32x8(i as f32));
+    let mut acc: [pulp::f32x8; CHAINS_V3] = std::array::from_fn(|i| v3.splat_f32x8(i as f32));
     for _ in 0..iterations {
         for x in &mut acc {
             *x = v3.mul_add_f32x8(*x, b, a);
