@@ -11,7 +11,7 @@
 2. No source file above 700 lines.
 3. No function above 120 lines outside tests, counted as written (comments and blank lines
    included), like clippy's `too_many_lines`.
-4. No room (a crate, or the Python package) above 30% of the house's lines.
+4. No room (a crate, or the Python package) above 25% of the house's lines.
 5. One build for every documented command: the README's (cargo's ./target, or
    CARGO_TARGET_DIR when set). The justfile, scripts/, python/tests/ and docs/ may read
    CARGO_TARGET_DIR but set no default of their own (only .ci/run, CI's cache, sets one);
@@ -25,7 +25,7 @@ import re
 import sys
 
 ROOTS = ["crates", "python/src", "tests"]
-MAX_FILE, MAX_FN, MAX_ROOM = 700, 120, 0.30
+MAX_FILE, MAX_FN, MAX_ROOM = 700, 120, 0.25
 
 
 def rust_files(root):

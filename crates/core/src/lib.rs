@@ -28,7 +28,7 @@ pub mod task;
 
 pub use calibration::{Calibration, CalibrationRule, Jackknife, QuantileBand};
 pub use error::MethodError;
-pub use noise::{fixed_noise_sd, KnownSigma, Tau};
+pub use noise::{fixed_noise_sd, start_sigma2, KnownSigma, Tau, NOISE_PRIOR};
 pub use parallel::par_map;
 pub use prediction::{
     central_quantile, combine_members, mean_std, Extra, FactorJoint, Family, IntervalSetting,

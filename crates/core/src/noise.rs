@@ -70,3 +70,20 @@ pub fn fixed_noise_sd(
         }
     }
 }
+
+/// The InvGamma(a₀, b₀) prior of σ² of every sampler that learns it (HMC's Gibbs step and
+/// SG-MCMC's): a₀ = b₀ = 1, weak against N/2 and SSE/2.
+pub const NOISE_PRIOR: (f64, f64) = (1.0, 1.0);
+
+/// A chain's first σ² when σ is sampled (SG-MCMC's learned σ, HMC's Gibbs step): the
+/// targets' variance, floored at 1e-6 so that constant targets still give a proper start.
+pub fn start_sigma2(y: &[f32]) -> f64 {
+    let n = y.len().max(1) as f64;
+    let mean = y.iter().map(|&v| f64::from(v)).sum::<f64>() / n;
+    let var = y
+        .iter()
+        .map(|&v| (f64::from(v) - mean).powi(2))
+        .sum::<f64>()
+        / n;
+    var.max(1e-6)
+}

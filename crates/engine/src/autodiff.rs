@@ -20,15 +20,15 @@ use burn::tensor::{Device, Tensor};
 
 use crate::cpu::kernels::KernelPath;
 use crate::device_rng::DeviceRng;
-use crate::engine::chunk::{PURPOSE_FIT, PURPOSE_NOISE, PURPOSE_PREDICT};
-use crate::engine::{
-    run_chunks, try_download, upload, Batching, ChunkOut, ChunkTrainer, Job, Resources,
-    TrainOutput, TrainSettings,
-};
 use crate::layers::{BatchedLinear, BatchedLinearConfig, LeakyRelu, StochasticLinear};
 use crate::mlp::{xavier_init, MlpShape};
 use crate::optim::AdamState;
 use crate::stochastic::StochasticLayer;
+use crate::trainer::chunk::{PURPOSE_FIT, PURPOSE_NOISE, PURPOSE_PREDICT};
+use crate::trainer::{
+    run_chunks, try_download, upload, Batching, ChunkOut, ChunkTrainer, Job, Layout, Resources,
+    TrainOutput, TrainSettings,
+};
 use uqbench_core::MethodError;
 
 /// R replicas of the MLP with a stochastic layer in front of the last linear layer.
@@ -104,7 +104,7 @@ impl McdNet {
 }
 
 /// Trains every replica of `job` on the autodiff route and predicts the test inputs, like
-/// [`crate::engine::train`] for settings with a stochastic layer, full batches and no
+/// [`crate::trainer::train`] for settings with a stochastic layer, full batches and no
 /// adversarial pass.
 pub fn train(
     job: &Job<'_>,
@@ -158,20 +158,13 @@ impl AutodiffTrainer<'_> {
 }
 
 impl ChunkTrainer for AutodiffTrainer<'_> {
-    fn replicas(&self) -> usize {
-        self.job.replica_targets.len()
-    }
-
-    fn points(&self) -> (usize, usize) {
-        (self.job.n_train(), self.job.n_test())
-    }
-
-    fn outputs(&self) -> (usize, usize) {
-        (self.job.shape.d_out, self.settings.mc_passes)
-    }
-
-    fn has_rates(&self) -> bool {
-        self.layer.rate_name().is_some()
+    fn layout(&self) -> Layout {
+        Layout {
+            rates: self.layer.rate_name().is_some(),
+            ..self
+                .job
+                .layout(self.job.shape.d_out, self.settings.mc_passes)
+        }
     }
 
     fn bytes_per_replica(&self) -> usize {

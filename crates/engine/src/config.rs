@@ -9,9 +9,9 @@ use std::ops::{Deref, DerefMut};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize};
 
-use crate::engine::{Batching, TrainSettings};
 use crate::mlp::MlpShape;
 use crate::optim::AdamConfig;
+use crate::trainer::{Batching, TrainSettings};
 use uqbench_core::MethodError;
 
 /// A method's settings: the shared network and optimiser parts and the method's own keys
@@ -148,9 +148,8 @@ impl OptimConfig {
             likelihood: uqbench_core::Likelihood::Gaussian,
             mc_passes: 1,
             lr_switch: None,
-            quantiles: None,
             own_head: None,
-            langevin: None,
+            update: None,
             collectors: Vec::new(),
         }
     }

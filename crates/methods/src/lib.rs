@@ -1,7 +1,8 @@
 //! The method registry: every name a spec may use, mapped to its constructor, for the
 //! binary, the tests and anyone who builds methods from spec tables. Adding a method is one
-//! file in its room (`crates/models/src/` for a trained network, `crates/samplers/src/` for a
-//! sampler) plus one line in [`KINDS`].
+//! file or folder in its room (`crates/models/src/` for a trained network,
+//! `crates/samplers/src/` for a sampler), its `pub mod` line, one line in [`KINDS`] and its
+//! catalogue line (ARCHITECTURE.md's extension table).
 //!
 //! The rooms: trained networks on the engine (`uqbench-models`), samplers
 //! (`uqbench-samplers`), exact references (the anchor in `uqbench-anchor`, the GP in
@@ -14,8 +15,8 @@ use uqbench_eval::spec::ExperimentSpec;
 use uqbench_eval::summary::with_coverage_level;
 use uqbench_gp::Gp;
 use uqbench_models::{
-    BatchEnsemble, BootstrapScheme, Der, DropoutKind, DropoutMethod, EnsMcd, EnsPrior, Ensemble,
-    EnsembleConfig, EnsembleKind, Epinet, Laplace, QuantileNet, SgKind, SgMcmc, Swag,
+    BootstrapScheme, DropoutKind, DropoutMethod, EnsMcd, EnsPrior, Ensemble, EnsembleConfig,
+    EnsembleKind, Epinet, Laplace, QuantileNet, SgKind, SgMcmc, Swag,
 };
 use uqbench_posthoc::{
     Calibrated, ConformalConfig, FeatureInputs, RecalibratedConfig, DEFAULT_CALIBRATION_FRACTION,
@@ -199,7 +200,7 @@ pub const KINDS: &[(&str, Builder)] = &[
     ("EnsMCD", |n, s| Ok(Box::new(EnsMcd::new(n, config(n, s)?)?))),
     ("EnsPrior", |n, s| Ok(Box::new(EnsPrior::new(n, config(n, s)?)?))),
     ("Epinet", |n, s| Ok(Box::new(Epinet::new(n, config(n, s)?)?))),
-    ("BatchEnsemble", |n, s| Ok(Box::new(BatchEnsemble::new(n, config(n, s)?)?))),
+    ("BatchEnsemble", |n, s| Ok(Box::new(uqbench_models::batch_ensemble::BatchEnsemble::new(n, config(n, s)?)?))),
     ("GP", |n, s| Ok(Box::new(Gp::new(n, config(n, s)?)?))),
     ("MFVI", |n, s| Ok(Box::new(Mfvi::new(n, config(n, s)?)?))),
     ("HMC", |n, s| Ok(Box::new(Hmc::new(n, config(n, s)?)?))),
@@ -207,7 +208,7 @@ pub const KINDS: &[(&str, Builder)] = &[
     ("SGLD", |n, s| Ok(Box::new(SgMcmc::new(n, SgKind::Sgld, config(n, s)?)?))),
     ("SGHMC", |n, s| Ok(Box::new(SgMcmc::new(n, SgKind::Sghmc, config(n, s)?)?))),
     ("CyclicalSGMCMC", |n, s| Ok(Box::new(SgMcmc::new(n, SgKind::Cyclical, config(n, s)?)?))),
-    ("DER", |n, s| Ok(Box::new(Der::new(n, config(n, s)?)?))),
+    ("DER", |n, s| Ok(Box::new(uqbench_models::der::Der::new(n, config(n, s)?)?))),
     ("SWAG", |n, s| Ok(Box::new(Swag::new(n, config(n, s)?)?))),
     ("MultiSWAG", multi_swag),
     ("QuantileRegression", |n, s| Ok(Box::new(QuantileNet::new(n, config(n, s)?)?))),

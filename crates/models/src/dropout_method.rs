@@ -7,12 +7,12 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::MethodConfig;
-use crate::engine::{self, Resources, TrainSettings};
-use crate::stochastic::{Bernoulli, Concrete, StochasticLayer, Variational};
 use uqbench_core::noise::Tau;
 use uqbench_core::MethodError;
 use uqbench_core::{Compute, Extra, Family, IntervalSetting, Likelihood, Method, Prediction, Task};
+use uqbench_engine::config::MethodConfig;
+use uqbench_engine::stochastic::{Bernoulli, Concrete, StochasticLayer, Variational};
+use uqbench_engine::trainer::{self, Resources, TrainSettings};
 
 /// Which dropout method.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -250,7 +250,7 @@ impl Method for DropoutMethod {
         let shape = c.net.shape(task.d, d_out);
         let reps = task.repetitions.len();
         let settings = self.train_settings(task)?;
-        let out = engine::train_task(
+        let out = trainer::train_task(
             task,
             &self.name,
             1,

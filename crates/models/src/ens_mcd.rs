@@ -6,7 +6,7 @@
 //! in one file. Its parts: the settings ([`EnsMcdSettings`], read from the spec's
 //! `[methods.NAME]` table), the checks ([`EnsMcd::new`]), and the run: the engine's
 //! [`TrainSettings`] with a stochastic layer ([`Bernoulli`]; a layer of your own is one file
-//! in `crate::stochastic`), [`engine::train_task`] for the replica layout (M replicas per
+//! in `uqbench_engine::stochastic`), [`trainer::train_task`] for the replica layout (M replicas per
 //! repetition), and [`combine_members`] for the ensemble. Plus one line in the registry
 //! (`KINDS` in `crates/methods/src/lib.rs`).
 
@@ -14,10 +14,10 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::MethodConfig;
-use crate::engine::{self, Resources, TrainSettings};
-use crate::stochastic::{Bernoulli, StochasticLayer};
 use uqbench_core::{combine_members, Compute, Family, Method, MethodError, Prediction, Task};
+use uqbench_engine::config::MethodConfig;
+use uqbench_engine::stochastic::{Bernoulli, StochasticLayer};
+use uqbench_engine::trainer::{self, Resources, TrainSettings};
 
 /// The ensemble of MC-dropout networks' own settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -108,7 +108,7 @@ impl Method for EnsMcd {
         };
         let shape = c.net.shape(task.d, 1);
         let resources = &Resources::of(compute)?;
-        let out = engine::train_task(
+        let out = trainer::train_task(
             task,
             &self.name,
             members,

@@ -37,14 +37,14 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::MethodConfig;
-use crate::engine::{self, Job, Resources};
 use crate::host_net::{self, TrainedNet};
 use uqbench_core::{
     combine_members, par_map, Compute, IntervalSetting, Member, Method, MethodError, Prediction,
     Rng, Task,
 };
+use uqbench_engine::config::MethodConfig;
 use uqbench_engine::mlp::{xavier_init, MlpShape};
+use uqbench_engine::trainer::{self, Job, Resources};
 
 /// Each member's target noise σ̃ (spec §11).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -244,7 +244,7 @@ impl Method for EnsPrior {
         let (n, mt, members) = (task.n_train(), task.n_test(), c.members);
         let shape = c.net.shape(task.d, 1);
         let target_sd = self.target_sd(task)?;
-        let settings = engine::TrainSettings {
+        let settings = trainer::TrainSettings {
             weight_decay: self.lambda(task)?,
             likelihood: task.likelihood,
             ..c.optim.settings(task.epochs, n)
@@ -315,7 +315,7 @@ impl Method for EnsPrior {
             replica_ids: &replicas.ids,
             x_test: &x_test,
         };
-        let out = engine::train(&job, &settings, resources, progress)?;
+        let out = trainer::train(&job, &settings, resources, progress)?;
         // β·p_m added back: the members' functions f_θm + β·p_m at the test and training
         // inputs.
         let add = |at: &[f32], prior: &[f64]| -> Vec<f32> {

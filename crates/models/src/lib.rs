@@ -21,11 +21,6 @@ pub mod quantile;
 pub mod sgmcmc;
 pub mod swag;
 
-// The engine's modules under the paths the method files use (`crate::engine::…`).
-use uqbench_engine::{config, engine, stochastic};
-
-pub use batch_ensemble::{BatchEnsemble, BatchEnsembleConfig, BatchEnsembleSettings};
-pub use der::{Der, DerConfig, DerSettings};
 pub use dropout_method::{DropoutConfig, DropoutKind, DropoutMethod, DropoutSettings};
 pub use ens_mcd::{EnsMcd, EnsMcdConfig, EnsMcdSettings};
 pub use ens_prior::{EnsPrior, EnsPriorConfig, EnsPriorSettings, TargetNoise};

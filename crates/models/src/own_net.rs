@@ -3,10 +3,10 @@
 //! engine's job for a task, per-repetition seeds, and one prediction per repetition from the
 //! replica's passes.
 
-use crate::config::MethodConfig;
-use crate::engine::{Job, TrainOutput, TrainSettings};
 use uqbench_core::{combine_members, Family, Prediction, Replicas, Task};
+use uqbench_engine::config::MethodConfig;
 use uqbench_engine::mlp::MlpShape;
+use uqbench_engine::trainer::{Job, TrainOutput, TrainSettings};
 
 /// A task's data in the engine's form for one replica per repetition.
 pub struct OwnNetJob {

@@ -5,8 +5,5 @@
 pub mod hmc;
 pub mod mfvi;
 
-// The engine's modules under the paths the sampler files use (`crate::engine::…`).
-use uqbench_engine::{config, cpu, engine, layers, mlp, optim};
-
 pub use hmc::{Algorithm, Hmc, HmcConfig, HmcSettings, Metric, Trajectory};
 pub use mfvi::{Mfvi, MfviConfig, MfviSettings};

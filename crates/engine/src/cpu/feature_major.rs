@@ -2,9 +2,10 @@
 //! backward over its points, with activations stored feature-major (`[width, points]`) so
 //! that every inner loop runs over the points, contiguous and vectorised. A replica's
 //! parameters and activations (a few kB for [002]'s 1-W-1 networks) stay in cache, and
-//! nothing is allocated per pass. HMC's chains (`cpu/hmc.rs`) and the engine's small
-//! networks (`cpu/trainer.rs`) run on it, MFVI's (`cpu/mfvi.rs`) on its [`combine`] and
-//! [`feature_major`]; callers run it through [`crate::cpu::simd::dispatch`].
+//! nothing is allocated per pass. HMC's host chains (`uqbench_samplers`' `hmc/host.rs`) and
+//! the engine's host trainer for small networks (`trainer/host.rs`) run on it, MFVI's network
+//! (`mfvi/net.rs`) on its [`combine`] and [`feature_major`]; callers run it through
+//! [`crate::cpu::simd::dispatch`].
 //!
 //! Every reduction has its order written out (eight partial sums added in a fixed order, on
 //! [`Lanes`]), so the loops give the same bits at any vector width.

@@ -8,7 +8,6 @@
 //!   the points; [002]'s 1-W-1 networks, whose layers are too small for a matrix product to
 //!   pay) and [`point_major`] (`[points, width]`, register-tiled products; E1–E3's
 //!   1-128-64-32-1 and wider);
-//! - [`sampled`]: MFVI's network, whose weights are sampled per point (a third layout);
 //! - the dispatched passes ([`forward_at`], [`backward_at`], [`adam_at`]) that the engine's
 //!   host execution (`crate::engine`'s `host.rs`) and the samplers' host loops
 //!   (`uqbench-samplers`) run the networks through;
@@ -26,9 +25,9 @@ pub mod kernels;
 pub mod math;
 pub mod peak;
 pub(crate) mod point_major;
-pub mod sampled;
 pub mod simd;
 
+pub use point_major::PointMajorNet;
 use simd::Lanes;
 
 /// Which part of a network a [`ReplicaNet`] runs.

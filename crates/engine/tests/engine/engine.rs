@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use uqbench_anchor::Rng;
-use uqbench_engine::engine::{self, Batching, Job, Resources, TrainOutput, TrainSettings};
+use uqbench_engine::trainer::{self, Batching, Job, Resources, TrainOutput, TrainSettings};
 use uqbench_engine::{
     open_device, BackendKind, Bernoulli, Concrete, MlpShape, StochasticLayer, Variational,
 };
@@ -49,7 +49,7 @@ fn run(
     chunk: Option<usize>,
     threads: usize,
 ) -> TrainOutput {
-    run_on(engine::train, backend, replicas, settings, chunk, threads)
+    run_on(trainer::train, backend, replicas, settings, chunk, threads)
 }
 
 type Route = fn(
@@ -257,7 +257,7 @@ fn divergence_is_reported_per_replica_and_does_not_leak() {
         open_device(BackendKind::Flex, true).unwrap(),
     );
     let settings = TrainSettings::paper(30, 40);
-    let out = engine::train(&job, &settings, &res, &|_| {}).unwrap();
+    let out = trainer::train(&job, &settings, &res, &|_| {}).unwrap();
     assert_eq!(out.diverged, vec![false, false, true, true]);
     // The healthy replicas equal a run without the diverging ones.
     let healthy = Job {
@@ -268,7 +268,7 @@ fn divergence_is_reported_per_replica_and_does_not_leak() {
         replica_ids: &ids[..2],
         ..job.clone()
     };
-    let alone = engine::train(&healthy, &settings, &res, &|_| {}).unwrap();
+    let alone = trainer::train(&healthy, &settings, &res, &|_| {}).unwrap();
     assert_eq!(&out.test_out[..50], &alone.test_out[..]);
 }
 
@@ -293,7 +293,7 @@ fn bad_settings_are_clear_errors() {
         open_device(BackendKind::Flex, true).unwrap(),
     );
     let err = |settings: &TrainSettings, res: &Resources| {
-        engine::train(&job, settings, res, &|_| {})
+        trainer::train(&job, settings, res, &|_| {})
             .unwrap_err()
             .to_string()
     };
@@ -327,7 +327,7 @@ fn bad_settings_are_clear_errors() {
         BackendKind::Flex,
         open_device(BackendKind::Flex, true).unwrap(),
     );
-    let e = engine::train(&job2, &TrainSettings::paper(5, 40), &res, &|_| {})
+    let e = trainer::train(&job2, &TrainSettings::paper(5, 40), &res, &|_| {})
         .unwrap_err()
         .to_string();
     assert!(e.contains("targets[0]") && e.contains("N = 40"), "{e}");

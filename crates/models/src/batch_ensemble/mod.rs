@@ -30,15 +30,16 @@
 //! sd over members, intervals from `intervals`); each member is one function, so they are
 //! the joint draws.
 
+pub mod host;
 pub mod net;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::MethodConfig;
-use crate::engine::Resources;
 use crate::own_net::{per_repetition, repetition_seeds, OwnNetJob};
 use net::BatchParts;
 use uqbench_core::{Compute, IntervalSetting, Method, MethodError, Prediction, Task};
+use uqbench_engine::config::MethodConfig;
+use uqbench_engine::trainer::Resources;
 
 /// BatchEnsemble's own settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

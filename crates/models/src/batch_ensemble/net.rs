@@ -22,15 +22,16 @@ use burn::module::{Module, Param};
 use burn::optim::GradientsParams;
 use burn::tensor::{Device, Tensor, TensorData};
 
-use crate::engine::{
-    run_chunks, train_rank1_host, trains_on_host, try_download, upload, ChunkOut, ChunkTrainer,
-    FastWeights, Job, Rank1Parts, Resources, TrainOutput, TrainSettings,
-};
+use super::host::{train_rank1_host, FastWeights, Rank1Parts};
 use uqbench_core::{MethodError, Rng};
 use uqbench_engine::cpu::kernels::KernelPath;
 use uqbench_engine::layers::LeakyRelu;
 use uqbench_engine::mlp::{xavier_init, MlpShape};
 use uqbench_engine::optim::AdamState;
+use uqbench_engine::trainer::{
+    run_chunks, trains_on_host, try_download, upload, ChunkOut, ChunkTrainer, Job, Layout,
+    Resources, TrainOutput, TrainSettings,
+};
 
 /// R replicas of one BatchEnsemble layer of M members.
 #[derive(Module, Debug)]
@@ -241,20 +242,8 @@ impl BatchTrainer<'_> {
 }
 
 impl ChunkTrainer for BatchTrainer<'_> {
-    fn replicas(&self) -> usize {
-        self.job.replica_targets.len()
-    }
-
-    fn points(&self) -> (usize, usize) {
-        (self.job.n_train(), self.job.n_test())
-    }
-
-    fn outputs(&self) -> (usize, usize) {
-        (1, self.parts.members)
-    }
-
-    fn has_rates(&self) -> bool {
-        false
+    fn layout(&self) -> Layout {
+        self.job.layout(1, self.parts.members)
     }
 
     fn bytes_per_replica(&self) -> usize {
@@ -411,7 +400,7 @@ mod tests {
         assert!(spread > 1e-3, "members 0 and 1 differ: {spread}");
     }
 
-    /// The host loops (`engine::rank1`) follow the tensor route step for step: 8 epochs of
+    /// The host loops (`super::host`) follow the tensor route step for step: 8 epochs of
     /// lr 1e-2 from the same weights and fast weights, for the feature-major loops (2-6-4-1)
     /// and the point-major tiles (2-30-37-1: in·out = 1 110 > 800), three replicas of three
     /// members. The two differ in the floating-point order of their sums only (f32, about 1e-7
@@ -420,8 +409,8 @@ mod tests {
     /// that. With unit fast weights the members stay one network on the host too.
     #[test]
     fn the_host_loops_follow_the_tensor_route() {
-        use crate::engine::{Job, TrainSettings};
         use uqbench_engine::backend::BackendKind;
+        use uqbench_engine::trainer::{Job, TrainSettings};
         let n = 43;
         let x: Vec<f32> = (0..2 * n).map(|i| (i as f32 * 0.61).sin()).collect();
         let y: Vec<f32> = (0..n)

@@ -30,17 +30,18 @@
 //! the uncertainty of f is the sd over them, the intervals from `intervals` (normal or their
 //! empirical quantiles), the joint from the draws themselves.
 
+pub mod host;
 pub mod net;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::MethodConfig;
-use crate::engine::Resources;
 use crate::host_net::{self, TrainedNet};
 use crate::own_net::{per_repetition, repetition_seeds, OwnNetJob};
 use net::EpinetParts;
 use uqbench_core::{par_map, Compute, IntervalSetting, Method, MethodError, Prediction, Task};
+use uqbench_engine::config::MethodConfig;
 use uqbench_engine::mlp::MlpShape;
+use uqbench_engine::trainer::Resources;
 
 /// The epinet's own settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -26,17 +26,18 @@ use burn::module::Module;
 use burn::optim::GradientsParams;
 use burn::tensor::{Device, Tensor};
 
-pub use crate::engine::EpinetParts;
-use crate::engine::{
-    run_chunks, train_epinet_host, trains_on_host, try_download, upload, ChunkOut, ChunkTrainer,
-    Job, Resources, TrainOutput, TrainSettings, PURPOSE_FIT, PURPOSE_NOISE, PURPOSE_PREDICT,
-};
+use super::host::train_epinet_host;
+pub use super::host::EpinetParts;
 use uqbench_core::MethodError;
 use uqbench_engine::cpu::kernels::KernelPath;
 use uqbench_engine::device_rng::DeviceRng;
 use uqbench_engine::layers::{BatchedLinear, BatchedLinearConfig, LeakyRelu};
 use uqbench_engine::mlp::{xavier_init, MlpShape};
 use uqbench_engine::optim::AdamState;
+use uqbench_engine::trainer::{
+    run_chunks, trains_on_host, try_download, upload, ChunkOut, ChunkTrainer, Job, Layout,
+    Resources, TrainOutput, TrainSettings, PURPOSE_FIT, PURPOSE_NOISE, PURPOSE_PREDICT,
+};
 
 /// R replicas of the base network and the trainable epinet.
 #[derive(Module, Debug)]
@@ -167,7 +168,7 @@ pub fn train(
     progress: &(dyn Fn(usize) + Sync),
 ) -> Result<TrainOutput, MethodError> {
     if trains_on_host(res) {
-        // The CPU's host loops (`uqbench_engine::engine::epinet`).
+        // The CPU's host loops (`super::host`).
         return train_epinet_host(job, parts, settings, res, progress);
     }
     job.validate()?;
@@ -240,20 +241,8 @@ impl EpinetTrainer<'_> {
 }
 
 impl ChunkTrainer for EpinetTrainer<'_> {
-    fn replicas(&self) -> usize {
-        self.job.replica_targets.len()
-    }
-
-    fn points(&self) -> (usize, usize) {
-        (self.job.n_train(), self.job.n_test())
-    }
-
-    fn outputs(&self) -> (usize, usize) {
-        (1, self.parts.passes)
-    }
-
-    fn has_rates(&self) -> bool {
-        false
+    fn layout(&self) -> Layout {
+        self.job.layout(1, self.parts.passes)
     }
 
     fn bytes_per_replica(&self) -> usize {
@@ -473,7 +462,7 @@ mod tests {
         assert_eq!(at_zero, mu, "f(x, 0) = μ(x)");
     }
 
-    /// The host loops (`engine::epinet`) follow the tensor route step for step: 8 epochs of
+    /// The host loops (`super::host`) follow the tensor route step for step: 8 epochs of
     /// lr 1e-2 from the same weights with the same index draws (training, prediction and
     /// fit streams), three replicas, for the base network on the feature-major loops (2-6-4-1)
     /// and on the point-major tiles (2-30-37-1), with the prior (β = 0.7) and K = 3 indices
@@ -485,8 +474,8 @@ mod tests {
     /// loss is checked through the objective, which both routes compute.
     #[test]
     fn the_host_loops_follow_the_tensor_route() {
-        use crate::engine::TrainSettings;
         use uqbench_engine::backend::BackendKind;
+        use uqbench_engine::trainer::TrainSettings;
         let (n, m, dz) = (43, 17, 4);
         let x: Vec<f32> = (0..2 * n).map(|i| (i as f32 * 0.61).sin()).collect();
         let y: Vec<f32> = (0..n)

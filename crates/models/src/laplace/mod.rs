@@ -27,11 +27,11 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::MethodConfig;
-use crate::engine::collect::{FinalWeights, Weights};
-use crate::engine::{self, Resources, TrainOutput};
 use crate::host_net::{Subset, TrainedNet};
 use curvature::{KronLayer, Posterior};
+use uqbench_engine::config::MethodConfig;
+use uqbench_engine::trainer::collect::{FinalWeights, Weights};
+use uqbench_engine::trainer::{self, Resources, TrainOutput};
 
 /// A fitted posterior: dense (full or diagonal) or Kronecker-factored with its δ.
 enum Fitted {
@@ -226,13 +226,13 @@ impl Method for Laplace {
                 ),
             ));
         }
-        let settings = crate::engine::TrainSettings {
+        let settings = uqbench_engine::trainer::TrainSettings {
             collectors: vec![Arc::new(FinalWeights)],
             likelihood: task.likelihood,
             ..c.optim.settings(task.epochs, task.n_train())
         };
         let resources = &Resources::of(compute)?;
-        let out = engine::train_task(
+        let out = trainer::train_task(
             task,
             &self.name,
             1,

@@ -2,7 +2,7 @@
 //! uncertainty, exactness of batching, the heteroscedastic head and bad settings.
 
 use uqbench_anchor::{Problem, ProblemSpec, Region, Setting};
-use uqbench_engine::engine::Resources;
+use uqbench_engine::trainer::Resources;
 use uqbench_engine::{open_device, BackendKind};
 use uqbench_models::{
     DropoutConfig, DropoutKind, DropoutMethod, DropoutSettings, Method, Prediction, SeedBase, Task,

@@ -1,7 +1,7 @@
 //! The ensemble methods on a real benchmark problem (E1 at f_main = 1).
 
 use uqbench_anchor::{Problem, ProblemSpec, Region, Setting};
-use uqbench_engine::engine::Resources;
+use uqbench_engine::trainer::Resources;
 use uqbench_engine::{open_device, BackendKind};
 use uqbench_models::{
     BootstrapScheme, Ensemble, EnsembleConfig, EnsembleKind, EnsembleSettings, Method, Prediction,

@@ -12,20 +12,22 @@ use uqbench_metrics::mcmc;
 
 use super::adapt::{DualAveraging, Welford, Windows};
 use super::HmcConfig;
-use crate::engine::{try_download, upload, ChunkOut, ChunkTrainer, Head};
-use crate::layers::{linear_backward, LeakyRelu};
-use crate::mlp::{xavier_init, MlpShape};
 use uqbench_core::MethodError;
+use uqbench_engine::layers::{linear_backward, LeakyRelu};
+use uqbench_engine::mlp::{xavier_init, MlpShape};
+use uqbench_engine::trainer::{
+    try_download, upload, BernoulliLogit, ChunkOut, ChunkTrainer, Head, Layout,
+};
 
 /// InvGamma(a₀, b₀) prior on σ² (a₀ = b₀ = 1), SG-MCMC's when it learns σ.
-pub(crate) const PRIOR_A0: f64 = crate::engine::NOISE_PRIOR.0;
-pub(crate) const PRIOR_B0: f64 = crate::engine::NOISE_PRIOR.1;
+pub(crate) const PRIOR_A0: f64 = uqbench_core::NOISE_PRIOR.0;
+pub(crate) const PRIOR_B0: f64 = uqbench_core::NOISE_PRIOR.1;
 
 /// A chain's first σ²: the fixed noise's, or the targets' variance (then Gibbs-sampled).
 pub(crate) fn start_s2(noise: Option<f64>, y: &[f32]) -> f64 {
     match noise {
         Some(s) => s * s,
-        None => crate::engine::start_sigma2(y),
+        None => uqbench_core::start_sigma2(y),
     }
 }
 
@@ -138,7 +140,7 @@ pub(crate) struct HmcTrainer<'a> {
     pub bernoulli: bool,
     /// Run the chains on the host (`cpu/hmc.rs`: a CPU backend), at this instruction set,
     /// rather than as tensors.
-    pub host: Option<crate::cpu::simd::Level>,
+    pub host: Option<uqbench_engine::cpu::simd::Level>,
 }
 
 /// A chunk's chains: the data on the device, the position θ with its potential U, SSE and
@@ -202,8 +204,8 @@ impl HmcTrainer<'_> {
             // Labels: U = Σ_n (softplus(f_n) − y_n·f_n) + ‖θ‖²/(2σ_p²), the negative
             // log-likelihood of the logits, and ∂U/∂f = σ(f) − y; the head's mean form times n.
             // (The "SSE" slot carries the NLL; no Gibbs step reads it.)
-            let nll = Head::BernoulliLogit.value(f.clone(), y).mul_scalar(n);
-            let delta = Head::BernoulliLogit.delta(f, y).mul_scalar(n);
+            let nll = BernoulliLogit.value(f.clone(), y).mul_scalar(n);
+            let delta = BernoulliLogit.delta(f, y).mul_scalar(n);
             let u = nll.clone() + p.norm2().mul_scalar(0.5 * inv_p2);
             (nll, u, delta)
         } else {
@@ -415,21 +417,16 @@ impl HmcTrainer<'_> {
 }
 
 impl ChunkTrainer for HmcTrainer<'_> {
-    fn replicas(&self) -> usize {
-        self.init.len()
-    }
-
-    fn points(&self) -> (usize, usize) {
+    fn layout(&self) -> Layout {
         let d = self.shape.d_in;
-        (self.x_train.len() / d, self.x_test.len() / d)
-    }
-
-    fn outputs(&self) -> (usize, usize) {
-        (1, self.config.draws)
-    }
-
-    fn has_rates(&self) -> bool {
-        false
+        Layout {
+            replicas: self.init.len(),
+            n_train: self.x_train.len() / d,
+            n_test: self.x_test.len() / d,
+            outputs: 1,
+            passes: self.config.draws,
+            rates: false,
+        }
     }
 
     fn bytes_per_replica(&self) -> usize {
@@ -562,9 +559,9 @@ fn download(t: Tensor<3>) -> Result<Vec<f32>, MethodError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::{run_chunks, Resources};
-    use crate::mlp::MlpShape;
     use uqbench_engine::backend::{open_device, BackendKind};
+    use uqbench_engine::mlp::MlpShape;
+    use uqbench_engine::trainer::{run_chunks, Resources};
 
     #[test]
     fn the_tensor_sampler_recovers_a_conjugate_posterior() {

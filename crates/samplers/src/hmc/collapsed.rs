@@ -31,7 +31,7 @@
 use uqbench_anchor::Rng;
 
 use super::lanes64::{hsum, Unit, B, L};
-use crate::cpu::simd::Level;
+use uqbench_engine::cpu::simd::Level;
 
 /// `n` rounded up to a multiple of `k`.
 fn round_up(n: usize, k: usize) -> usize {

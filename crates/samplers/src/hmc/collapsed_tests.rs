@@ -1,7 +1,7 @@
 //! Tests of the collapsed potential (`collapsed.rs`).
 
 use super::*;
-use crate::cpu::simd;
+use uqbench_engine::cpu::simd;
 
 /// A 2-input, 3-unit problem with targets from a fixed network plus noise (43 points: the
 /// rows' padding to whole blocks is exercised).

@@ -49,10 +49,10 @@ use super::chees::{halton, Chees};
 use super::host::{hmc_move, Buffers, Chain};
 use super::rungs::{ladder, swap_neighbours, State};
 use super::Trajectory;
-use crate::cpu::feature_major::feature_major;
-use crate::cpu::simd;
-use crate::engine::{ChunkOut, ChunkTrainer};
 use uqbench_core::MethodError;
+use uqbench_engine::cpu::feature_major::feature_major;
+use uqbench_engine::cpu::simd;
+use uqbench_engine::trainer::{ChunkOut, ChunkTrainer, Layout};
 
 /// The chains of every repetition of a block, a repetition at a time.
 pub(crate) struct EnsembleTrainer<'a> {
@@ -112,20 +112,16 @@ struct Shared {
 type ChainResult = (ChainRecord, f64, Vec<f32>, Vec<f32>);
 
 impl ChunkTrainer for EnsembleTrainer<'_> {
-    fn replicas(&self) -> usize {
-        self.reps
-    }
-
-    fn points(&self) -> (usize, usize) {
-        self.chains.points()
-    }
-
-    fn outputs(&self) -> (usize, usize) {
-        (1, self.chains.config.chains * self.chains.config.draws)
-    }
-
-    fn has_rates(&self) -> bool {
-        false
+    fn layout(&self) -> Layout {
+        let (n_train, n_test) = self.chains.points();
+        Layout {
+            replicas: self.reps,
+            n_train,
+            n_test,
+            outputs: 1,
+            passes: self.chains.config.chains * self.chains.config.draws,
+            rates: false,
+        }
     }
 
     fn bytes_per_replica(&self) -> usize {

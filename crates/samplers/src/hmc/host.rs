@@ -17,14 +17,14 @@ use std::ops::Range;
 use uqbench_anchor::Rng;
 use uqbench_metrics::mcmc;
 
-use crate::cpu::feature_major::{feature_major, FeatureMajorNet};
-use crate::cpu::simd;
-use crate::engine::ChunkOut;
 use crate::hmc::chain::{ChainRecord, HmcTrainer};
 use crate::hmc::collapsed::Collapsed;
 use crate::hmc::nuts::{self, kinetic};
-use crate::mlp::xavier_init;
 use uqbench_core::MethodError;
+use uqbench_engine::cpu::feature_major::{feature_major, FeatureMajorNet};
+use uqbench_engine::cpu::simd;
+use uqbench_engine::mlp::xavier_init;
+use uqbench_engine::trainer::ChunkOut;
 
 /// One chain's state and what the potential needs.
 pub(super) struct Chain<'a> {
@@ -175,7 +175,7 @@ impl simd::Op for RunChain<'_, '_, '_> {
 }
 
 impl HmcTrainer<'_> {
-    /// [`crate::engine::ChunkTrainer::train_chunk`] on the host, chain by chain.
+    /// [`uqbench_engine::trainer::ChunkTrainer::train_chunk`] on the host, chain by chain.
     pub(crate) fn train_chunk_host(
         &self,
         range: Range<usize>,
@@ -404,7 +404,7 @@ mod tests {
     use super::*;
     use crate::hmc::chain::Params;
     use crate::hmc::{HmcConfig, HmcSettings};
-    use crate::mlp::MlpShape;
+    use uqbench_engine::mlp::MlpShape;
 
     #[test]
     fn the_host_potential_is_the_tensor_potential() {
@@ -514,7 +514,7 @@ mod tests {
     fn both_instruction_sets_give_the_same_bits() {
         // [002]'s 1-20-1 network on 203 points (so that the eight-lane sums and their tails
         // both run) and a 2-9-7-1 one, both likelihoods: the potential, the SSE and every
-        // gradient entry at the baseline and at AVX2 (`crate::cpu::simd`) agree bit for bit.
+        // gradient entry at the baseline and at AVX2 (`uqbench_engine::cpu::simd`) agree bit for bit.
         let net = |d_in: usize, hidden: Vec<usize>| MlpShape {
             d_in,
             hidden,

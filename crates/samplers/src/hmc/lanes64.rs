@@ -8,7 +8,7 @@
 #[cfg(target_arch = "x86_64")]
 use pulp::{f64x4, f64x8, x86::V3, x86::V4};
 
-use crate::cpu::simd::Level;
+use uqbench_engine::cpu::simd::Level;
 
 /// Lanes per vector, and rows per register block.
 pub(crate) const L: usize = 8;

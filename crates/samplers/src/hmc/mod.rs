@@ -6,7 +6,7 @@
 //! with p(σ²) = InvGamma(a₀, b₀) (a₀ = b₀ = 1) unless σ is fixed (`noise_sd`). One iteration:
 //! 1. HMC on θ given σ²: momenta ρ ~ N(0, I), `leapfrog_steps` leapfrog steps of size ε with
 //!    the potential U(θ) = SSE(θ)/(2σ²) + ‖θ‖²/(2σ_p²) and its gradient from the network's
-//!    hand-written backward pass ([`crate::layers::linear_backward`]), then a Metropolis
+//!    hand-written backward pass ([`uqbench_engine::layers::linear_backward`]), then a Metropolis
 //!    accept of the end point with probability min(1, e^{H₀ − H₁}), H = U + ½‖ρ‖², per
 //!    replica on the device (a mask).
 //! 2. Gibbs on σ² given θ: σ² ~ InvGamma(a₀ + N/2, b₀ + SSE/2) (conjugate), on the host from
@@ -64,7 +64,7 @@
 //!
 //! The chains' momenta and accept draws come from each replica's own host stream. Two
 //! implementations run the same sampler from the same draws: on a CPU backend, for networks
-//! whose layers are small ([`crate::mlp::MlpShape::host_sized`]), `host.rs` (fused loops over one chain's points,
+//! whose layers are small ([`uqbench_engine::mlp::MlpShape::host_sized`]), `host.rs` (fused loops over one chain's points,
 //! all of its iterations in cache, chain after chain; `uqbench bench hmc` measures it); on a
 //! GPU, and for larger layers, `chain.rs` (tensor operations over every chain
 //! of a chunk, momenta uploaded and H and SSE read back every iteration). Their
@@ -78,8 +78,6 @@ use std::sync::Mutex;
 use serde::{Deserialize, Serialize};
 use uqbench_metrics::mcmc::{self, EBFMI_THRESHOLD};
 
-use crate::config::MethodConfig;
-use crate::engine::{run_chunks, Resources, TrainOutput};
 pub use adapt::Metric;
 use chain::{ChainRecord, HmcTrainer};
 use ensemble::EnsembleTrainer;
@@ -88,6 +86,8 @@ use uqbench_core::MethodError;
 use uqbench_core::{
     Compute, Extra, Family, Likelihood, Method, MonteCarloErrors, Prediction, Task,
 };
+use uqbench_engine::config::MethodConfig;
+use uqbench_engine::trainer::{run_chunks, Resources, TrainOutput};
 
 mod adapt;
 pub(crate) mod chain;

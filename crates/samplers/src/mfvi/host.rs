@@ -26,14 +26,14 @@ use std::ops::Range;
 
 use uqbench_anchor::Rng;
 
+use super::net::{Layout, MfviNet};
 use super::MfviTrainer;
-use crate::cpu::feature_major::feature_major;
-use crate::cpu::kernels::{adam_slice, AdamStep};
-use crate::cpu::sampled::{Layout, MfviNet};
-use crate::cpu::simd;
-use crate::engine::ChunkOut;
-use crate::mlp::xavier_init;
 use uqbench_core::MethodError;
+use uqbench_engine::cpu::feature_major::feature_major;
+use uqbench_engine::cpu::kernels::{adam_slice, AdamStep};
+use uqbench_engine::cpu::simd;
+use uqbench_engine::mlp::xavier_init;
+use uqbench_engine::trainer::ChunkOut;
 
 /// What the objective needs besides the network: one replica's data and the prior.
 pub(crate) struct Objective<'a> {
@@ -109,7 +109,7 @@ impl Objective<'_> {
 }
 
 impl MfviTrainer<'_> {
-    /// [`crate::engine::ChunkTrainer::train_chunk`] on the host, replica by replica.
+    /// [`uqbench_engine::trainer::ChunkTrainer::train_chunk`] on the host, replica by replica.
     pub(crate) fn train_chunk_host(
         &self,
         range: Range<usize>,
@@ -281,10 +281,10 @@ mod tests {
     use burn::tensor::{Device, Tensor, TensorData};
 
     use super::*;
-    use crate::cpu::kernels::KernelPath;
-    use crate::layers::LeakyRelu;
     use crate::mfvi::{BayesLinear, BayesNet, MfviConfig, MfviSettings};
-    use crate::mlp::MlpShape;
+    use uqbench_engine::cpu::kernels::KernelPath;
+    use uqbench_engine::layers::LeakyRelu;
+    use uqbench_engine::mlp::MlpShape;
 
     #[test]
     fn the_host_gradient_is_autodiffs() {
@@ -380,7 +380,7 @@ mod tests {
             };
             let trainer = MfviTrainer {
                 config: &config,
-                host: Some(crate::cpu::simd::best()),
+                host: Some(uqbench_engine::cpu::simd::best()),
                 shape: shape.clone(),
                 x_train: x.clone(),
                 x_test: x.clone(),

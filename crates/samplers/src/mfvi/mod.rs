@@ -36,17 +36,20 @@ use serde::{Deserialize, Serialize};
 use uqbench_anchor::Rng;
 
 mod host;
+pub mod net;
 
-use crate::config::MethodConfig;
-use crate::cpu::kernels::KernelPath;
-use crate::engine::{run_chunks, try_download, ChunkOut, ChunkTrainer, Head, Resources};
-use crate::layers::LeakyRelu;
-use crate::mlp::{xavier_init, MlpShape};
-use crate::optim::AdamState;
 use uqbench_core::noise::{fixed_noise_sd, Tau};
 use uqbench_core::MethodError;
 use uqbench_core::{
     combine_members, Compute, Family, Likelihood, Member, Method, Prediction, Task,
+};
+use uqbench_engine::config::MethodConfig;
+use uqbench_engine::cpu::kernels::KernelPath;
+use uqbench_engine::layers::LeakyRelu;
+use uqbench_engine::mlp::{xavier_init, MlpShape};
+use uqbench_engine::optim::AdamState;
+use uqbench_engine::trainer::{
+    run_chunks, try_download, BernoulliLogit, ChunkOut, ChunkTrainer, Head, Layout, Resources,
 };
 
 /// MFVI's own settings.
@@ -392,7 +395,7 @@ pub(crate) struct MfviTrainer<'a> {
     pub(crate) config: &'a MfviConfig,
     /// Train on the host (`cpu/mfvi.rs`), at this instruction set, instead of through
     /// autodiff.
-    pub(crate) host: Option<crate::cpu::simd::Level>,
+    pub(crate) host: Option<uqbench_engine::cpu::simd::Level>,
     pub(crate) shape: MlpShape,
     pub(crate) x_train: Vec<f32>,
     pub(crate) x_test: Vec<f32>,
@@ -428,7 +431,7 @@ impl MfviTrainer<'_> {
             // The per-point negative ELBO for labels: the mean Bernoulli NLL (binary
             // cross-entropy of the logit) plus KL/N, the same 1/N scaling as the Gaussian case
             // below.
-            return Head::BernoulliLogit.value(out, &y) + kl;
+            return BernoulliLogit.value(out, &y) + kl;
         }
         let s = model.log_noise(self.noise.unwrap_or(1.0), rc, dev);
         let data = (out - y)
@@ -441,22 +444,17 @@ impl MfviTrainer<'_> {
 }
 
 impl ChunkTrainer for MfviTrainer<'_> {
-    fn replicas(&self) -> usize {
-        self.init.len()
-    }
-
-    fn points(&self) -> (usize, usize) {
+    fn layout(&self) -> Layout {
         let d = self.shape.d_in;
-        (self.x_train.len() / d, self.x_test.len() / d)
-    }
-
-    fn outputs(&self) -> (usize, usize) {
-        (1, self.config.samples)
-    }
-
-    fn has_rates(&self) -> bool {
-        // The "rate" slot carries σ_n per replica (learned or fixed).
-        true
+        Layout {
+            replicas: self.init.len(),
+            n_train: self.x_train.len() / d,
+            n_test: self.x_test.len() / d,
+            outputs: 1,
+            passes: self.config.samples,
+            // The "rate" slot carries σ_n per replica (learned or fixed).
+            rates: true,
+        }
     }
 
     fn bytes_per_replica(&self) -> usize {

@@ -5,7 +5,7 @@
 
 use uqbench_anchor::Rng;
 use uqbench_core::{Method, SeedBase, Task};
-use uqbench_engine::engine::Resources;
+use uqbench_engine::trainer::Resources;
 use uqbench_engine::{open_device, BackendKind, NetConfig};
 use uqbench_samplers::{Algorithm, Hmc, HmcConfig, HmcSettings, Metric, Trajectory};
 

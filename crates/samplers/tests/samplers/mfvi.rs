@@ -3,7 +3,7 @@
 use nalgebra::{DMatrix, DVector};
 use uqbench_anchor::Rng;
 use uqbench_core::{Method, SeedBase, Task};
-use uqbench_engine::engine::Resources;
+use uqbench_engine::trainer::Resources;
 use uqbench_engine::{open_device, BackendKind, NetConfig, OptimConfig};
 use uqbench_posthoc::FeatureInputs;
 use uqbench_samplers::{Mfvi, MfviConfig, MfviSettings};

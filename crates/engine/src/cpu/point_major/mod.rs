@@ -50,7 +50,7 @@ pub(crate) fn product(
 
 /// One replica's network, point-major: layer shapes, flat parameters W₀ … W_L then b₀ … b_L
 /// (W_l row-major `[in, out]`, [`crate::cpu::feature_major::Net`]'s layout), and scratch.
-pub(crate) struct PointMajorNet {
+pub struct PointMajorNet {
     /// (in, out) per layer.
     layers: Vec<(usize, usize)>,
     /// The layers run: all of them ([`Part::Whole`]) or all but the last ([`Part::Body`]).

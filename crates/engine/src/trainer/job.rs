@@ -1,0 +1,167 @@
+//! A training job: shared inputs, per-repetition targets and the replicas' seeds.
+
+use crate::mlp::MlpShape;
+use uqbench_core::MethodError;
+
+/// Everything a training job needs: the shared inputs, per-repetition targets and the
+/// replicas' seeds.
+#[derive(Debug, Clone)]
+pub struct Job<'a> {
+    /// The network.
+    pub shape: &'a MlpShape,
+    /// Training inputs, row-major `[N, d]`, shared by all replicas.
+    pub x_train: &'a [f32],
+    /// Training targets per repetition, each of length N.
+    pub targets: &'a [Vec<f32>],
+    /// For every replica, the index of its targets in `targets`.
+    pub replica_targets: &'a [usize],
+    /// For every replica, the seed of its initial weights.
+    pub init_seeds: &'a [u64],
+    /// For every replica, the seed of its stream of mini-batch (or resample) and dropout
+    /// draws.
+    pub stream_seeds: &'a [u64],
+    /// For every replica, its identifier within the (setting, method) job, distinct between
+    /// replicas: repetition·members + member ([`uqbench_core::Task::replicas`]). It keys the
+    /// replica's device streams so that no two replicas share one (`crate::device_rng`).
+    pub replica_ids: &'a [u64],
+    /// Test inputs, row-major `[M, d]`.
+    pub x_test: &'a [f32],
+}
+
+impl Job<'_> {
+    /// Training points N.
+    pub fn n_train(&self) -> usize {
+        self.x_train.len() / self.shape.d_in
+    }
+
+    /// Test points M.
+    pub fn n_test(&self) -> usize {
+        self.x_test.len() / self.shape.d_in
+    }
+
+    /// Replicas `range`'s targets, each repeated `copies` times in a row (one block per
+    /// member or index sample): `[replicas, copies·N]` row-major, for a network whose
+    /// replicas stack several copies of the points.
+    pub fn tiled_targets(&self, range: &std::ops::Range<usize>, copies: usize) -> Vec<f32> {
+        let mut y = Vec::with_capacity(range.len() * copies * self.n_train());
+        for r in range.clone() {
+            for _ in 0..copies {
+                y.extend_from_slice(&self.targets[self.replica_targets[r]]);
+            }
+        }
+        y
+    }
+
+    /// The most points a pass takes: N or M.
+    pub fn most_points(&self) -> usize {
+        self.n_train().max(self.n_test())
+    }
+
+    /// Replicas R.
+    pub fn replicas(&self) -> usize {
+        self.replica_targets.len()
+    }
+
+    /// The [`super::Layout`] of a model on this job's replicas and points, with `outputs` per
+    /// test point and `passes` prediction passes, reporting no rate.
+    pub fn layout(&self, outputs: usize, passes: usize) -> super::Layout {
+        super::Layout {
+            replicas: self.replicas(),
+            n_train: self.n_train(),
+            n_test: self.n_test(),
+            outputs,
+            passes,
+            rates: false,
+        }
+    }
+
+    /// Checks the job's shapes: inputs, targets and seeds against the network and replicas.
+    pub fn validate(&self) -> Result<(), MethodError> {
+        self.shape.validate()?;
+        let d = self.shape.d_in;
+        if self.x_train.is_empty() || !self.x_train.len().is_multiple_of(d) {
+            return Err(MethodError::invalid(
+                "training inputs",
+                self.x_train.len(),
+                format!("N·d values with d = {d}, N ≥ 1"),
+            ));
+        }
+        if self.x_test.is_empty() || !self.x_test.len().is_multiple_of(d) {
+            return Err(MethodError::invalid(
+                "test inputs",
+                self.x_test.len(),
+                format!("M·d values with d = {d}, M ≥ 1"),
+            ));
+        }
+        let n = self.n_train();
+        if let Some((i, t)) = self.targets.iter().enumerate().find(|(_, t)| t.len() != n) {
+            return Err(MethodError::invalid(
+                format!("targets[{i}]"),
+                format!("{} values", t.len()),
+                format!("N = {n} values"),
+            ));
+        }
+        let r = self.replicas();
+        if r == 0 {
+            return Err(MethodError::invalid("replicas", 0, "at least 1"));
+        }
+        if self.init_seeds.len() != r || self.stream_seeds.len() != r || self.replica_ids.len() != r
+        {
+            return Err(MethodError::invalid(
+                "replica seeds",
+                format!(
+                    "{} init seeds, {} stream seeds and {} identifiers",
+                    self.init_seeds.len(),
+                    self.stream_seeds.len(),
+                    self.replica_ids.len()
+                ),
+                format!("one of each per replica ({r})"),
+            ));
+        }
+        if let Some(&id) = self
+            .replica_ids
+            .iter()
+            .find(|&&id| id >= crate::device_rng::MAX_REPLICA_ID)
+        {
+            return Err(MethodError::invalid(
+                "replica identifier (repetition·members + member)",
+                id,
+                format!(
+                    "below {}: fewer repetitions × members per setting",
+                    crate::device_rng::MAX_REPLICA_ID
+                ),
+            ));
+        }
+        if let Some(&t) = self
+            .replica_targets
+            .iter()
+            .find(|&&t| t >= self.targets.len())
+        {
+            return Err(MethodError::invalid(
+                "replica target index",
+                t,
+                format!("an index below {}", self.targets.len()),
+            ));
+        }
+        for (name, v) in [
+            ("training inputs", self.x_train),
+            ("test inputs", self.x_test),
+        ] {
+            if v.iter().any(|x| !x.is_finite()) {
+                return Err(MethodError::invalid(
+                    name,
+                    "a non-finite value",
+                    "finite numbers",
+                ));
+            }
+        }
+        if self.targets.iter().flatten().any(|y| !y.is_finite()) {
+            return Err(MethodError::invalid(
+                "training targets",
+                "a non-finite value",
+                "finite numbers",
+            ));
+        }
+        Ok(())
+    }
+}
