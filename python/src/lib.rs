@@ -1,35 +1,67 @@
 //! `uqbench._uqbench`: the native half of the Python package. It exposes a spec's problem (its
 //! repetitions and anchor), the scoring of external predictions and every metric, computed by
-//! the same Rust functions as the `uqbench` command (`uqbench-eval`, `uqbench-anchor`), with
+//! the same Rust functions as the `uqbench` command (`uqbench-experiment`, `uqbench-anchor`), with
 //! numpy arrays at the boundary (rust-numpy): arrays in are read where they lie (any strides,
 //! so C and Fortran order alike; `uqbench/__init__.py` converts other dtypes to float64 first),
 //! arrays out hand their Rust buffer to numpy without a copy. `uqbench/__init__.py` adds the
-//! dataclasses and pandas DataFrames. Every error is a `ValueError` whose message names the
-//! input, the value and what is valid; nothing panics across the boundary.
+//! dataclasses and pandas DataFrames. Every error is raised as the exception of its kind
+//! (`uqbench_experiment::ErrorKind`): `InvalidInputError` (a `ValueError` whose message names the
+//! input, the value and what is valid), `RunDirectoryError` (a `ValueError`: a run directory
+//! that is not one or not complete), `OSError` (`FileNotFoundError` for a missing file) or
+//! `RuntimeError` (a computation that failed on valid input); nothing panics across the
+//! boundary.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use numpy::ndarray::{Array2, ArrayViewD, Axis};
 use numpy::{IntoPyArray, PyArray1, PyArray2, PyReadonlyArrayDyn};
-use pyo3::exceptions::PyValueError;
+use pyo3::create_exception;
+use pyo3::exceptions::{PyFileNotFoundError, PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyList, PyString, PyTuple};
 use serde_json::Value;
 use uqbench_anchor::{Anchor, Problem, Setting};
-use uqbench_eval::metrics::{compute, Input, Options};
-use uqbench_eval::score::{
+use uqbench_experiment::metrics::{compute, Input, Options};
+use uqbench_experiment::score::{
     classification_rep, regression_rep, score_setting, External, JointScoring,
 };
-use uqbench_eval::spec::ExperimentSpec;
-use uqbench_eval::summary::Summary;
-use uqbench_eval::{Stored, Track};
+use uqbench_experiment::spec::ExperimentSpec;
+use uqbench_experiment::summary::Summary;
+use uqbench_experiment::{ErrorKind, ExperimentError, Stored, Track};
 
 /// The interval levels `uqbench score` uses by default.
 const DEFAULT_LEVELS: [f64; 4] = [0.95, 0.9, 0.8, 0.7];
 
+create_exception!(
+    _uqbench,
+    InvalidInputError,
+    PyValueError,
+    "Bad input: the message names the input, the value and what is valid."
+);
+create_exception!(
+    _uqbench,
+    RunDirectoryError,
+    PyValueError,
+    "A run directory that is not one, is not complete, or does not fit the runs it is read with."
+);
+
+/// Bad input found here (a message naming the input, the value and what is valid).
 fn value_error(e: impl std::fmt::Display) -> PyErr {
-    PyValueError::new_err(e.to_string())
+    InvalidInputError::new_err(e.to_string())
+}
+
+/// An error of the Rust crates, raised as the exception of its kind.
+fn py_error(e: impl Into<ExperimentError>) -> PyErr {
+    let e = e.into();
+    let message = e.to_string();
+    match e.kind() {
+        ErrorKind::InvalidInput => InvalidInputError::new_err(message),
+        ErrorKind::RunDirectory => RunDirectoryError::new_err(message),
+        ErrorKind::Io(std::io::ErrorKind::NotFound) => PyFileNotFoundError::new_err(message),
+        ErrorKind::Io(_) => PyOSError::new_err(message),
+        ErrorKind::Failed => PyRuntimeError::new_err(message),
+    }
 }
 
 /// A vector as a numpy array that owns the Vec's buffer (no copy).
@@ -151,9 +183,11 @@ fn from_json<'py>(py: Python<'py>, v: &Value) -> PyResult<Bound<'py, PyAny>> {
             None => n.as_f64().unwrap_or(f64::NAN).into_pyobject(py)?.into_any(),
         },
         // uqbench's JSON writes ±∞ (a result, such as an infinite KL) as "inf"/"-inf"
-        // (`uqbench_eval::json`); Python has floats for them.
-        Value::String(s) if s == uqbench_eval::json::INF || s == uqbench_eval::json::NEG_INF => {
-            uqbench_eval::json::read_number(v)
+        // (`uqbench_experiment::json`); Python has floats for them.
+        Value::String(s)
+            if s == uqbench_experiment::json::INF || s == uqbench_experiment::json::NEG_INF =>
+        {
+            uqbench_experiment::json::read_number(v)
                 .unwrap_or(f64::NAN)
                 .into_pyobject(py)?
                 .into_any()
@@ -201,15 +235,14 @@ impl PyProblem {
         setting: Option<BTreeMap<String, f64>>,
         profile: Option<&str>,
     ) -> PyResult<Self> {
-        let spec =
-            ExperimentSpec::load_profile(Path::new(spec_path), profile).map_err(value_error)?;
+        let spec = ExperimentSpec::load_profile(Path::new(spec_path), profile).map_err(py_error)?;
         let args: Vec<String> = setting
             .unwrap_or_default()
             .iter()
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
-        let setting = spec.parse_setting(&args).map_err(value_error)?;
-        let problem = spec.resolve(&setting).map_err(value_error)?;
+        let setting = spec.parse_setting(&args).map_err(py_error)?;
+        let problem = spec.resolve(&setting).map_err(py_error)?;
         Ok(PyProblem {
             fit: std::sync::OnceLock::new(),
             joint: JointScoring::of(&spec),
@@ -265,7 +298,7 @@ impl PyProblem {
     /// Repetition `k`: the data a method gets and the truth it is judged by.
     fn repetition<'py>(&self, py: Python<'py>, k: u64) -> PyResult<Bound<'py, PyDict>> {
         // A random design's repetition has its own inputs.
-        let p = self.problem.at_repetition(k).map_err(value_error)?;
+        let p = self.problem.at_repetition(k).map_err(py_error)?;
         let p = p.as_ref();
         let draw = p.draw(k);
         let d = PyDict::new(py);
@@ -306,7 +339,7 @@ impl PyProblem {
         let (post, condition) = py
             .detach(|| {
                 // A random design's repetition k has its own inputs, so its own fit.
-                let (own, own_fit) = uqbench_eval::score::own_inputs(&self.problem, k, true)
+                let (own, own_fit) = uqbench_experiment::score::own_inputs(&self.problem, k, true)
                     .map_err(|e| e.to_string())?;
                 let anchor = match &own_fit {
                     Some(a) => a,
@@ -477,10 +510,9 @@ impl PyProblem {
                 };
                 let prediction = match matrix("samples", "test inputs × draws")? {
                     Some(samples) => {
-                        if keys
-                            .iter()
-                            .any(|k| !["samples", "noise_std", "sample_noise"].contains(&k.as_str()))
-                        {
+                        if keys.iter().any(|k| {
+                            !["samples", "noise_std", "sample_noise"].contains(&k.as_str())
+                        }) {
                             return Err("`samples` comes alone or with `noise_std` (one per \
                                         draw) or `sample_noise` (test inputs × draws); mean \
                                         and std are taken from them"
@@ -555,15 +587,13 @@ fn metrics<'py>(
     tace_threshold: f64,
 ) -> PyResult<Bound<'py, PyAny>> {
     let value = to_json(input.as_any(), "input").map_err(value_error)?;
-    let input: Input = serde_json::from_value(value).map_err(value_error)?;
+    let input: Input = serde_json::from_value(value).map_err(py_error)?;
     let options = Options {
         bins,
         levels: levels.unwrap_or_else(|| DEFAULT_LEVELS.to_vec()),
         tace_threshold,
     };
-    let out = py
-        .detach(|| compute(&input, &options).map_err(|e| e.to_string()))
-        .map_err(value_error)?;
+    let out = py.detach(|| compute(&input, &options)).map_err(py_error)?;
     from_json(py, &Value::Object(out))
 }
 
@@ -585,27 +615,32 @@ fn compare<'py>(
     resamples: usize,
     seed: u64,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let opts = uqbench_eval::compare::Options {
+    let opts = uqbench_experiment::compare::Options {
         metric,
-        region: region.unwrap_or_else(|| uqbench_eval::summary::names::ALL.to_string()),
+        region: region.unwrap_or_else(|| uqbench_experiment::summary::names::ALL.to_string()),
         setting,
         resamples,
         seed,
     };
     let out = py
-        .detach(|| {
+        .detach(|| -> uqbench_experiment::Result<Value> {
+            // Typed errors across the detach, so that a run directory's problem is raised as
+            // RunDirectoryError.
             let rows = match (repetitions, runs) {
                 (Some(text), None) => {
-                    uqbench_eval::compare::read_repetitions(&text, "repetitions")
+                    uqbench_experiment::compare::read_repetitions(&text, "repetitions")?
                 }
-                (None, Some(dirs)) => uqbench_eval::compare::rows_of_runs(&dirs),
-                _ => return Err("give repetitions or runs, not both".to_string()),
-            }
-            .map_err(|e| e.to_string())?;
-            let c = uqbench_eval::compare::compare(&rows, &opts).map_err(|e| e.to_string())?;
-            uqbench_eval::json::to_value(&c).map_err(|e| e.to_string())
+                (None, Some(dirs)) => uqbench_experiment::compare::rows_of_runs(&dirs)?,
+                _ => {
+                    return Err(ExperimentError::Invalid(
+                        "give repetitions or runs, not both".into(),
+                    ))
+                }
+            };
+            let c = uqbench_experiment::compare::compare(&rows, &opts)?;
+            Ok(uqbench_experiment::json::to_value(&c)?)
         })
-        .map_err(value_error)?;
+        .map_err(py_error)?;
     from_json(py, &out)
 }
 
@@ -615,8 +650,8 @@ fn compare<'py>(
 /// `figures` that draw it and what it is (`about`).
 #[pyfunction]
 fn metric_catalogue<'py>(py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-    let list = serde_json::to_value(uqbench_eval::summary::catalogue::METRICS)
-        .map_err(value_error)?;
+    let list =
+        serde_json::to_value(uqbench_experiment::summary::catalogue::METRICS).map_err(py_error)?;
     from_json(py, &list)
 }
 
@@ -625,7 +660,7 @@ fn metric_catalogue<'py>(py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
 /// `network`, `sampler` or `post-hoc`) and a one-line `summary` (the registry's catalogue).
 #[pyfunction]
 fn method_kinds<'py>(py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
-    uqbench_eval::kinds::METHOD_KINDS
+    uqbench_experiment::kinds::METHOD_KINDS
         .iter()
         .map(|k| {
             let d = PyDict::new(py);
@@ -644,6 +679,8 @@ fn _uqbench(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(metric_catalogue, m)?)?;
     m.add_function(wrap_pyfunction!(metrics, m)?)?;
     m.add_function(wrap_pyfunction!(compare, m)?)?;
+    m.add("InvalidInputError", m.py().get_type::<InvalidInputError>())?;
+    m.add("RunDirectoryError", m.py().get_type::<RunDirectoryError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

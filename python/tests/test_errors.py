@@ -8,7 +8,7 @@ import uqbench
 
 
 def test_bad_specs_and_settings(root, tmp_path):
-    with pytest.raises(ValueError, match="cannot read spec file .*no_such.toml"):
+    with pytest.raises(FileNotFoundError, match="cannot read spec file .*no_such.toml"):
         uqbench.Problem(root / "experiments/no_such.toml")
     with pytest.raises(ValueError, match="width=2.*`width` is not a sweep variable of experiment `e1`; valid: f_main"):
         uqbench.Problem(root / "experiments/e1.toml", setting={"width": 2})
@@ -75,7 +75,7 @@ def test_bad_metric_inputs():
         uqbench.metrics.classification([[0.5, 0.5]], [0.5])
     with pytest.raises(ValueError, match=r"probs\[0\]"):
         uqbench.metrics.classification([[0.5, 0.7]], [0])
-    with pytest.raises(ValueError, match="not a complete run directory"):
+    with pytest.raises(uqbench.RunDirectoryError, match="not a complete run directory"):
         uqbench.read_run("/no/such/run")
 
 
@@ -103,3 +103,21 @@ def test_std_and_cov_must_agree(root):
     wider = dict(same, std=np.full(m, 0.3))
     with pytest.raises(ValueError, match=r"std\[0\]² = 0.09.* but cov\[0\]\[0\] = 0.04.*disagree"):
         uqbench.score(problem, [wider])
+
+
+def test_errors_are_raised_by_kind(root, tmp_path):
+    # Bad input and run-directory problems are ValueErrors of their own types; a missing file
+    # is an OSError.
+    assert issubclass(uqbench.InvalidInputError, ValueError)
+    assert issubclass(uqbench.RunDirectoryError, ValueError)
+    assert not issubclass(uqbench.InvalidInputError, uqbench.RunDirectoryError)
+    with pytest.raises(uqbench.InvalidInputError, match="width=2"):
+        uqbench.Problem(root / "experiments/e1.toml", setting={"width": 2})
+    with pytest.raises(uqbench.InvalidInputError, match="y at 1: nan"):
+        uqbench.metrics.regression([0, 1], [1, 1], [0, np.nan])
+    with pytest.raises(OSError):
+        uqbench.Problem(tmp_path / "missing.toml")
+    with pytest.raises(uqbench.RunDirectoryError, match="is not a run directory"):
+        uqbench.compare(str(tmp_path))
+    with pytest.raises(uqbench.RunDirectoryError):
+        uqbench.read_run(tmp_path)

@@ -3,8 +3,11 @@ anchor), the scoring of any method's predictions against it, and every metric.
 
 The numbers come from the same Rust code as the ``uqbench`` command (``uqbench anchor``,
 ``uqbench score``, ``uqbench metrics``), bit for bit; this module converts them to numpy arrays
-and pandas DataFrames. Bad input raises ``ValueError`` naming the field, the value and what is
-valid.
+and pandas DataFrames. Bad input raises ``InvalidInputError`` (a ``ValueError``) naming the
+field, the value and what is valid; a run directory that is not one or not complete raises
+``RunDirectoryError`` (a ``ValueError``); a file that cannot be read ``OSError``
+(``FileNotFoundError`` when it is missing); a computation that fails on valid input
+``RuntimeError``.
 
 Example: a method scored against the anchor on [000]'s E1 at f_main = 2::
 
@@ -45,6 +48,7 @@ from . import metrics
 from ._arrays import as_float_array, as_int, as_levels
 from ._draws import read_draws
 from ._draws import score_input as _draws_score_input
+from ._uqbench import InvalidInputError, RunDirectoryError
 from ._uqbench import Problem as _NativeProblem
 from ._uqbench import __version__
 from ._uqbench import compare as _native_compare
@@ -65,6 +69,8 @@ __all__ = [
     "read_draws",
     "compare",
     "EvaluateError",
+    "InvalidInputError",
+    "RunDirectoryError",
     "metrics",
     "method_kinds",
     "metric_catalogue",
@@ -147,16 +153,16 @@ class Problem:
         profile: Optional[str] = None,
     ) -> None:
         if setting is not None and not isinstance(setting, Mapping):
-            raise ValueError(
+            raise InvalidInputError(
                 f"setting: {setting!r}; valid: a dict of sweep variables, {{\"f_main\": 2}}"
             )
         values = {}
         for key, value in (setting or {}).items():
             if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)):
-                raise ValueError(f"setting {key!r}: {value!r}; valid: a number (a sweep value)")
+                raise InvalidInputError(f"setting {key!r}: {value!r}; valid: a number (a sweep value)")
             values[str(key)] = float(value)
         if profile is not None and not isinstance(profile, str):
-            raise ValueError(f"profile: {profile!r}; valid: a profile's name, or several joined by commas")
+            raise InvalidInputError(f"profile: {profile!r}; valid: a profile's name, or several joined by commas")
         path = os.path.abspath(os.fspath(spec_path))
         self._args = (path, None if setting is None else dict(values), profile)
         self._native = _NativeProblem(path, None if setting is None else values, profile)
@@ -274,7 +280,7 @@ def _prediction_arrays(
     test inputs, also their lengths); errors name it ``label`` (``predictions[k]``)."""
     label = label or f"predictions[{k}]"
     if not isinstance(p, Mapping):
-        raise ValueError(
+        raise InvalidInputError(
             f"{label}: a {type(p).__name__}; valid: a dict such as "
             '{"mean": array, "std": array}, {"samples": array} or {"probs": array}'
         )
@@ -282,19 +288,19 @@ def _prediction_arrays(
     for key, value in p.items():
         name = f"{label}[{key!r}]"
         if key not in _KEYS:
-            raise ValueError(
+            raise InvalidInputError(
                 f"{label}: unknown key {key!r}; valid: mean, std, cov, noise_std, samples, "
                 "sample_noise (regression) or probs (classification)"
             )
         dims, what = _KEYS[key]
         a = as_float_array(name, value, None, "finite numbers")
         if a.ndim not in dims:
-            raise ValueError(f"{name}: shape {a.shape}; valid: {what}")
+            raise InvalidInputError(f"{name}: shape {a.shape}; valid: {what}")
         if key == "cov" and a.shape[0] != a.shape[1]:
-            raise ValueError(f"{name}: shape {a.shape}; valid: {what}")
+            raise InvalidInputError(f"{name}: shape {a.shape}; valid: {what}")
         per_draw = key == "noise_std" and "samples" in p
         if m is not None and not per_draw and a.shape[0] != m:
-            raise ValueError(f"{name}: shape {a.shape}; valid: {what} ({m} test inputs)")
+            raise InvalidInputError(f"{name}: shape {a.shape}; valid: {what} ({m} test inputs)")
         out[str(key)] = a
     return out
 
@@ -318,14 +324,14 @@ def score(
     × draws). ``levels``: the interval levels (default 0.95, 0.9, 0.8, 0.7).
     """
     if not isinstance(problem, Problem):
-        raise ValueError(f"problem: a {type(problem).__name__}; valid: a uqbench.Problem")
+        raise InvalidInputError(f"problem: a {type(problem).__name__}; valid: a uqbench.Problem")
     if isinstance(predictions, Mapping) or not isinstance(predictions, Sequence):
-        raise ValueError(
+        raise InvalidInputError(
             f"predictions: a {type(predictions).__name__}; valid: a list of dicts, one per "
             "repetition 0..K−1"
         )
     if not isinstance(method, str) or not method:
-        raise ValueError(f"method: {method!r}; valid: a non-empty name")
+        raise InvalidInputError(f"method: {method!r}; valid: a non-empty name")
     arrays = [_prediction_arrays(p, k) for k, p in enumerate(predictions)]
     _pandas()  # before the work, not after it
     summary_csv, aggregate_csv, summary_json, repetitions_csv = problem._native.score(
@@ -421,15 +427,15 @@ def evaluate(
     numpy, JAX and PyTorch do); ``progress`` draws a bar with an ETA on stderr.
     """
     if not isinstance(problem, Problem):
-        raise ValueError(f"problem: a {type(problem).__name__}; valid: a uqbench.Problem")
+        raise InvalidInputError(f"problem: a {type(problem).__name__}; valid: a uqbench.Problem")
     if not callable(fit_predict):
-        raise ValueError(
+        raise InvalidInputError(
             f"fit_predict: a {type(fit_predict).__name__}; valid: a function of a Repetition "
             "returning a prediction dict"
         )
     if reps is None:
         if problem.repetitions is None:
-            raise ValueError(
+            raise InvalidInputError(
                 "reps: None, and the spec has no run.repetitions; valid: the number of "
                 "repetitions to run (reps=50)"
             )
@@ -552,7 +558,7 @@ class Run:
         folder = os.path.join(self.path, "reps", _setting_dir(setting), method)
         path = os.path.join(folder, f"rep-{k:03d}.draws")
         if not os.path.isfile(path):
-            raise ValueError(
+            raise InvalidInputError(
                 f"setting {setting!r}, method {method!r}, repetition {k}: no draws file {path} "
                 "(a method with marginals only has none, and run.draws = \"none\" writes none)"
             )
@@ -567,7 +573,7 @@ class Run:
     def _rep_files(self, setting: str, method: str) -> List[tuple]:
         folder = os.path.join(self.path, "reps", _setting_dir(setting), method)
         if not os.path.isdir(folder):
-            raise ValueError(
+            raise InvalidInputError(
                 f"setting {setting!r}, method {method!r}: no stored repetitions in {folder}"
             )
         found = []
@@ -616,7 +622,7 @@ def read_run(path: "str | os.PathLike[str]") -> Run:
     for name in ("summary.csv", "aggregate.csv", "spec.resolved.toml"):
         full = os.path.join(path, name)
         if not os.path.isfile(full):
-            raise ValueError(
+            raise RunDirectoryError(
                 f"{full} is missing: {path} is not a complete run directory (finish it with "
                 "`uqbench run --resume`, or merge its shards)"
             )
@@ -640,7 +646,7 @@ _COMPARE_COLUMNS = [
 def _read_repetitions_csv(path: str) -> str:
     full = os.path.join(path, "repetitions.csv")
     if not os.path.isfile(full):
-        raise ValueError(
+        raise RunDirectoryError(
             f"{full} is missing: a run written before `uqbench compare` existed gets it from "
             f"`uqbench report {path}`"
         )
@@ -660,12 +666,12 @@ def _repetition_frame(item: Any, where: str) -> "pd.DataFrame":
     if isinstance(item, pd.DataFrame):
         missing = [c for c in _REPETITION_COLUMNS if c not in item.columns]
         if missing:
-            raise ValueError(
+            raise InvalidInputError(
                 f"{where}: a DataFrame without columns {missing}; valid: the columns of "
                 f"repetitions.csv ({', '.join(_REPETITION_COLUMNS)})"
             )
         return item[_REPETITION_COLUMNS]
-    raise ValueError(
+    raise InvalidInputError(
         f"{where}: a {type(item).__name__}; valid: a run directory, a uqbench.Score, a "
         "uqbench.Run, a repetitions DataFrame, or a list of these"
     )
@@ -701,12 +707,12 @@ def compare(
         run_or_results
     ]
     if not items:
-        raise ValueError("run_or_results: an empty list; valid: at least one source")
+        raise InvalidInputError("run_or_results: an empty list; valid: at least one source")
     for name, value in (("metric", metric), ("setting", setting)):
         if value is not None and not isinstance(value, str):
-            raise ValueError(f"{name}: {value!r}; valid: a name (str) or None")
+            raise InvalidInputError(f"{name}: {value!r}; valid: a name (str) or None")
     if not isinstance(region, str):
-        raise ValueError(f"region: {region!r}; valid: all, in, gap or out")
+        raise InvalidInputError(f"region: {region!r}; valid: all, in, gap or out")
     options = dict(
         metric=metric,
         region=region,

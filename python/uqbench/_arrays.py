@@ -9,6 +9,8 @@ from typing import Any, Optional, Tuple, Union
 
 import numpy as np
 
+from ._uqbench import InvalidInputError
+
 
 def _describe(value: Any) -> str:
     kind = type(value)
@@ -33,13 +35,13 @@ def as_float_array(
     """``value`` as a float64 ndarray (no copy when it already is one, in either order), or a
     ``ValueError`` naming ``name``."""
     if value is None:
-        raise ValueError(f"{name}: None; valid: an array of {valid}")
+        raise InvalidInputError(f"{name}: None; valid: an array of {valid}")
     if isinstance(value, (str, bytes)):
-        raise ValueError(f"{name}: the string {value!r}; valid: an array of {valid}")
+        raise InvalidInputError(f"{name}: the string {value!r}; valid: an array of {valid}")
     try:
         raw = np.asarray(value)
     except Exception as e:  # ragged lists, tensors numpy cannot read, objects without __array__
-        raise ValueError(
+        raise InvalidInputError(
             f"{name}: {_describe(value)} cannot be read as an array ({e}){_torch_hint(value)}; "
             f"valid: an array of {valid}"
         ) from None
@@ -50,17 +52,17 @@ def as_float_array(
             what = "ragged (rows of different lengths)"
         else:
             what = f"of dtype {raw.dtype}"
-        raise ValueError(f"{name}: {_describe(value)} is {what}; valid: an array of {valid}")
+        raise InvalidInputError(f"{name}: {_describe(value)} is {what}; valid: an array of {valid}")
     a = raw if raw.dtype == np.float64 else raw.astype(np.float64)
     dims = (ndim,) if isinstance(ndim, int) else ndim
     if dims is not None and a.ndim not in dims:
         shape = " or ".join(f"{d}-D" for d in dims)
-        raise ValueError(f"{name}: shape {a.shape}; valid: a {shape} array of {valid}")
+        raise InvalidInputError(f"{name}: shape {a.shape}; valid: a {shape} array of {valid}")
     if finite:
         bad = np.argwhere(~np.isfinite(a))
         if bad.size:
             index = tuple(int(i) for i in bad[0])
-            raise ValueError(
+            raise InvalidInputError(
                 f"{name} at {index if len(index) > 1 else index[0]}: {a[tuple(bad[0])]}; "
                 f"valid: {valid}"
             )
@@ -77,7 +79,7 @@ def as_int(
     """``value`` as an int in ``minimum..=maximum`` (bools and non-integral numbers rejected)."""
     ok = isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
     if not ok or int(value) < minimum or (maximum is not None and int(value) > maximum):
-        raise ValueError(f"{name}: {value!r}; valid: {valid or f'an integer ≥ {minimum}'}")
+        raise InvalidInputError(f"{name}: {value!r}; valid: {valid or f'an integer ≥ {minimum}'}")
     return int(value)
 
 
@@ -86,7 +88,7 @@ def as_levels(name: str, values: Any) -> list:
     a = as_float_array(name, values, 1, "interval levels strictly between 0 and 1")
     bad = [float(v) for v in a if not 0.0 < v < 1.0]
     if bad or a.size == 0:
-        raise ValueError(
+        raise InvalidInputError(
             f"{name}: {bad[0] if bad else 'none'}; valid: interval levels strictly between 0 and 1"
         )
     return [float(v) for v in a]

@@ -1,5 +1,5 @@
 """Reading a run's draws files (``reps/SETTING/METHOD/rep-NNN.draws``, written by ``uqbench
-run``; the format is documented in docs/outputs.md and in the Rust crate ``uqbench_eval::draws``),
+run``; the format is documented in docs/outputs.md and in the Rust crate ``uqbench_experiment::draws``),
 with numpy only: an implementation independent of the Rust reader, checked against it by the
 tests."""
 
@@ -11,6 +11,8 @@ import struct
 from typing import Any, Dict
 
 import numpy as np
+
+from ._uqbench import InvalidInputError
 
 MAGIC = b"UQBDRAW1"
 
@@ -32,7 +34,7 @@ def read_draws(path: "str | os.PathLike[str]") -> Dict[str, Any]:
     with open(path, "rb") as f:
         data = f.read()
     if data[:8] != MAGIC:
-        raise ValueError(f"{path} is not a draws file: it does not start with {MAGIC!r}")
+        raise InvalidInputError(f"{path} is not a draws file: it does not start with {MAGIC!r}")
     (length,) = struct.unpack_from("<I", data, 8)
     header = json.loads(data[12 : 12 + length].decode("utf-8"))
     at = 12 + length
@@ -42,7 +44,7 @@ def read_draws(path: "str | os.PathLike[str]") -> Dict[str, Any]:
     def take(n: int) -> bytes:
         nonlocal at
         if at + n > len(data):
-            raise ValueError(f"{path} is not a draws file: it is truncated at byte {len(data)}")
+            raise InvalidInputError(f"{path} is not a draws file: it is truncated at byte {len(data)}")
         chunk = data[at : at + n]
         at += n
         return chunk
@@ -64,7 +66,7 @@ def read_draws(path: "str | os.PathLike[str]") -> Dict[str, Any]:
             values[codes == -128] = np.nan
             half_steps[name] = 0.5 * step
         else:
-            raise ValueError(f"{path}: block {name!r} has an unknown encoding {enc!r}")
+            raise InvalidInputError(f"{path}: block {name!r} has an unknown encoding {enc!r}")
         values = values.reshape(rows, cols)
         if name == "factor_t":
             out["factor"] = values.T.copy()
@@ -73,7 +75,7 @@ def read_draws(path: "str | os.PathLike[str]") -> Dict[str, Any]:
         else:
             out[name] = values
     if at != len(data):
-        raise ValueError(f"{path} is not a draws file: {len(data) - at} bytes follow its last block")
+        raise InvalidInputError(f"{path} is not a draws file: {len(data) - at} bytes follow its last block")
     out["half_step"] = half_steps
     return out
 
@@ -94,7 +96,7 @@ def score_input(d: Dict[str, Any]) -> Dict[str, np.ndarray]:
             out["sample_noise"] = np.repeat(d["noise_std"][:, None], samples.shape[0], axis=1)
         return out
     if d["dof"] is not None:
-        raise ValueError(
+        raise InvalidInputError(
             f"a Student-t joint (ν = {d['dof']}) has no input form in uqbench.score, which "
             "scores Gaussian joints"
         )

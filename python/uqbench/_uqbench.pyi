@@ -7,6 +7,9 @@ import numpy.typing as npt
 
 __version__: str
 
+class InvalidInputError(ValueError): ...
+class RunDirectoryError(ValueError): ...
+
 class Problem:
     def __init__(
         self,

@@ -16,6 +16,7 @@ from typing import Any, Dict, Optional, Sequence
 import numpy as np
 
 from ._arrays import as_float_array, as_int, as_levels
+from ._uqbench import InvalidInputError
 from ._uqbench import metrics as _metrics
 
 __all__ = ["regression", "classification", "draws", "information", "joint", "joint_classification"]
@@ -33,7 +34,7 @@ def _run(payload: Dict[str, Any], **options: Any) -> Dict[str, Any]:
 
 def _batches(tau: Sequence[int], kappa: int, batches: int, seed: int) -> Dict[str, Any]:
     if isinstance(tau, (str, bytes)) or not isinstance(tau, Sequence) or not tau:
-        raise ValueError(f"tau: {tau!r}; valid: a list of batch sizes ≥ 1, (1, 10)")
+        raise InvalidInputError(f"tau: {tau!r}; valid: a list of batch sizes ≥ 1, (1, 10)")
     return {
         "tau": [as_int("tau", t, 1, "batch sizes ≥ 1") for t in tau],
         "kappa": as_int("kappa", kappa, 1),
@@ -82,7 +83,7 @@ def classification(
     expected entropy and the mutual information, ``loglik`` WAIC and ISCV."""
     lab = as_float_array("labels", labels, 1, "class indices 0, 1, …")
     if not np.all(np.equal(np.mod(lab, 1), 0)) or np.any(lab < 0):
-        raise ValueError(f"labels: {lab!r}; valid: a 1-D array of class indices 0, 1, …")
+        raise InvalidInputError(f"labels: {lab!r}; valid: a 1-D array of class indices 0, 1, …")
     payload: Dict[str, Any] = {
         "kind": "classification",
         "probs": _checked("probs", probs, 2),
@@ -94,7 +95,7 @@ def classification(
         payload["loglik"] = _checked("loglik", loglik, 2)
     threshold = as_float_array("tace_threshold", tace_threshold, 0, "a number in [0, 1)")
     if not 0.0 <= float(threshold) < 1.0:
-        raise ValueError(f"tace_threshold: {tace_threshold!r}; valid: a number in [0, 1)")
+        raise InvalidInputError(f"tace_threshold: {tace_threshold!r}; valid: a number in [0, 1)")
     return _run(
         payload,
         bins=as_int("bins", bins, 1, "a number of bins ≥ 1"),
@@ -166,7 +167,7 @@ def joint(
     if exact_dof is not None:
         dof = float(as_float_array("exact_dof", exact_dof, 0, "degrees of freedom > 0"))
         if dof <= 0:
-            raise ValueError(f"exact_dof: {exact_dof!r}; valid: degrees of freedom > 0")
+            raise InvalidInputError(f"exact_dof: {exact_dof!r}; valid: degrees of freedom > 0")
         payload["exact_dof"] = dof
     return _run(payload)
 

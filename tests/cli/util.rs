@@ -129,7 +129,7 @@ pub fn cubic_spec(dir: &Path, rest: &str) -> PathBuf {
 /// metric.
 pub fn assert_catalogued(out: &Path) {
     use std::collections::BTreeSet;
-    use uqbench_eval::summary::catalogue::lookup;
+    use uqbench_experiment::summary::catalogue::lookup;
     let mut scalars = BTreeSet::new();
     let reps = out.join("reps");
     for f in files_under(&reps)

@@ -1,7 +1,7 @@
 //! Provenance for `run.json`: this build (version, git commit, compiler, burn) and the machine
 //! (CPU model or GPU adapter, threads). The build facts come from `build.rs`.
 
-use uqbench_eval::store::RunMeta;
+use uqbench_experiment::store::RunMeta;
 
 /// The CPU's model name (from /proc/cpuinfo) and its logical cores, or "unknown".
 pub fn cpu_model() -> String {

@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use uqbench_eval::compare::{Comparison, Direction, PairRecord};
+use uqbench_experiment::compare::{Comparison, Direction, PairRecord};
 use uqbench_metrics::paired::{ALPHA, POWER};
 
 /// A number to 3 significant digits (`–` when not finite).

@@ -5,14 +5,14 @@ use std::path::Path;
 
 use anyhow::Result;
 
-use uqbench_eval::compare;
-use uqbench_eval::spec::NoiseSource;
-use uqbench_eval::store::write_atomic;
-use uqbench_eval::summary::{catalogue::column, names};
-use uqbench_eval::{AggregateTables, Track};
+use uqbench_experiment::compare;
+use uqbench_experiment::spec::NoiseSource;
+use uqbench_experiment::store::write_atomic;
+use uqbench_experiment::summary::{catalogue::column, names};
+use uqbench_experiment::{AggregateTables, Track};
 
 use crate::figures::Written;
-use uqbench_eval::summary::{Scalar, SettingSummary, Summary, UNDERFIT_FACTOR};
+use uqbench_experiment::summary::{Scalar, SettingSummary, Summary, UNDERFIT_FACTOR};
 
 fn cell(s: Option<&Scalar>) -> String {
     match s {
@@ -123,7 +123,7 @@ pub fn write(
     let random = summary
         .settings
         .iter()
-        .any(|s| s.test.design.as_deref() == Some(uqbench_eval::summary::RANDOM));
+        .any(|s| s.test.design.as_deref() == Some(uqbench_experiment::summary::RANDOM));
     let as_train = summary
         .settings
         .iter()
@@ -396,7 +396,7 @@ fn regression_table(md: &mut String, methods: &[String], s: &SettingSummary) {
 /// The aggregates of a classification run ([002] §4.2, [003]).
 fn classification_table(md: &mut String, methods: &[String], summary: &Summary) {
     let level = summary.levels.first().copied().unwrap_or(0.9);
-    let name = uqbench_eval::summary::level_name(level);
+    let name = uqbench_experiment::summary::level_name(level);
     let _ = writeln!(md, "## Aggregates\n");
     let _ = writeln!(
         md,
@@ -408,7 +408,7 @@ fn classification_table(md: &mut String, methods: &[String], summary: &Summary) 
          (p − y)²), NLL, accuracy and ROC AUC; the mean mutual information; and [003]'s \
          referral at 50% retained (the most certain half by predictive entropy) against random \
          referral. Diverged repetitions are counted and left out of every metric.\n",
-        uqbench_eval::summary::ECE_BINS
+        uqbench_experiment::summary::ECE_BINS
     );
     for s in &summary.settings {
         let title = if s.setting.is_empty() {

@@ -289,7 +289,7 @@ pub struct Replicas {
 }
 
 /// Where and how a method runs: worker threads and memory for every method, and for the
-/// methods on burn the backend's device, opaque here (`uqbench_models::Resources` reads it),
+/// methods on burn the backend's device, opaque here (`uqbench_engine::trainer::Resources` reads it),
 /// so that this crate and the methods without burn never see it.
 #[derive(Clone)]
 pub struct Compute {

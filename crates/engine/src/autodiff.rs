@@ -23,6 +23,7 @@ use crate::device_rng::DeviceRng;
 use crate::layers::{BatchedLinear, BatchedLinearConfig, LeakyRelu, StochasticLinear};
 use crate::mlp::{xavier_init, MlpShape};
 use crate::optim::AdamState;
+use crate::stack::Stack;
 use crate::stochastic::StochasticLayer;
 use crate::trainer::chunk::{PURPOSE_FIT, PURPOSE_NOISE, PURPOSE_PREDICT};
 use crate::trainer::{
@@ -95,10 +96,15 @@ impl McdNet {
     /// # Shapes
     /// - `x`: `[1 or R, n, d]`, `noise`: `[R, n, width]` → `[R, n, d_out]`
     pub fn forward(&self, x: Tensor<3>, noise: Option<Tensor<3>>) -> Tensor<3> {
-        let mut h = x;
-        for layer in &self.hidden {
-            h = self.activation.forward(layer.forward(h));
-        }
+        let w: Vec<Tensor<3>> = self.hidden.iter().map(|l| l.weight.val()).collect();
+        let b: Vec<Tensor<3>> = self.hidden.iter().map(|l| l.bias.val()).collect();
+        let stack = Stack {
+            w: &w,
+            b: &b,
+            slope: self.activation.slope,
+            path: KernelPath::Tensor,
+        };
+        let (h, _) = stack.hidden(x, w.len());
         self.last.forward(h, noise)
     }
 }
@@ -112,7 +118,7 @@ pub fn train(
     res: &Resources,
     progress: &(dyn Fn(usize) + Sync),
 ) -> Result<TrainOutput, MethodError> {
-    settings.validate(job.x_train.len() / job.shape.d_in, job.shape)?;
+    settings.check_job(job)?;
     let layer = settings.dropout.clone().ok_or_else(|| {
         MethodError::invalid(
             "autodiff route: stochastic layer",

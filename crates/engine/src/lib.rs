@@ -15,11 +15,13 @@ pub mod device_rng;
 pub mod layers;
 pub mod mlp;
 pub mod optim;
+pub mod stack;
 pub mod stochastic;
 pub mod trainer;
 
 pub use backend::{open_device, wgpu_status, BackendKind, WgpuAdapter};
 pub use config::{MethodConfig, NetConfig, OptimConfig};
 pub use mlp::{xavier_init, HostWeights, MlpShape};
+pub use stack::{Stack, StackGrads};
 pub use stochastic::{Bernoulli, Concrete, StochasticLayer, Variational};
 pub use trainer::{train, Batching, Job, Resources, TrainOutput, TrainSettings};

@@ -11,8 +11,8 @@
 
 use uqbench_anchor::{Blr, GaussianBlr, Setting, ANCHOR};
 use uqbench_core::Method;
-use uqbench_eval::spec::ExperimentSpec;
-use uqbench_eval::summary::with_coverage_level;
+use uqbench_experiment::spec::ExperimentSpec;
+use uqbench_experiment::summary::with_coverage_level;
 use uqbench_gp::Gp;
 use uqbench_models::{
     BootstrapScheme, DropoutKind, DropoutMethod, EnsMcd, EnsPrior, Ensemble, EnsembleConfig,
@@ -39,7 +39,7 @@ pub enum RegistryError {
     Method(#[from] uqbench_core::MethodError),
     /// The spec could not give the table (an expression that does not evaluate).
     #[error(transparent)]
-    Spec(#[from] uqbench_eval::EvalError),
+    Spec(#[from] uqbench_experiment::ExperimentError),
     /// The base of a post-hoc method could not be built.
     #[error("[methods.{table}] base = \"{base}\": {source}")]
     Base {
@@ -401,14 +401,14 @@ mod tests {
             .map(|(k, _)| *k)
             .chain(POSTHOC.iter().copied())
             .collect();
-        let mut catalogue: Vec<&str> = uqbench_eval::kinds::METHOD_KINDS
+        let mut catalogue: Vec<&str> = uqbench_experiment::kinds::METHOD_KINDS
             .iter()
             .map(|k| k.name)
             .collect();
         registry.sort_unstable();
         catalogue.sort_unstable();
         assert_eq!(registry, catalogue);
-        for k in uqbench_eval::kinds::METHOD_KINDS {
+        for k in uqbench_experiment::kinds::METHOD_KINDS {
             let posthoc = POSTHOC.contains(&k.name);
             assert_eq!(k.room == "post-hoc", posthoc, "{}", k.name);
             assert!(["exact", "network", "sampler", "post-hoc"].contains(&k.room));

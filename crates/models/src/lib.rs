@@ -30,7 +30,3 @@ pub use laplace::{Laplace, LaplaceConfig, LaplaceSettings};
 pub use quantile::{QuantileConfig, QuantileNet, QuantileSettings};
 pub use sgmcmc::{CyclicalDynamics, SgKind, SgMcmc, SgMcmcConfig, SgMcmcSettings};
 pub use swag::{Swag, SwagConfig, SwagSettings};
-pub use uqbench_core::{
-    combine_members, Compute, Family, IntervalSetting, Likelihood, Member, Method, MethodError,
-    Prediction, Replicas, SeedBase, Task,
-};

@@ -7,7 +7,7 @@ use clap::Args;
 use serde_json::{json, Value};
 use uqbench_anchor::{Anchor, Problem, Setting};
 
-use uqbench_eval::spec::ExperimentSpec;
+use uqbench_experiment::spec::ExperimentSpec;
 
 /// Arguments of `uqbench anchor`.
 #[derive(Debug, Args)]
@@ -162,7 +162,7 @@ fn classification(
         .test
         .region
         .iter()
-        .filter(|r| r.as_str() == uqbench_eval::summary::names::IN)
+        .filter(|r| r.as_str() == uqbench_experiment::summary::names::IN)
         .count();
     outln!("{} — repetition {}", problem.display_name(), args.rep);
     outln!(

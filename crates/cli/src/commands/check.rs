@@ -8,7 +8,7 @@ use clap::Args;
 use uqbench_anchor::{Anchor, Model, Noise, Region};
 
 use crate::runner::{check_methods, Plan};
-use uqbench_eval::spec::ExperimentSpec;
+use uqbench_experiment::spec::ExperimentSpec;
 
 /// Arguments of `uqbench check`.
 #[derive(Debug, Args)]

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::Args;
-use uqbench_eval::compare::{compare, rows_of_runs, Options};
+use uqbench_experiment::compare::{compare, rows_of_runs, Options};
 
 /// Arguments of `uqbench compare`.
 #[derive(Debug, Args)]
@@ -46,7 +46,7 @@ pub fn run(args: &CompareArgs) -> Result<()> {
     };
     let c = compare(&rows, &opts)?;
     if args.json {
-        println!("{}", uqbench_eval::json::to_string_pretty(&c.pairs)?);
+        println!("{}", uqbench_experiment::json::to_string_pretty(&c.pairs)?);
         return Ok(());
     }
     let mut md = String::new();

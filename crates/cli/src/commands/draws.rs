@@ -1,5 +1,5 @@
 //! `uqbench draws`: a run's stored joint predictives (`rep-NNN.draws`, see
-//! `uqbench_eval::draws`) written as `uqbench score`'s input, so that a run's joint
+//! `uqbench_experiment::draws`) written as `uqbench score`'s input, so that a run's joint
 //! predictions can be scored again (other τ, other batches, another reference) or read by any
 //! tool that reads JSON.
 
@@ -10,10 +10,10 @@ use clap::Args;
 use serde_json::{json, Value};
 
 use uqbench_anchor::logistic;
-use uqbench_eval::draws::{draws_path, Draws};
-use uqbench_eval::spec::ExperimentSpec;
-use uqbench_eval::store::{rep_stem, setting_dir, write_atomic, SPEC_FILE};
-use uqbench_eval::summary::joint::JointKind;
+use uqbench_experiment::draws::{draws_path, Draws};
+use uqbench_experiment::spec::ExperimentSpec;
+use uqbench_experiment::store::{rep_stem, setting_dir, write_atomic, SPEC_FILE};
+use uqbench_experiment::summary::joint::JointKind;
 
 /// Arguments of `uqbench draws`.
 #[derive(Debug, Args)]
@@ -111,7 +111,7 @@ pub fn run(args: &DrawsArgs) -> Result<()> {
     }
     let spec = ExperimentSpec::load(&spec_path)?;
     let run = spec.run.as_ref().context("the run's spec has no [run]")?;
-    if !run.methods.contains(&args.method) && args.method != uqbench_eval::summary::ANCHOR {
+    if !run.methods.contains(&args.method) && args.method != uqbench_experiment::summary::ANCHOR {
         bail!(
             "--method {}: the run has no such method; valid: {}",
             args.method,

@@ -6,8 +6,8 @@ use anyhow::{bail, Result};
 use clap::Args;
 use serde_json::json;
 
-use uqbench_eval::spec::ExperimentSpec;
-use uqbench_eval::store::{rep_stem, setting_dir, write_atomic};
+use uqbench_experiment::spec::ExperimentSpec;
+use uqbench_experiment::store::{rep_stem, setting_dir, write_atomic};
 
 /// Arguments of `uqbench export`.
 #[derive(Debug, Args)]

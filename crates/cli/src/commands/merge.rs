@@ -7,10 +7,10 @@ use clap::Args;
 
 use super::status::ranges;
 use crate::runner::{self, Plan};
-use uqbench_eval::draws::{draws_path, EXTENSION};
-use uqbench_eval::spec::ExperimentSpec;
-use uqbench_eval::store::rep_path;
-use uqbench_eval::store::{prepare_dir, write_atomic, RunMeta, SPEC_FILE};
+use uqbench_experiment::draws::{draws_path, EXTENSION};
+use uqbench_experiment::spec::ExperimentSpec;
+use uqbench_experiment::store::rep_path;
+use uqbench_experiment::store::{prepare_dir, write_atomic, RunMeta, SPEC_FILE};
 
 /// Arguments of `uqbench merge`.
 #[derive(Debug, Args)]

@@ -2,7 +2,7 @@
 
 use anyhow::Result;
 use clap::Args;
-use uqbench_eval::kinds::METHOD_KINDS;
+use uqbench_experiment::kinds::METHOD_KINDS;
 
 /// Arguments of `uqbench methods`.
 #[derive(Debug, Args)]

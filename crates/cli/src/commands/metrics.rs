@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::Args;
 use serde_json::Value;
-use uqbench_eval::metrics::{compute, Input, Options};
+use uqbench_experiment::metrics::{compute, Input, Options};
 
 /// Arguments of `uqbench metrics`.
 #[derive(Debug, Args)]
@@ -37,7 +37,7 @@ pub struct MetricsArgs {
 /// Runs `uqbench metrics`.
 pub fn run(args: &MetricsArgs) -> Result<()> {
     let Some(path) = &args.input else {
-        let list = serde_json::to_value(uqbench_eval::summary::catalogue::METRICS)?;
+        let list = serde_json::to_value(uqbench_experiment::summary::catalogue::METRICS)?;
         outln!("{list}");
         return Ok(());
     };

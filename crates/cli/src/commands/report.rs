@@ -6,8 +6,8 @@ use anyhow::{Context, Result};
 use clap::Args;
 
 use crate::runner::{self, Plan};
-use uqbench_eval::spec::ExperimentSpec;
-use uqbench_eval::store::{RunMeta, SPEC_FILE};
+use uqbench_experiment::spec::ExperimentSpec;
+use uqbench_experiment::store::{RunMeta, SPEC_FILE};
 
 /// Arguments of `uqbench report`.
 #[derive(Debug, Args)]

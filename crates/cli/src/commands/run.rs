@@ -11,9 +11,9 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use uqbench_engine::{open_device, BackendKind, Resources};
 
 use crate::runner::{self, Event, Plan};
-use uqbench_eval::spec::ExperimentSpec;
-use uqbench_eval::store::{prepare_dir, RunMeta};
-use uqbench_eval::summary::ANCHOR;
+use uqbench_experiment::spec::ExperimentSpec;
+use uqbench_experiment::store::{prepare_dir, RunMeta};
+use uqbench_experiment::summary::ANCHOR;
 
 /// Arguments of `uqbench run`.
 #[derive(Debug, Args)]
@@ -201,7 +201,7 @@ fn parse_taus(list: &str) -> Result<Vec<usize>> {
     if list.trim() == "none" {
         return Ok(Vec::new());
     }
-    let max = uqbench_eval::spec::MAX_JOINT_TAU;
+    let max = uqbench_experiment::spec::MAX_JOINT_TAU;
     list.split(',')
         .map(|t| match t.trim().parse::<usize>() {
             Ok(v) if (1..=max).contains(&v) => Ok(v),
@@ -222,7 +222,7 @@ pub fn plan_of(args: &RunArgs) -> Result<(Plan, Option<std::ops::Range<u64>>)> {
         run.joint_tau = parse_taus(list)?;
     }
     if let (Some(format), Some(run)) = (&args.draws, spec.run.as_mut()) {
-        run.draws = uqbench_eval::draws::DrawFormat::parse(format)?;
+        run.draws = uqbench_experiment::draws::DrawFormat::parse(format)?;
     }
     let mut plan = Plan::new(spec, args.methods.as_deref())?;
     let reps = args

@@ -9,13 +9,13 @@ use clap::Args;
 use serde::Deserialize;
 
 use uqbench_anchor::{Anchor, Problem};
-use uqbench_eval::score::{
+use uqbench_experiment::score::{
     classification_rep, regression_rep, score_setting, External, JointScoring,
 };
-use uqbench_eval::spec::ExperimentSpec;
-use uqbench_eval::store::{rep_stem, setting_dir};
-use uqbench_eval::summary::{ClassRep, RepResult, Summary, ANCHOR};
-use uqbench_eval::{Stored, Track};
+use uqbench_experiment::spec::ExperimentSpec;
+use uqbench_experiment::store::{rep_stem, setting_dir};
+use uqbench_experiment::summary::{ClassRep, RepResult, Summary, ANCHOR};
+use uqbench_experiment::{Stored, Track};
 
 /// Arguments of `uqbench score`.
 #[derive(Debug, Args)]
@@ -115,7 +115,7 @@ fn read_csv(path: &Path) -> Result<Columns> {
 }
 
 /// Reads one repetition's predictions (`rep-NNN.csv` or `rep-NNN.json`); the checks and the
-/// stored form are `uqbench_eval::score`'s.
+/// stored form are `uqbench_experiment::score`'s.
 fn read_rep(
     dir: &Path,
     rep: u64,

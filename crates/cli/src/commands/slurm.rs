@@ -31,8 +31,8 @@ use serde::{Deserialize, Serialize};
 use super::run::{out_dir, plan_of, RunArgs};
 use super::slurm_queue::{max_array_size, sbatch};
 use crate::runner::shards;
-use uqbench_eval::store::SPEC_FILE;
-use uqbench_eval::store::{prepare_dir, write_atomic};
+use uqbench_experiment::store::SPEC_FILE;
+use uqbench_experiment::store::{prepare_dir, write_atomic};
 
 /// Arguments of `uqbench slurm`.
 #[derive(Debug, Args)]

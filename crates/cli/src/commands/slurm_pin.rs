@@ -8,8 +8,8 @@ use anyhow::{bail, Context, Result};
 
 use super::{path_str, SlurmDir, SlurmMeta};
 use crate::provenance::sha256_file;
-use uqbench_eval::spec::{ExperimentSpec, ProblemDecl};
-use uqbench_eval::store::write_atomic;
+use uqbench_experiment::spec::{ExperimentSpec, ProblemDecl};
+use uqbench_experiment::store::write_atomic;
 
 /// The pinned spec's text and the data files to copy (source, destination).
 pub struct PinnedSpec {

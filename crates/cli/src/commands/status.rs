@@ -12,8 +12,8 @@ use clap::Args;
 use super::slurm::{path_str, quote, Resubmission, SlurmDir, SlurmMeta};
 use super::slurm_queue::{in_queue, sbatch, scancel, task_states, TaskState};
 use crate::runner::{shards, Plan};
-use uqbench_eval::spec::ExperimentSpec;
-use uqbench_eval::store::{rep_path, RunMeta, SPEC_FILE};
+use uqbench_experiment::spec::ExperimentSpec;
+use uqbench_experiment::store::{rep_path, RunMeta, SPEC_FILE};
 
 /// Arguments of `uqbench status`.
 #[derive(Debug, Args)]

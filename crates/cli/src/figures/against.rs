@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 use plotters::coord::Shift;
 use plotters::prelude::*;
-use uqbench_eval::summary::names;
+use uqbench_experiment::summary::names;
 
 use super::{
     colour, finite_or_zero, legend_row, pe, point_values, render, Curve, Figure, FigureInput, FONT,

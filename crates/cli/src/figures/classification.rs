@@ -10,9 +10,9 @@ use plotters::prelude::*;
 
 use super::heatmaps::HeatMaps;
 use super::{colour, heading, legend_row, pe, point_values, render, Ctx, Figure, FONT};
-use uqbench_eval::store::setting_dir;
-use uqbench_eval::summary::names;
-use uqbench_eval::summary::{level_name, referral_fractions, SettingSummary, ECE_BINS};
+use uqbench_experiment::store::setting_dir;
+use uqbench_experiment::summary::names;
+use uqbench_experiment::summary::{level_name, referral_fractions, SettingSummary, ECE_BINS};
 
 /// One line of a panel: legend index (its colour), dashed or solid, points.
 type Line = (usize, bool, Vec<(f64, f64)>);

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use plotters::coord::Shift;
 use plotters::prelude::*;
-use uqbench_eval::summary::names;
+use uqbench_experiment::summary::names;
 
 use super::{
     colour, coverage_levels, finite_or_zero, grid_shape, heading, legend_row, pe, point_values,
@@ -249,7 +249,7 @@ pub(super) fn histograms(c: &Ctx<'_>) -> Result<Vec<(String, PathBuf)>> {
     let Some(&level) = input.summary.levels.first() else {
         return Ok(written);
     };
-    let name = uqbench_eval::summary::level_name(level);
+    let name = uqbench_experiment::summary::level_name(level);
     for (metric, what, stem, per_rep) in [
         (
             format!("{}_{name}", names::CICF),

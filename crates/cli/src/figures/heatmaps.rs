@@ -6,7 +6,7 @@ use anyhow::Result;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::colors::colormaps::ViridisRGB;
-use uqbench_eval::summary::names;
+use uqbench_experiment::summary::names;
 
 use super::{heading, pe, point_values, render, Ctx, Figure, FONT};
 

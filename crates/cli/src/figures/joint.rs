@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use plotters::coord::Shift;
 use plotters::prelude::*;
-use uqbench_eval::summary::{names, Summary};
+use uqbench_experiment::summary::{names, Summary};
 
 use super::{colour, heading, legend_row, pe, render, Ctx, Figure, FONT};
 

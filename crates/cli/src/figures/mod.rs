@@ -24,8 +24,8 @@ mod joint;
 
 pub(crate) use joint::taus as joint_taus;
 
-use uqbench_eval::store::setting_dir;
-use uqbench_eval::summary::{names, SettingSummary, Summary};
+use uqbench_experiment::store::setting_dir;
+use uqbench_experiment::summary::{names, SettingSummary, Summary};
 
 /// One figure written to disk.
 #[derive(Debug, Clone)]
@@ -181,7 +181,7 @@ pub struct FigureInput<'a> {
     /// The problem's track, which names the figures that apply (classification: maps of
     /// P(y = 1 | x), reliability diagrams and referral curves instead of the regression
     /// figures).
-    pub track: uqbench_eval::Track,
+    pub track: uqbench_experiment::Track,
     /// The summary.
     pub summary: &'a Summary,
     /// Per setting (in summary order).
@@ -207,7 +207,7 @@ type SettingFigure = fn(&Ctx<'_>) -> Result<Vec<(String, PathBuf)>>;
 
 /// The figures of every setting, in report order. A new figure is a file with its drawing
 /// function, one entry here, and its name in the tracks it applies to
-/// (`uqbench_eval::Track::setting_figures`).
+/// (`uqbench_experiment::Track::setting_figures`).
 const SETTING_FIGURES: &[(&str, SettingFigure)] = &[
     ("bands", bands::draw),
     ("heatmaps", heatmaps::draw),
@@ -260,7 +260,7 @@ pub(super) fn finite_or_zero(v: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::SETTING_FIGURES;
-    use uqbench_eval::Track;
+    use uqbench_experiment::Track;
 
     #[test]
     fn every_figure_a_track_names_exists_and_every_figure_has_a_track() {

@@ -8,9 +8,9 @@ use std::time::Instant;
 
 use anyhow::Result;
 use uqbench_core::{Compute, Method};
-use uqbench_eval::draws::draws_path;
-use uqbench_eval::predict::predict;
-use uqbench_eval::store::{rep_path, write_atomic};
+use uqbench_experiment::draws::draws_path;
+use uqbench_experiment::predict::predict;
+use uqbench_experiment::store::{rep_path, write_atomic};
 
 use super::{unit_done, Plan, Resolved, Unit};
 use uqbench_methods as registry;

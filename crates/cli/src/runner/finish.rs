@@ -4,10 +4,10 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::Result;
-use uqbench_eval::predict::label_source;
-use uqbench_eval::store::{read_json, rep_path, RunMeta};
-use uqbench_eval::summary::{RepResult, Summary, TestInfo};
-use uqbench_eval::Track;
+use uqbench_experiment::predict::label_source;
+use uqbench_experiment::store::{read_json, rep_path, RunMeta};
+use uqbench_experiment::summary::{RepResult, Summary, TestInfo};
+use uqbench_experiment::Track;
 
 use super::{Plan, Resolved};
 use crate::figures::{FigureInput, SettingFigures};
@@ -50,7 +50,7 @@ pub fn summarize_dir(
             }
             let reps = (0..run.repetitions)
                 .map(|r| track.read(&rep_path(dir, setting, m, r)))
-                .collect::<uqbench_eval::Result<Vec<_>>>()?;
+                .collect::<uqbench_experiment::Result<Vec<_>>>()?;
             methods.insert(m.clone(), reps);
         }
         {

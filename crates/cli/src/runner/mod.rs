@@ -19,9 +19,9 @@ use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use uqbench_anchor::{Anchor, Problem, Setting};
-use uqbench_eval::spec::ExperimentSpec;
-use uqbench_eval::store::rep_path;
-use uqbench_eval::summary::ANCHOR;
+use uqbench_experiment::spec::ExperimentSpec;
+use uqbench_experiment::store::rep_path;
+use uqbench_experiment::summary::ANCHOR;
 
 use uqbench_methods as registry;
 

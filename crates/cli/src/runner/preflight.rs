@@ -4,7 +4,7 @@
 use anyhow::{Context, Result};
 
 use super::Plan;
-use uqbench_eval::predict::check_method;
+use uqbench_experiment::predict::check_method;
 use uqbench_methods as registry;
 
 /// Builds every method of `plan` at every setting and checks it against the setting's problem

@@ -110,7 +110,7 @@ mod tests {
     use super::*;
     use std::collections::BTreeMap;
     use std::path::Path;
-    use uqbench_eval::spec::ExperimentSpec;
+    use uqbench_experiment::spec::ExperimentSpec;
 
     fn plan(name: &str) -> Plan {
         let path = Path::new(env!("CARGO_MANIFEST_DIR"))

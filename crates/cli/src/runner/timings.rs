@@ -17,8 +17,8 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use uqbench_anchor::Setting;
-use uqbench_eval::store::{setting_dir, write_atomic};
-use uqbench_eval::summary::{names, Summary};
+use uqbench_experiment::store::{setting_dir, write_atomic};
+use uqbench_experiment::summary::{names, Summary};
 
 /// One unit's time.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -41,7 +41,7 @@ pub(crate) struct TensorTrainer<'a> {
     pub job: &'a Job<'a>,
     pub settings: &'a TrainSettings,
     pub device: Device,
-    pub net: Network,
+    pub net: Network<'a>,
 }
 
 /// Host↔device transfers of one chunk, counted where they happen (summed into

@@ -28,7 +28,7 @@ use super::chunk::{
 };
 use super::collect::{self, Collected, Event, Want};
 use super::memory::{bytes_per_replica, largest_tensor_per_replica, Resources};
-use super::update::{HostSlot, HostUpdate};
+use super::update::{HostSlots, HostUpdate};
 use super::{host_chunk, Batching, ChunkOut, ChunkTrainer, HostChunk, Job, Layout, TrainSettings};
 use crate::cpu::feature_major::feature_major;
 use crate::cpu::kernels::AdamStep;
@@ -168,6 +168,8 @@ struct Replica<'t, 'n, N> {
     level: Level,
     /// The state of an update of the method's own ([`super::update`]).
     update: Option<Box<dyn HostUpdate>>,
+    /// (in, out) per layer.
+    layers: Vec<(usize, usize)>,
 }
 
 impl<'t, 'n, N: ReplicaNet> Replica<'t, 'n, N> {
@@ -222,6 +224,7 @@ impl<'t, 'n, N: ReplicaNet> Replica<'t, 'n, N> {
             cache: HostCache::default(),
             level: Level::Baseline,
             update: None,
+            layers,
         }
     }
 
@@ -409,27 +412,15 @@ impl<'t, 'n, N: ReplicaNet> Replica<'t, 'n, N> {
         let st = self.trainer.settings;
         let job = self.trainer.job;
         let total = (st.epochs * st.steps_per_epoch(job.n_train())) as u64;
-        let layers = job.shape.layers();
         let stream = self.stream(PURPOSE_UPDATE);
         let per_step = s_slots(job);
-        let lens = (layers.iter().map(|&(i, o)| (i * o, Some(st.weight_decay))))
-            .chain(layers.iter().map(|&(_, o)| (o, None)));
-        let (mut p, mut m, mut g) = (&mut self.theta[..], &mut self.m.0[..], &self.grad.0[..]);
-        let mut slots = Vec::with_capacity(2 * layers.len());
-        for (len, weight_decay) in lens {
-            let (params, rest) = std::mem::take(&mut p).split_at_mut(len);
-            p = rest;
-            let (momenta, rest) = std::mem::take(&mut m).split_at_mut(len);
-            m = rest;
-            let (grad, rest) = g.split_at(len);
-            g = rest;
-            slots.push(HostSlot {
-                params,
-                momenta,
-                grad,
-                weight_decay,
-            });
-        }
+        let slots = HostSlots::new(
+            &mut self.theta,
+            &mut self.m.0,
+            &self.grad.0,
+            &self.layers,
+            st.weight_decay,
+        );
         let update = self.update.as_mut().expect("an update's step");
         update.step(t, total, slots, &mut |j, z| {
             stream.normal(t * per_step + j, z)

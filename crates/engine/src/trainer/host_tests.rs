@@ -233,7 +233,7 @@ fn compare(shape: &MlpShape, settings: &TrainSettings) -> (TrainOutput, TrainOut
             path: KernelPath::Flex,
             slope: shape.negative_slope,
             dropout: settings.dropout.clone(),
-            head: settings.shared_head(),
+            head: settings.head(),
         },
     };
     let (h, t) = (

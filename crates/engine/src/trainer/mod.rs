@@ -65,7 +65,7 @@ pub use pool::{
     host_chunk, run_chunks, ChunkOut, ChunkTrainer, HostChunk, Layout, TrainOutput, Transfers,
 };
 pub use settings::{Batching, LrSwitch, TrainSettings};
-pub use update::{HostSlot, HostUpdate, TensorSlot, TensorUpdate, Update};
+pub use update::{HostSlot, HostSlots, HostUpdate, TensorSlot, TensorUpdate, Update};
 
 use crate::mlp::MlpShape;
 use uqbench_core::{MethodError, Task};
@@ -85,8 +85,7 @@ pub fn train(
     res: &Resources,
     progress: &(dyn Fn(usize) + Sync),
 ) -> Result<TrainOutput, MethodError> {
-    job.validate()?;
-    settings.validate(job.n_train(), job.shape)?;
+    settings.check_job(job)?;
     if trains_on_host(res) {
         let trainer = host::HostTrainer {
             job,
@@ -103,7 +102,7 @@ pub fn train(
             path: res.kernel_path(),
             slope: job.shape.negative_slope,
             dropout: settings.dropout.clone(),
-            head: settings.shared_head(),
+            head: settings.head(),
         },
     };
     run_chunks(&trainer, res, progress)

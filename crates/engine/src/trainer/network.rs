@@ -21,8 +21,8 @@ use burn::tensor::{Device, Tensor, TensorData};
 use super::head::Head;
 use super::update::{TensorSlot, TensorUpdate};
 use crate::cpu::kernels::{self, AdamStep, KernelPath};
-use crate::layers::linear_backward;
 use crate::mlp::HostWeights;
+use crate::stack::Stack;
 use crate::stochastic::{LayerCache, ParamSlot, StochasticLayer};
 
 /// One chunk's parameters and Adam moments on the device.
@@ -192,13 +192,13 @@ impl State {
 
 /// The network's structure (its parameters live in a [`State`]).
 #[derive(Debug, Clone)]
-pub(crate) struct Network {
+pub(crate) struct Network<'a> {
     pub path: KernelPath,
     /// Leaky-ReLU slope a.
     pub slope: f64,
     /// The stochastic layer in front of the last linear layer.
     pub dropout: Option<Arc<dyn StochasticLayer>>,
-    pub head: Arc<dyn Head>,
+    pub head: &'a dyn Head,
 }
 
 /// What the backward pass needs from the forward pass.
@@ -208,18 +208,20 @@ pub(crate) struct Cache {
     last: Option<LayerCache>,
 }
 
-impl Network {
+impl Network<'_> {
+    /// The state's layers as the shared device MLP.
+    fn stack<'a>(&self, s: &'a State) -> Stack<'a> {
+        Stack {
+            w: &s.w,
+            b: &s.b,
+            slope: self.slope,
+            path: self.path,
+        }
+    }
+
     /// The hidden layers: the last hidden activation and every layer's input up to it.
     pub fn hidden(&self, s: &State, x: Tensor<3>) -> (Tensor<3>, Vec<Tensor<3>>) {
-        let last = s.w.len() - 1;
-        let mut inputs = Vec::with_capacity(s.w.len());
-        let mut h = x;
-        for l in 0..last {
-            let z = crate::layers::product(h.clone(), s.w[l].clone());
-            inputs.push(h);
-            h = kernels::bias_act(self.path, z, &s.b[l], self.slope, true);
-        }
-        (h, inputs)
+        self.stack(s).hidden(x, s.w.len() - 1)
     }
 
     /// The last layer: deterministic without noise, stochastic with it.
@@ -235,13 +237,7 @@ impl Network {
                 let (out, cache) = dropout.forward(h, &s.w[l], &s.b[l], &s.params, noise);
                 (out, Some(cache))
             }
-            _ => {
-                let z = h.matmul(s.w[l].clone());
-                (
-                    kernels::bias_act(self.path, z, &s.b[l], self.slope, false),
-                    None,
-                )
-            }
+            _ => (self.stack(s).output(h), None),
         }
     }
 
@@ -260,57 +256,44 @@ impl Network {
 
     /// Backward pass from δ at the output (the recurrence in the module docs); returns the
     /// gradients (of the data term, plus the stochastic layer's regulariser) and, when asked,
-    /// δ at the input.
+    /// δ at the input. The plain layers are the shared [`Stack`]'s; a stochastic last layer
+    /// is the stochastic layer's own.
     pub fn backward(
         &self,
         s: &State,
         cache: &Cache,
-        mut delta: Tensor<3>,
+        delta: Tensor<3>,
         want_input: bool,
     ) -> (Grads, Option<Tensor<3>>) {
         let layers = s.w.len();
-        let mut gw = vec![None; layers];
-        let mut gb = vec![None; layers];
-        let mut gparams = Vec::new();
-        let mut input_grad = None;
-        for l in (0..layers).rev() {
-            let back = match (&cache.last, &self.dropout, l == layers - 1) {
-                (Some(last), Some(dropout), true) => {
-                    let mut g = dropout.backward(last, &s.w[l], &s.params, delta.clone());
-                    dropout.regularize(&s.w[l], &s.params, &mut g);
-                    gw[l] = Some(g.gw);
-                    gb[l] = Some(g.gb);
-                    gparams = g.gparams;
-                    g.dh
-                }
-                _ => {
-                    // A shared input [1, n, in] broadcasts against δ [R, n, out] to [R, in, out].
-                    let g = linear_backward(
-                        &cache.inputs[l],
-                        delta.clone(),
-                        &s.w[l],
-                        l > 0 || want_input,
-                    );
-                    gw[l] = Some(g.weight);
-                    gb[l] = Some(g.bias);
-                    match g.input {
-                        Some(back) => back,
-                        None => break,
-                    }
-                }
+        let stack = self.stack(s);
+        let (Some(last), Some(dropout)) = (&cache.last, &self.dropout) else {
+            let g = stack.backward(&cache.inputs, layers, delta, want_input);
+            let grads = Grads {
+                w: g.w,
+                b: g.b,
+                params: Vec::new(),
             };
-            if l == 0 {
-                input_grad = want_input.then_some(back);
-                break;
-            }
-            delta = kernels::leaky_backward(self.path, back, &cache.inputs[l], self.slope);
-        }
-        let grads = Grads {
-            w: gw.into_iter().map(|g| g.expect("every layer")).collect(),
-            b: gb.into_iter().map(|g| g.expect("every layer")).collect(),
-            params: gparams,
+            return (grads, g.input);
         };
-        (grads, input_grad)
+        let l = layers - 1;
+        let mut top = dropout.backward(last, &s.w[l], &s.params, delta);
+        dropout.regularize(&s.w[l], &s.params, &mut top);
+        let (mut w, mut b, input) = if l == 0 {
+            (Vec::new(), Vec::new(), want_input.then_some(top.dh))
+        } else {
+            let delta = stack.activation_backward(top.dh, &cache.inputs[l]);
+            let g = stack.backward(&cache.inputs, l, delta, want_input);
+            (g.w, g.b, g.input)
+        };
+        w.push(top.gw);
+        b.push(top.gb);
+        let grads = Grads {
+            w,
+            b,
+            params: top.gparams,
+        };
+        (grads, input)
     }
 
     /// The optimised objective per replica `[R, 1, 1]` for an output `out` of the network:

@@ -52,7 +52,7 @@ fn objective_and_gradient(
         path: res.kernel_path(),
         slope: shape.negative_slope,
         dropout: probe.dropout.cloned(),
-        head: Arc::clone(probe.head),
+        head: probe.head.as_ref(),
     };
     let noise = (probe.noise.zip(probe.dropout))
         .map(|(v, layer)| upload(v.to_vec(), [r, n, layer.noise_width(k, shape.d_out)], dev));

@@ -3,6 +3,7 @@
 use super::collect::Collector;
 use super::head::{BernoulliLogit, GaussianNll, HalfMse, Head};
 use super::update::Update;
+use super::Job;
 use std::sync::Arc;
 
 use crate::mlp::MlpShape;
@@ -167,16 +168,11 @@ impl TrainSettings {
         }
     }
 
-    /// [`TrainSettings::head`] as a shared handle, for a network that keeps its head.
-    pub fn shared_head(&self) -> Arc<dyn Head> {
-        if let Some(h) = &self.own_head {
-            return Arc::clone(h);
-        }
-        match (self.likelihood, self.heteroscedastic) {
-            (Likelihood::Bernoulli, _) => Arc::new(BernoulliLogit),
-            (Likelihood::Gaussian, true) => Arc::new(GaussianNll),
-            (Likelihood::Gaussian, false) => Arc::new(HalfMse),
-        }
+    /// The entry check of every trainer: the job's own (shapes, seeds, finite data), then these
+    /// settings against its training points and network.
+    pub fn check_job(&self, job: &Job<'_>) -> Result<(), MethodError> {
+        job.validate()?;
+        self.validate(job.n_train(), job.shape)
     }
 
     /// Checks the settings against the number of training points and the network.

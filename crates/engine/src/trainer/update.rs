@@ -51,6 +51,67 @@ pub struct HostSlot<'a> {
     pub weight_decay: Option<f64>,
 }
 
+/// A host step's slots in layout order (each layer's weights, then each layer's biases), split
+/// off one replica's flat parameters, second buffer and gradient as they are visited: no
+/// allocation per step.
+pub struct HostSlots<'a> {
+    params: &'a mut [f32],
+    momenta: &'a mut [f32],
+    grad: &'a [f32],
+    /// (in, out) per layer.
+    layers: &'a [(usize, usize)],
+    weight_decay: f64,
+    /// The next slot: j < L a layer's weights, then L + l layer l's biases.
+    next: usize,
+}
+
+impl<'a> HostSlots<'a> {
+    /// The slots of a network with `layers` ((in, out) per layer) over buffers in its layout:
+    /// every layer's weights `[in, out]`, then every layer's biases; λ = `weight_decay`.
+    pub fn new(
+        params: &'a mut [f32],
+        momenta: &'a mut [f32],
+        grad: &'a [f32],
+        layers: &'a [(usize, usize)],
+        weight_decay: f64,
+    ) -> HostSlots<'a> {
+        HostSlots {
+            params,
+            momenta,
+            grad,
+            layers,
+            weight_decay,
+            next: 0,
+        }
+    }
+}
+
+impl<'a> Iterator for HostSlots<'a> {
+    type Item = HostSlot<'a>;
+
+    fn next(&mut self) -> Option<HostSlot<'a>> {
+        let l = self.layers.len();
+        let (len, weight_decay) = match self.next {
+            j if j < l => (self.layers[j].0 * self.layers[j].1, Some(self.weight_decay)),
+            j if j < 2 * l => (self.layers[j - l].1, None),
+            _ => return None,
+        };
+        self.next += 1;
+        let (params, rest) = std::mem::take(&mut self.params).split_at_mut(len);
+        self.params = rest;
+        let (momenta, rest) = std::mem::take(&mut self.momenta).split_at_mut(len);
+        self.momenta = rest;
+        let (grad, rest) = self.grad.split_at(len);
+        self.grad = rest;
+        Some(HostSlot {
+            params,
+            momenta,
+            grad,
+            weight_decay,
+        })
+    }
+}
+
 /// One replica's update on the host.
 pub trait HostUpdate: Send {
     /// A step's batch: the outputs (`[b, outputs]`) at the step's parameters and its targets.
@@ -61,7 +122,7 @@ pub trait HostUpdate: Send {
         &mut self,
         t: u64,
         total: u64,
-        slots: Vec<HostSlot<'_>>,
+        slots: HostSlots<'_>,
         normals: &mut dyn FnMut(u64, &mut [f32]),
     );
     /// The end of an epoch over N training points.

@@ -55,8 +55,7 @@ pub fn train_rank1_host(
     res: &Resources,
     progress: &(dyn Fn(usize) + Sync),
 ) -> Result<TrainOutput, MethodError> {
-    job.validate()?;
-    settings.validate(job.n_train(), job.shape)?;
+    settings.check_job(job)?;
     settings.check_plain(job.shape, "a rank-1 ensemble")?;
     if parts.members == 0 {
         return Err(MethodError::invalid("members", 0, "at least 1"));

@@ -212,8 +212,7 @@ pub fn train(
         };
         return train_rank1_host(job, &rank1, settings, res, progress);
     }
-    job.validate()?;
-    settings.validate(job.n_train(), job.shape)?;
+    settings.check_job(job)?;
     let trainer = BatchTrainer {
         job,
         parts,

@@ -56,8 +56,7 @@ pub fn train_epinet_host(
     res: &Resources,
     progress: &(dyn Fn(usize) + Sync),
 ) -> Result<TrainOutput, MethodError> {
-    job.validate()?;
-    settings.validate(job.n_train(), job.shape)?;
+    settings.check_job(job)?;
     settings.check_plain(job.shape, "an epinet")?;
     if job.shape.hidden.is_empty() || parts.index_samples == 0 || parts.passes == 0 {
         return Err(MethodError::Failed(

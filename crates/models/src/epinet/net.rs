@@ -34,6 +34,7 @@ use uqbench_engine::device_rng::DeviceRng;
 use uqbench_engine::layers::{BatchedLinear, BatchedLinearConfig, LeakyRelu};
 use uqbench_engine::mlp::{xavier_init, MlpShape};
 use uqbench_engine::optim::AdamState;
+use uqbench_engine::stack::Stack;
 use uqbench_engine::trainer::{
     run_chunks, trains_on_host, try_download, upload, ChunkOut, ChunkTrainer, Job, Layout,
     Resources, TrainOutput, TrainSettings, PURPOSE_FIT, PURPOSE_NOISE, PURPOSE_PREDICT,
@@ -111,11 +112,27 @@ impl EpinetNet {
     /// # Shapes
     /// - `x`: `[1, n, d]`
     pub fn base(&self, x: Tensor<3>) -> (Tensor<3>, Tensor<3>) {
-        let mut h = x.clone();
-        for layer in &self.base {
-            h = self.activation.forward(layer.forward(h));
-        }
-        let mu = self.head.forward(h.clone());
+        let w: Vec<Tensor<3>> = self
+            .base
+            .iter()
+            .chain([&self.head])
+            .map(|l| l.weight.val())
+            .collect();
+        let b: Vec<Tensor<3>> = self
+            .base
+            .iter()
+            .chain([&self.head])
+            .map(|l| l.bias.val())
+            .collect();
+        // The shared device MLP on tensor operations, which burn's autodiff follows.
+        let stack = Stack {
+            w: &w,
+            b: &b,
+            slope: self.activation.slope,
+            path: KernelPath::Tensor,
+        };
+        let (h, _) = stack.hidden(x.clone(), self.base.len());
+        let mu = stack.output(h.clone());
         let [r, n, _] = mu.dims();
         let d = x.dims()[2];
         let features = Tensor::cat(vec![x.expand([r, n, d]), h], 2).detach();
@@ -171,8 +188,7 @@ pub fn train(
         // The CPU's host loops (`super::host`).
         return train_epinet_host(job, parts, settings, res, progress);
     }
-    job.validate()?;
-    settings.validate(job.n_train(), job.shape)?;
+    settings.check_job(job)?;
     let trainer = EpinetTrainer {
         job,
         parts,

@@ -49,7 +49,7 @@ use burn::tensor::{Device, Tensor};
 use uqbench_core::seed::splitmix64;
 use uqbench_core::{start_sigma2, MethodError, Rng, NOISE_PRIOR};
 use uqbench_engine::trainer::{
-    HostSlot, HostUpdate, TensorSlot, TensorUpdate, TrainSettings, Update,
+    HostSlots, HostUpdate, TensorSlot, TensorUpdate, TrainSettings, Update,
 };
 
 /// The purpose that keys a chain's σ² generator (apart from the device streams' 1–5).
@@ -480,12 +480,12 @@ impl HostUpdate for HostChain {
         &mut self,
         t: u64,
         total: u64,
-        slots: Vec<HostSlot<'_>>,
+        slots: HostSlots<'_>,
         normals: &mut dyn FnMut(u64, &mut [f32]),
     ) {
         let (eps, noisy) = self.l.at(t, total);
         let sigma2 = self.noise.as_ref().map(|c| c.sigma2);
-        for (j, slot) in slots.into_iter().enumerate() {
+        for (j, slot) in slots.enumerate() {
             let f = self.l.factors(sigma2, slot.weight_decay.unwrap_or(0.0));
             let decay = if slot.weight_decay.is_some() {
                 f.decay

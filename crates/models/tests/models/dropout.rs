@@ -2,11 +2,10 @@
 //! uncertainty, exactness of batching, the heteroscedastic head and bad settings.
 
 use uqbench_anchor::{Problem, ProblemSpec, Region, Setting};
+use uqbench_core::{Likelihood, Method, Prediction, SeedBase, Task};
 use uqbench_engine::trainer::Resources;
 use uqbench_engine::{open_device, BackendKind};
-use uqbench_models::{
-    DropoutConfig, DropoutKind, DropoutMethod, DropoutSettings, Method, Prediction, SeedBase, Task,
-};
+use uqbench_models::{DropoutConfig, DropoutKind, DropoutMethod, DropoutSettings};
 
 fn problem(file: &str, setting: &[(&str, f64)]) -> Problem {
     let text = std::fs::read_to_string(format!(
@@ -45,7 +44,7 @@ fn run(
         },
         features: None,
         noise: Default::default(),
-        likelihood: uqbench_models::Likelihood::Gaussian,
+        likelihood: Likelihood::Gaussian,
     };
     let method = DropoutMethod::new("D", kind, config).unwrap();
     let res = Resources::new(

@@ -1,12 +1,10 @@
 //! The ensemble methods on a real benchmark problem (E1 at f_main = 1).
 
 use uqbench_anchor::{Problem, ProblemSpec, Region, Setting};
+use uqbench_core::{Likelihood, Method, Prediction, SeedBase, Task};
 use uqbench_engine::trainer::Resources;
 use uqbench_engine::{open_device, BackendKind};
-use uqbench_models::{
-    BootstrapScheme, Ensemble, EnsembleConfig, EnsembleKind, EnsembleSettings, Method, Prediction,
-    SeedBase, Task,
-};
+use uqbench_models::{BootstrapScheme, Ensemble, EnsembleConfig, EnsembleKind, EnsembleSettings};
 
 fn e1() -> Problem {
     let text = std::fs::read_to_string(concat!(
@@ -45,7 +43,7 @@ fn run(kind: EnsembleKind, config: EnsembleConfig, reps: &[u64], samples: bool) 
         },
         features: None,
         noise: Default::default(),
-        likelihood: uqbench_models::Likelihood::Gaussian,
+        likelihood: Likelihood::Gaussian,
     };
     let method = Ensemble::new("Ens", kind, config).unwrap();
     let res = Resources::new(
@@ -99,7 +97,7 @@ fn plain_ensemble_fits_and_is_less_certain_out_of_distribution() {
         },
         features: None,
         noise: Default::default(),
-        likelihood: uqbench_models::Likelihood::Gaussian,
+        likelihood: Likelihood::Gaussian,
     };
     let method = Ensemble::new("Ens", EnsembleKind::Plain, small()).unwrap();
     let res = Resources::new(
@@ -249,7 +247,7 @@ fn ens_mcd_chunks_do_not_change_it() {
         },
         features: None,
         noise: Default::default(),
-        likelihood: uqbench_models::Likelihood::Gaussian,
+        likelihood: Likelihood::Gaussian,
     };
     let config = EnsMcdConfig {
         own: EnsMcdSettings {
@@ -327,7 +325,7 @@ fn mean_variance_members_estimate_the_noise() {
         },
         features: None,
         noise: Default::default(),
-        likelihood: uqbench_models::Likelihood::Gaussian,
+        likelihood: Likelihood::Gaussian,
     };
     let config = EnsembleConfig {
         own: EnsembleSettings {
@@ -444,7 +442,7 @@ fn the_bernoulli_head_learns_a_logistic_probability() {
         },
         features: None,
         noise: Default::default(),
-        likelihood: uqbench_models::Likelihood::Bernoulli,
+        likelihood: Likelihood::Bernoulli,
     };
     let config = EnsembleConfig {
         own: EnsembleSettings {

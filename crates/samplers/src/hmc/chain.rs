@@ -13,8 +13,9 @@ use uqbench_metrics::mcmc;
 use super::adapt::{DualAveraging, Welford, Windows};
 use super::HmcConfig;
 use uqbench_core::MethodError;
-use uqbench_engine::layers::{linear_backward, LeakyRelu};
+use uqbench_engine::cpu::kernels::KernelPath;
 use uqbench_engine::mlp::{xavier_init, MlpShape};
+use uqbench_engine::stack::Stack;
 use uqbench_engine::trainer::{
     try_download, upload, BernoulliLogit, ChunkOut, ChunkTrainer, Head, Layout,
 };
@@ -171,19 +172,15 @@ struct Draws {
 }
 
 impl HmcTrainer<'_> {
-    fn forward(&self, p: &Params, x: &Tensor<3>) -> (Tensor<3>, Vec<Tensor<3>>) {
-        let act = LeakyRelu {
+    /// The chains' networks at `p` as the shared device MLP (tensor operations: the chains
+    /// run as tensors where the host loops do not apply).
+    fn stack<'p>(&self, p: &'p Params) -> Stack<'p> {
+        Stack {
+            w: &p.w,
+            b: &p.b,
             slope: self.shape.negative_slope,
-        };
-        let last = p.w.len() - 1;
-        let mut inputs = Vec::with_capacity(p.w.len());
-        let mut h = x.clone();
-        for l in 0..p.w.len() {
-            inputs.push(h.clone());
-            let z = h.matmul(p.w[l].clone()) + p.b[l].clone();
-            h = if l < last { act.forward(z) } else { z };
+            path: KernelPath::Tensor,
         }
-        (h, inputs)
     }
 
     /// U per replica `[R, 1, 1]`, SSE per replica, and ∇U, at `p` with 1/σ² `inv_s2`.
@@ -194,13 +191,11 @@ impl HmcTrainer<'_> {
         y: &Tensor<3>,
         inv_s2: &Tensor<3>,
     ) -> (Tensor<3>, Tensor<3>, Params) {
-        let act = LeakyRelu {
-            slope: self.shape.negative_slope,
-        };
         let inv_p2 = 1.0 / (self.config.prior_sd * self.config.prior_sd);
-        let (f, inputs) = self.forward(p, x);
+        let stack = self.stack(p);
+        let (f, inputs) = stack.forward(x.clone());
         let n = f.dims()[1] as f64;
-        let (sse, u, mut delta) = if self.bernoulli {
+        let (sse, u, delta) = if self.bernoulli {
             // Labels: U = Σ_n (softplus(f_n) − y_n·f_n) + ‖θ‖²/(2σ_p²), the negative
             // log-likelihood of the logits, and ∂U/∂f = σ(f) − y; the head's mean form times n.
             // (The "SSE" slot carries the NLL; no Gibbs step reads it.)
@@ -216,20 +211,17 @@ impl HmcTrainer<'_> {
             // δ at the output: ∂U/∂f = (f − y)/σ².
             (sse, u, resid.mul(inv_s2.clone()))
         };
-        let layers = p.w.len();
-        let mut gw = vec![None; layers];
-        let mut gb = vec![None; layers];
-        for l in (0..layers).rev() {
-            let g = linear_backward(&inputs[l], delta.clone(), &p.w[l], l > 0);
-            gw[l] = Some(g.weight + p.w[l].clone().mul_scalar(inv_p2));
-            gb[l] = Some(g.bias + p.b[l].clone().mul_scalar(inv_p2));
-            if l > 0 {
-                delta = act.backward(&inputs[l], g.input.expect("asked for"));
-            }
-        }
+        // The likelihood's gradient through the network, plus the prior's θ/σ_p².
+        let g = stack.backward(&inputs, p.w.len(), delta, false);
+        let prior = |g: Vec<Tensor<3>>, p: &[Tensor<3>]| -> Vec<Tensor<3>> {
+            g.into_iter()
+                .zip(p)
+                .map(|(g, p)| g + p.clone().mul_scalar(inv_p2))
+                .collect()
+        };
         let grad = Params {
-            w: gw.into_iter().map(|g| g.expect("every layer")).collect(),
-            b: gb.into_iter().map(|g| g.expect("every layer")).collect(),
+            w: prior(g.w, &p.w),
+            b: prior(g.b, &p.b),
         };
         (u, sse, grad)
     }
@@ -400,14 +392,14 @@ impl HmcTrainer<'_> {
     ) -> Result<(), MethodError> {
         let (_, m) = self.points();
         let draws = self.config.draws;
-        let (f, _) = self.forward(&st.theta, x_test);
+        let (f, _) = self.stack(&st.theta).forward(x_test.clone());
         let values = download(f)?;
         for (r, sigma) in d.sigma.iter_mut().enumerate() {
             let dst = (r * draws + s) * m;
             d.pred[dst..dst + m].copy_from_slice(&values[r * m..(r + 1) * m]);
             sigma.push(st.s2[r].sqrt());
         }
-        let (ft, _) = self.forward(&st.theta, &st.x);
+        let (ft, _) = self.stack(&st.theta).forward(st.x.clone());
         d.train_sum = Some(match d.train_sum.take() {
             Some(t) => t + ft,
             None => ft,

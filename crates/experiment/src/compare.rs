@@ -22,7 +22,7 @@ use uqbench_core::seed::splitmix64;
 use uqbench_metrics::paired::{holm, paired, paired_signs, ALPHA};
 
 use crate::bail;
-use crate::error::{Context, EvalError, Result};
+use crate::error::{Context, ExperimentError, Result};
 use crate::spec::{ExperimentSpec, ProblemDecl};
 use crate::store::SPEC_FILE;
 use crate::summary::{catalogue, names, ANCHOR, REPETITIONS_COLUMNS, REPETITIONS_CSV};
@@ -48,7 +48,8 @@ pub struct RepRow {
 pub fn read_repetitions(text: &str, source: &str) -> Result<Vec<RepRow>> {
     let mut reader = csv::Reader::from_reader(text.as_bytes());
     let want = REPETITIONS_COLUMNS;
-    let csv_error = |e: csv::Error| crate::error::EvalError::Message(format!("{source}: {e}"));
+    let csv_error =
+        |e: csv::Error| crate::error::ExperimentError::Invalid(format!("{source}: {e}"));
     let header: Vec<String> = reader
         .headers()
         .map_err(csv_error)?
@@ -67,7 +68,7 @@ pub fn read_repetitions(text: &str, source: &str) -> Result<Vec<RepRow>> {
         let record = record.map_err(csv_error)?;
         let field = |i: usize| record.get(i).unwrap_or_default().to_string();
         let repetition = field(4).parse::<u64>().map_err(|_| {
-            crate::error::EvalError::Message(format!(
+            crate::error::ExperimentError::Invalid(format!(
                 "{source}, line {}: repetition {:?}; valid: 0, 1, 2, …",
                 line + 2,
                 field(4)
@@ -76,7 +77,7 @@ pub fn read_repetitions(text: &str, source: &str) -> Result<Vec<RepRow>> {
         let value = match field(5).as_str() {
             "" => f64::NAN,
             v => v.parse::<f64>().map_err(|_| {
-                crate::error::EvalError::Message(format!(
+                crate::error::ExperimentError::Invalid(format!(
                     "{source}, line {}: value {v:?}; valid: a number, inf, -inf or empty",
                     line + 2
                 ))
@@ -122,14 +123,14 @@ pub fn rows_of_runs(dirs: &[PathBuf]) -> Result<Vec<RepRow>> {
     let mut seen: BTreeSet<(String, String)> = BTreeSet::new();
     for dir in dirs {
         let spec = ExperimentSpec::load(&dir.join(SPEC_FILE))
-            .with_context(|| format!("{} is not a run directory", dir.display()))?;
+            .in_run_dir(|| format!("{} is not a run directory", dir.display()))?;
         // Repetition r of two runs saw the same data only if they drew it from the same seed
         // and problem.
         let data = (spec.seed, spec.problem);
         match &first {
             None => first = Some((dir.clone(), data)),
             Some((d0, data0)) if *data0 != data => bail!(
-                "{} and {} drew different data (seed or [problem] differ): their repetitions \
+                run_dir: "{} and {} drew different data (seed or [problem] differ): their repetitions \
                  are not paired; valid: runs of one seed and problem",
                 d0.display(),
                 dir.display()
@@ -138,7 +139,7 @@ pub fn rows_of_runs(dirs: &[PathBuf]) -> Result<Vec<RepRow>> {
         }
         let path = dir.join(REPETITIONS_CSV);
         let text = std::fs::read_to_string(&path).map_err(|e| {
-            EvalError::Message(format!(
+            ExperimentError::RunDir(format!(
                 "cannot read {}: {e}; a run written before `uqbench compare` existed gets it \
                  from `uqbench report {}`",
                 path.display(),
@@ -156,7 +157,7 @@ pub fn rows_of_runs(dirs: &[PathBuf]) -> Result<Vec<RepRow>> {
             .collect();
         if let Some((s, m)) = here.intersection(&seen).next() {
             bail!(
-                "method {m} at setting {s:?} is in more than one of the runs ({}); valid: each \
+                run_dir: "method {m} at setting {s:?} is in more than one of the runs ({}); valid: each \
                  method from one run (the anchor BLR is taken from the first)",
                 dir.display()
             );

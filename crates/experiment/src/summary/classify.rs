@@ -379,7 +379,7 @@ fn interval_metrics(
         .iter()
         .map(|r| {
             r.intervals.get(&name).ok_or_else(|| {
-                crate::error::EvalError::Message(format!(
+                crate::error::ExperimentError::Invalid(format!(
                     "repetition {}: no interval at level {l} is stored (levels: {}); rerun \
                      it with these levels",
                     r.repetition,

@@ -170,14 +170,14 @@ pub fn prepare_dir(dir: &Path, spec_text: &str, resume: bool) -> Result<()> {
     if spec_path.is_file() {
         if !resume {
             bail!(
-                "{} already holds a run: pass --resume to continue it, or choose another --out",
+                run_dir: "{} already holds a run: pass --resume to continue it, or choose another --out",
                 dir.display()
             );
         }
         let old = std::fs::read_to_string(&spec_path)?;
         if old != spec_text {
             bail!(
-                "{} holds a run of a different spec (or profile, or --methods): resume it with the same \
+                run_dir: "{} holds a run of a different spec (or profile, or --methods): resume it with the same \
                  arguments, or choose another --out",
                 dir.display()
             );
@@ -186,7 +186,7 @@ pub fn prepare_dir(dir: &Path, spec_text: &str, resume: bool) -> Result<()> {
     }
     if dir.is_dir() && std::fs::read_dir(dir)?.next().is_some() && !resume {
         bail!(
-            "{} exists and is not empty: choose another --out",
+            run_dir: "{} exists and is not empty: choose another --out",
             dir.display()
         );
     }
@@ -212,12 +212,12 @@ pub fn rep_path(dir: &Path, setting: &Setting, method: &str, rep: u64) -> PathBu
 pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
     if !path.is_file() {
         bail!(
-            "{} is missing: the run is incomplete (finish it with --resume, or merge its shards)",
+            run_dir: "{} is missing: the run is incomplete (finish it with --resume, or merge its shards)",
             path.display()
         );
     }
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     serde_json::from_str(&text)
-        .with_context(|| format!("{} is not a repetition result", path.display()))
+        .in_run_dir(|| format!("{} is not a repetition result", path.display()))
 }

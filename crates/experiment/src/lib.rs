@@ -1,4 +1,6 @@
-//! uqbench's evaluation, without burn: what `run`, `report`, `merge`, `score` and the Python
+//! An experiment of uqbench apart from its training, without burn: its spec (the TOML files in
+//! `experiments/`), its methods' predictions as stored repetitions, its run directory, its
+//! summaries and comparisons; what `run`, `report`, `merge`, `score`, `compare` and the Python
 //! package share.
 //!
 //! - [`compare`]: every pair of methods compared repetition by repetition (paired t,
@@ -19,7 +21,8 @@
 //! - [`draws`]: a repetition's joint predictive on disk (`rep-NNN.draws`, 8 bits or f32 per
 //!   value), written by a run, read by `uqbench draws` and the Python package;
 //! - [`store`]: atomic writes, the run directory's paths and its `run.json`.
-//! - [`error`]: the crate's error type, `EvalError`.
+//! - [`error`]: the crate's error type, `ExperimentError`, and its [`ErrorKind`] (what a
+//!   caller acts on: invalid input, a run directory, I/O, a failure).
 
 pub mod compare;
 pub mod draws;
@@ -34,5 +37,5 @@ pub mod store;
 pub mod summary;
 pub mod track;
 
-pub use error::{Context, EvalError, Result};
+pub use error::{Context, ErrorKind, ExperimentError, Result};
 pub use track::{AggregateTables, ReportPlan, Stored, Track};

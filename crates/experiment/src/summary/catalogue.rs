@@ -106,11 +106,11 @@ impl MetricInfo {
 use Better::{Higher, Lower, Neither, Target};
 use On::{Both, Classification, Regression};
 
-const COMPUTE: &str = "eval::summary::compute";
-const REP: &str = "eval::summary::types (per repetition)";
-const DISTANCE: &str = "eval::summary::distance";
-const CLASSIFY: &str = "eval::summary::classify";
-const JOINT: &str = "eval::summary::joint";
+const COMPUTE: &str = "experiment::summary::compute";
+const REP: &str = "experiment::summary::types (per repetition)";
+const DISTANCE: &str = "experiment::summary::distance";
+const CLASSIFY: &str = "experiment::summary::classify";
+const JOINT: &str = "experiment::summary::joint";
 const MCMC: &str = "samplers::hmc (per repetition)";
 const AGAINST: &[&str] = &["aggregates"];
 

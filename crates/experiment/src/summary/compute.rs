@@ -273,7 +273,7 @@ fn per_repetition_errors(
     ok: &[&RepResult],
 ) -> Result<(Vec<Vec<f64>>, Vec<Vec<f64>>, Vec<Vec<f64>>)> {
     let (m, k) = (test.truth.len(), ok.len());
-    let in_context = |r: &RepResult, e: crate::error::EvalError| {
+    let in_context = |r: &RepResult, e: crate::error::ExperimentError| {
         e.context(format!("repetition {}", r.repetition))
     };
     let mut deviation = Vec::with_capacity(k);
@@ -319,7 +319,7 @@ fn level_metrics(
     acc: &mut Acc,
 ) -> Result<()> {
     let (m, k) = (test.truth.len(), ok.len());
-    let in_context = |r: &RepResult, e: crate::error::EvalError| {
+    let in_context = |r: &RepResult, e: crate::error::ExperimentError| {
         e.context(format!("repetition {}", r.repetition))
     };
     let name = level_name(level);

@@ -238,7 +238,7 @@ impl RepResult {
         if let (Some(cal), false) = (&out.extra.calibration, out.diverged) {
             for level in ctx.all_levels() {
                 let (lower, upper) = cal.interval(&out.mean, level).map_err(|e| {
-                    crate::error::EvalError::from(e).context(format!("repetition {rep}"))
+                    crate::error::ExperimentError::from(e).context(format!("repetition {rep}"))
                 })?;
                 calibrated_pi.insert(level_name(level), PiBounds { lower, upper });
             }
