@@ -11,6 +11,8 @@
 //! `RuntimeError` (a computation that failed on valid input); nothing panics across the
 //! boundary.
 
+mod decide;
+
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -679,6 +681,8 @@ fn _uqbench(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(metric_catalogue, m)?)?;
     m.add_function(wrap_pyfunction!(metrics, m)?)?;
     m.add_function(wrap_pyfunction!(compare, m)?)?;
+    m.add_function(wrap_pyfunction!(decide::decide, m)?)?;
+    m.add_function(wrap_pyfunction!(decide::decision_repetitions, m)?)?;
     m.add("InvalidInputError", m.py().get_type::<InvalidInputError>())?;
     m.add("RunDirectoryError", m.py().get_type::<RunDirectoryError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

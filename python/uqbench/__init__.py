@@ -52,6 +52,8 @@ from ._uqbench import InvalidInputError, RunDirectoryError
 from ._uqbench import Problem as _NativeProblem
 from ._uqbench import __version__
 from ._uqbench import compare as _native_compare
+from ._uqbench import decide as _native_decide
+from ._uqbench import decision_repetitions as _decision_repetitions
 from ._uqbench import method_kinds, metric_catalogue
 
 if TYPE_CHECKING:
@@ -68,6 +70,8 @@ __all__ = [
     "read_run",
     "read_draws",
     "compare",
+    "decide",
+    "Decisions",
     "EvaluateError",
     "InvalidInputError",
     "RunDirectoryError",
@@ -740,3 +744,62 @@ def compare(
     frame.attrs["rankings"] = result["rankings"]
     frame.attrs["direction"] = result["direction"]
     return frame
+
+
+@dataclass
+class Decisions:
+    """The decision track's results (``uqbench.decide``).
+
+    ``rows``: one row per setting, policy, repetition and metric (``regret``,
+    ``regret_ratio``, ``optimal_fraction`` on a bandit; ``al_auc``, ``al_auc_ratio``,
+    ``nll`` in active learning), as ``uqbench decide`` writes ``decisions.csv``.
+    ``curves``: per policy and repetition, the value after each step (cumulative regret, or
+    the RMSE of the exact posterior's mean given the labels so far).
+    """
+
+    rows: "pd.DataFrame"
+    curves: "pd.DataFrame"
+
+
+def decide(
+    problem: Problem,
+    choose: Optional[Callable[[Dict[str, Any], Dict[str, Any]], int]] = None,
+    *,
+    name: str = "agent",
+    repetitions: Optional[int] = None,
+) -> Decisions:
+    """Runs ``problem``'s ``[decision]`` section (spec §12) with your agent beside the
+    baselines: the exact Thompson sampler (or exact active learner) ``BLR``, ``Greedy``,
+    ``Random``, ``Oracle`` (``MaxVar`` in active learning), on the same rewards and initial
+    pulls, scored exactly as ``uqbench decide`` scores them (the same numbers).
+
+    ``choose(history, actions) -> index`` picks one action; it is called once per action of
+    a step's batch, each time with the data before the step. ``actions``: ``x`` ``[K, d]``,
+    ``features`` (the problem's G, ``[K, p]``), ``sigma`` ``[K]``, ``sigma_known``.
+    ``history``: ``actions`` (the pulled indices, the shared initial pulls first), ``x`` and
+    ``rewards``. Without ``choose`` only the baselines run. ``repetitions`` defaults to the
+    section's.
+    """
+    if not isinstance(problem, Problem):
+        raise InvalidInputError(f"problem: a {type(problem).__name__}; valid: a uqbench.Problem")
+    if choose is not None and not callable(choose):
+        raise InvalidInputError(f"choose: {choose!r}; valid: a callable (history, actions) -> index")
+    native = problem._native
+    total = _decision_repetitions(native) if repetitions is None else as_int("repetitions", repetitions, 1)
+    if total is None:
+        raise InvalidInputError(
+            f"problem {problem.name}: its spec has no [decision] section; valid: a spec with "
+            "[decision] (experiments/bandit.toml, experiments/active.toml)"
+        )
+    pd = _pandas()
+    rows: List[Dict[str, Any]] = []
+    curves: List[Dict[str, Any]] = []
+    for k in range(total):
+        r, c = _native_decide(native, k, choose, name)
+        rows.extend(r)
+        for p in c:
+            curves.extend(
+                {"policy": p["policy"], "repetition": k, "step": t + 1, "value": float(v)}
+                for t, v in enumerate(p["curve"])
+            )
+    return Decisions(rows=pd.DataFrame(rows), curves=pd.DataFrame(curves))

@@ -8,6 +8,7 @@ mod backends;
 mod bad_specs;
 mod bench;
 mod compare;
+mod decide;
 mod design;
 mod draws;
 mod export_and_score;

@@ -72,6 +72,10 @@ enum Command {
     /// Compare every pair of methods repetition by repetition: paired differences, t
     /// intervals, bootstrap, Holm, and rankings whose ties the data do not separate.
     Compare(commands::compare::CompareArgs),
+    /// The decision track of a spec's [decision] section: the exact Thompson sampler (or the
+    /// exact active learner) and the baselines on every repetition, their regret (al_auc)
+    /// and its ratio to the exact policy's.
+    Decide(commands::decide::DecideArgs),
 }
 
 fn main() -> ExitCode {
@@ -92,6 +96,7 @@ fn main() -> ExitCode {
         Command::Score(args) => commands::score::run(args),
         Command::Draws(args) => commands::draws::run(args),
         Command::Compare(args) => commands::compare::run(args),
+        Command::Decide(args) => commands::decide::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

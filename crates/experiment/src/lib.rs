@@ -18,6 +18,8 @@
 //!   (per test input and per region, error bars over repetitions) and their files;
 //! - [`track`]: the two tracks (regression, classification): each one's stored repetition,
 //!   how an output becomes one, how it is read and summarised;
+//! - [`decision`]: the decision track (spec §12): a problem as a bandit or an active-learning
+//!   pool, the exact Thompson sampler and exact learner, the baselines, regret and `al_auc`;
 //! - [`draws`]: a repetition's joint predictive on disk (`rep-NNN.draws`, 8 bits or f32 per
 //!   value), written by a run, read by `uqbench draws` and the Python package;
 //! - [`store`]: atomic writes, the run directory's paths and its `run.json`.
@@ -25,6 +27,7 @@
 //!   caller acts on: invalid input, a run directory, I/O, a failure).
 
 pub mod compare;
+pub mod decision;
 pub mod draws;
 pub mod error;
 pub mod json;
@@ -36,6 +39,9 @@ pub mod spec;
 pub mod store;
 pub mod summary;
 pub mod track;
+
+#[cfg(test)]
+mod decision_tests;
 
 pub use error::{Context, ErrorKind, ExperimentError, Result};
 pub use track::{AggregateTables, ReportPlan, Stored, Track};

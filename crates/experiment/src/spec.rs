@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use crate::bail;
+use crate::decision::DecisionSpec;
 use crate::draws::DrawFormat;
 use crate::error::{Context, Result};
 use crate::summary::joint::JointSettings;
@@ -41,6 +42,9 @@ pub struct ExperimentSpec {
     pub methods: BTreeMap<String, toml::Table>,
     /// Named profiles: tables merged over the spec (`[profiles.quick] run.repetitions = 5`).
     pub profiles: BTreeMap<String, toml::Table>,
+    /// The decision track (`[decision]`, spec §12): the problem as a bandit or an
+    /// active-learning pool, run by `uqbench decide`.
+    pub decision: Option<DecisionSpec>,
 }
 
 /// The problem of a spec: the kinds of problem uqbench generates.
@@ -112,6 +116,8 @@ struct RawSpec {
     methods: BTreeMap<String, toml::Table>,
     #[serde(default)]
     profiles: BTreeMap<String, toml::Table>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    decision: Option<DecisionSpec>,
 }
 
 impl TryFrom<RawSpec> for ExperimentSpec {
@@ -157,6 +163,7 @@ impl TryFrom<RawSpec> for ExperimentSpec {
             run: raw.run,
             methods: raw.methods,
             profiles: raw.profiles,
+            decision: raw.decision,
         })
     }
 }
@@ -181,6 +188,7 @@ impl From<ExperimentSpec> for RawSpec {
             run: spec.run,
             methods: spec.methods,
             profiles: spec.profiles,
+            decision: spec.decision,
         }
     }
 }

@@ -28,6 +28,18 @@ pub struct CheckArgs {
 pub fn run(args: &CheckArgs) -> Result<()> {
     let spec = ExperimentSpec::load_profile(&args.spec, args.profile.as_deref())?;
     describe(&spec)?;
+    if let Some(decision) = &spec.decision {
+        let problems = super::decide::check(&spec, decision)?;
+        outln!(
+            "decision: {:?}, {} repetitions of {} steps of {} at {} settings checked against \
+             their problems",
+            decision.kind,
+            decision.repetitions,
+            decision.steps,
+            decision.batch,
+            problems.len()
+        );
+    }
     if spec.run.is_some() {
         let plan = Plan::new(spec, args.methods.as_deref())?;
         let checked = check_methods(&plan)?;

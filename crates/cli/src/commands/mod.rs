@@ -9,6 +9,7 @@ pub mod bench_null;
 pub mod bench_peak;
 pub mod check;
 pub mod compare;
+pub mod decide;
 pub mod draws;
 pub mod export;
 pub mod merge;

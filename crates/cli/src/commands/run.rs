@@ -260,6 +260,17 @@ pub fn out_dir(args: &RunArgs, plan: &Plan) -> PathBuf {
 
 /// Runs `uqbench run`.
 pub fn run(args: &RunArgs) -> Result<()> {
+    // A spec of the decision track alone (a [decision] section and no [run] in the file)
+    // runs it (`uqbench decide`). The file as written: a pinned spec has no profiles.
+    let spec = ExperimentSpec::load(&args.spec)?;
+    if spec.run.is_none() && spec.decision.is_some() {
+        return super::decide::run(&super::decide::DecideArgs {
+            spec: args.spec.clone(),
+            profile: args.profile.clone(),
+            out: args.out.clone(),
+            quiet: args.quiet,
+        });
+    }
     let s = RunSettings::from_args(args)?;
     let (plan, dir) = (&s.plan, &s.dir);
     // Every method against every setting's problem before the first training.

@@ -18,10 +18,12 @@ mod against;
 mod bands;
 mod classification;
 mod coverage;
+mod decisions;
 mod distance;
 mod heatmaps;
 mod joint;
 
+pub(crate) use decisions::draw as draw_decisions;
 pub(crate) use joint::taus as joint_taus;
 
 use uqbench_experiment::store::setting_dir;

@@ -1,0 +1,220 @@
+//! Decisions against the exact posterior (spec §12): a spec's `[decision]` section turns a
+//! regression problem of uqbench into a sequential one, repetition by repetition, and scores
+//! each policy's decisions against the exact posterior's.
+//!
+//! - [`env`]: a repetition's action set (K of the problem's test inputs, their features G
+//!   and σ), the truth there, the reward stream every policy of the repetition shares, and
+//!   the regret bookkeeping;
+//! - [`exact`]: the anchor over the action set given an agent's data (normal, or Student t),
+//!   its joint draws, and the greedy log-det batch;
+//! - [`bandit`]: the [`bandit::Policy`] trait, the baselines (the exact Thompson sampler
+//!   `BLR`, `Greedy`, `Random`, `Oracle`) and the loop;
+//! - [`active`]: active learning on the same loop: the exact learner (`BLR`, log-det batch),
+//!   `MaxVar`, `Random`, scored by RMSE and NLL after each step and `al_auc`;
+//! - [`results`]: the rows (`regret`, `regret_ratio`, `optimal_fraction`; `al_auc`,
+//!   `al_auc_ratio`, `nll`), their means with standard errors, the mean curves, the files.
+//!
+//! Seeds: per repetition, purpose `decision/rewards` (the noise of every pull),
+//! `decision/initial` (the initial pulls every policy shares) and `decision/<policy>` (a
+//! policy's own draws), so a policy's run does not depend on which others ran.
+
+pub mod active;
+pub mod bandit;
+pub mod env;
+pub mod exact;
+pub mod results;
+
+use serde::{Deserialize, Serialize};
+use uqbench_anchor::Problem;
+use uqbench_core::SeedPath;
+
+use crate::bail;
+use crate::error::Result;
+use bandit::{Policy, Schedule};
+use env::{initial_actions, Environment};
+
+/// What the decisions are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DecisionKind {
+    /// A bandit over the action set: maximise f, scored by regret.
+    Bandit,
+    /// Active learning over the pool: label the inputs that teach most, scored by RMSE.
+    Active,
+}
+
+/// The `[decision]` section of a spec.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DecisionSpec {
+    /// `bandit` or `active`.
+    pub kind: DecisionKind,
+    /// Repetitions per setting (fresh noise, the same truth).
+    pub repetitions: u64,
+    /// The number K of actions (K test inputs evenly spaced through the test set); all of
+    /// them when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actions: Option<usize>,
+    /// The horizon: steps after the initial pulls.
+    pub steps: usize,
+    /// Actions per step.
+    #[serde(default = "one")]
+    pub batch: usize,
+    /// Random pulls every policy starts from; at least the problem's features p (p + 1 when
+    /// σ's scale is estimated), so that the exact posterior exists from the start. Default
+    /// 2p.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initial: Option<usize>,
+}
+
+fn one() -> usize {
+    1
+}
+
+impl DecisionSpec {
+    /// The initial pulls on a problem with `p` features.
+    pub fn initial_pulls(&self, p: usize) -> usize {
+        self.initial.unwrap_or(2 * p)
+    }
+
+    /// Checks the section against `problem`, before anything runs.
+    pub fn validate(&self, problem: &Problem) -> Result<()> {
+        if self.repetitions == 0 {
+            bail!("[decision] repetitions = 0; valid: at least 1");
+        }
+        if self.steps == 0 {
+            bail!("[decision] steps = 0; valid: at least 1");
+        }
+        if self.batch == 0 {
+            bail!("[decision] batch = 0; valid: at least 1");
+        }
+        let env = Environment::from_problem(problem, self.actions, 0)?;
+        let p = env.actions.p;
+        let need = p + usize::from(!problem.sigma_known);
+        let initial = self.initial_pulls(p);
+        if initial < need {
+            bail!(
+                "[decision] initial = {initial}: problem {} has p = {p} features{}; valid: at \
+                 least {need}, so that the exact posterior exists from the first step",
+                problem.display_name(),
+                if problem.sigma_known {
+                    ""
+                } else {
+                    " and estimates σ's scale"
+                }
+            );
+        }
+        if env.actions.len() < p {
+            bail!(
+                "[decision] actions = {}: fewer than the problem's p = {p} features, so no \
+                 data on them identify γ; valid: at least {p}",
+                env.actions.len()
+            );
+        }
+        Ok(())
+    }
+}
+
+/// One policy's results on one repetition.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PolicyResult {
+    /// The policy's name.
+    pub policy: String,
+    /// Bandit: cumulative regret after each step. Active: RMSE after each step.
+    pub curve: Vec<f64>,
+    /// Bandit: the share of actions on the optimal arm. Active: the mean NLL at the horizon.
+    pub extra: f64,
+}
+
+/// The built-in policies of `kind`, the exact one first.
+pub fn baselines<'a>(kind: DecisionKind, env: &Environment) -> Vec<Box<dyn Policy + 'a>> {
+    match kind {
+        DecisionKind::Bandit => vec![
+            Box::new(bandit::ExactThompson),
+            Box::new(bandit::Greedy),
+            Box::new(bandit::Uniform),
+            Box::new(bandit::Oracle {
+                best: env.optimal(),
+            }),
+        ],
+        DecisionKind::Active => vec![
+            Box::new(active::ExactLearner),
+            Box::new(active::MaxVariance),
+            Box::new(bandit::Uniform),
+        ],
+    }
+}
+
+/// Repetition `repetition` of `problem` (one setting of the experiment `experiment` with base
+/// seed `base`) under its `[decision]` section: the baselines, then `own` policies (a user's agent), each on the repetition's
+/// shared rewards and initial pulls. What `uqbench decide` and the Python package run.
+pub fn run_spec_repetition(
+    (base, experiment): (u64, &str),
+    decision: &DecisionSpec,
+    problem: &Problem,
+    repetition: u64,
+    own: Vec<Box<dyn Policy + '_>>,
+) -> Result<Vec<PolicyResult>> {
+    let label = problem.setting.label();
+    let seeds = SeedPath {
+        base,
+        experiment,
+        setting: &label,
+        repetition,
+        member: 0,
+        purpose: "",
+    };
+    // A random design's repetition has its own test inputs, so its own actions.
+    let problem = problem.at_repetition(repetition)?;
+    let env = Environment::from_problem(&problem, decision.actions, 0)?;
+    let mut policies = baselines(decision.kind, &env);
+    policies.extend(own);
+    run_repetition(decision, &problem, &seeds, &mut policies)
+}
+
+/// Runs `policies` on repetition `seeds.repetition` of `problem` under `spec`.
+pub fn run_repetition(
+    spec: &DecisionSpec,
+    problem: &Problem,
+    seeds: &SeedPath<'_>,
+    policies: &mut [Box<dyn Policy + '_>],
+) -> Result<Vec<PolicyResult>> {
+    let seed = |purpose: &str| {
+        SeedPath {
+            purpose,
+            ..seeds.clone()
+        }
+        .seed()
+    };
+    let env = Environment::from_problem(problem, spec.actions, seed("decision/rewards"))?;
+    let initial = initial_actions(
+        env.actions.len(),
+        spec.initial_pulls(env.actions.p),
+        seed("decision/initial"),
+    );
+    let schedule = Schedule {
+        steps: spec.steps,
+        batch: spec.batch,
+    };
+    let mut out = Vec::with_capacity(policies.len());
+    for policy in policies.iter_mut() {
+        let own = seed(&format!("decision/{}", policy.name()));
+        let (curve, extra) = match spec.kind {
+            DecisionKind::Bandit => {
+                let trace = bandit::run(&env, schedule, &initial, policy.as_mut(), own)?;
+                (trace.regret.curve, trace.regret.optimal_fraction)
+            }
+            DecisionKind::Active => {
+                let (_, learning) = active::run(&env, schedule, &initial, policy.as_mut(), own)?;
+                let nll = learning.nll.last().copied().unwrap_or(f64::NAN);
+                (learning.rmse, nll)
+            }
+        };
+        out.push(PolicyResult {
+            policy: policy.name().to_string(),
+            curve,
+            extra,
+        });
+    }
+    Ok(out)
+}

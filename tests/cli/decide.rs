@@ -1,0 +1,92 @@
+//! `uqbench decide` (and `run` on a spec of the decision track alone).
+
+use crate::util::*;
+
+fn csv_rows(path: &std::path::Path) -> Vec<Vec<String>> {
+    let text = std::fs::read_to_string(path).unwrap();
+    text.lines()
+        .skip(1)
+        .map(|l| l.split(',').map(String::from).collect())
+        .collect()
+}
+
+#[test]
+fn the_bandit_and_active_learning_write_every_policy_s_rows_and_curves() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("bandit");
+    let o = uqbench(&[
+        "run",
+        "experiments/bandit.toml",
+        "--profile",
+        "quick",
+        "--out",
+        out.to_str().unwrap(),
+        "--quiet",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let rows = csv_rows(&out.join("decisions.csv"));
+    // 2 settings × 20 repetitions × 4 policies × 3 metrics.
+    assert_eq!(rows.len(), 2 * 20 * 4 * 3);
+    for policy in ["BLR", "Greedy", "Random", "Oracle"] {
+        for metric in ["regret", "regret_ratio", "optimal_fraction"] {
+            assert!(
+                rows.iter().any(|r| r[1] == policy && r[3] == metric),
+                "{policy} {metric}"
+            );
+        }
+    }
+    // The exact sampler's ratio to itself is 1 wherever its regret is not 0.
+    for r in rows
+        .iter()
+        .filter(|r| r[1] == "BLR" && r[3] == "regret_ratio")
+    {
+        assert_eq!(r[4], "1");
+    }
+    let agg = csv_rows(&out.join("decisions_aggregate.csv"));
+    let mean = |p: &str, m: &str| -> f64 {
+        let row = agg
+            .iter()
+            .find(|r| r[0] == "f_main=1" && r[1] == p && r[2] == m)
+            .unwrap();
+        row[3].parse().unwrap()
+    };
+    assert_eq!(mean("Oracle", "regret"), 0.0);
+    assert!(mean("BLR", "regret") < mean("Random", "regret"));
+    let curves: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("curves.json")).unwrap()).unwrap();
+    assert_eq!(curves.as_array().unwrap().len(), 2 * 4);
+    assert_eq!(curves[0]["mean"].as_array().unwrap().len(), 30);
+
+    let out = dir.path().join("active");
+    let o = uqbench(&[
+        "decide",
+        "experiments/active.toml",
+        "--profile",
+        "quick",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(text.contains("al_auc") && text.contains("MaxVar"), "{text}");
+    let rows = csv_rows(&out.join("decisions.csv"));
+    assert_eq!(rows.len(), 20 * 3 * 3);
+}
+
+#[test]
+fn decision_sections_that_cannot_run_are_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = std::fs::read_to_string(root().join("experiments/bandit.toml")).unwrap();
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, spec.replace("batch = 1", "batch = 1\ninitial = 2")).unwrap();
+    let o = uqbench(&["check", bad.to_str().unwrap()]);
+    assert_clean_error(
+        &o,
+        &["[decision] initial = 2", "p = 4", "valid: at least 4"],
+    );
+    let o = uqbench(&["decide", "experiments/e1.toml"]);
+    assert_clean_error(&o, &["no [decision] section", "experiments/bandit.toml"]);
+    std::fs::write(&bad, spec.replace("kind = \"bandit\"", "kind = \"casino\"")).unwrap();
+    let o = uqbench(&["decide", bad.to_str().unwrap()]);
+    assert_clean_error(&o, &["casino", "bandit", "active"]);
+}
