@@ -752,7 +752,7 @@ class Decisions:
 
     ``rows``: one row per setting, policy, repetition and metric (``regret``,
     ``regret_ratio``, ``optimal_fraction`` on a bandit; ``al_auc``, ``al_auc_ratio``,
-    ``nll`` in active learning), as ``uqbench decide`` writes ``decisions.csv``.
+    ``al_nll`` in active learning), as ``uqbench decide`` writes ``decisions.csv``.
     ``curves``: per policy and repetition, the value after each step (cumulative regret, or
     the RMSE of the exact posterior's mean given the labels so far).
     """

@@ -52,6 +52,17 @@ fn the_bandit_and_active_learning_write_every_policy_s_rows_and_curves() {
     };
     assert_eq!(mean("Oracle", "regret"), 0.0);
     assert!(mean("BLR", "regret") < mean("Random", "regret"));
+    // Policies pair like methods: `uqbench compare` reads the run's repetitions.csv, and
+    // takes regret (lower is better, from the catalogue) when no metric is named.
+    let o = uqbench(&["compare", out.to_str().unwrap(), "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let pairs: Vec<serde_json::Value> = serde_json::from_slice(&o.stdout).unwrap();
+    let pair = pairs
+        .iter()
+        .find(|p| p["method_a"] == "BLR" && p["method_b"] == "Random" && p["setting"] == "f_main=1")
+        .unwrap_or_else(|| panic!("{pairs:?}"));
+    assert_eq!(pair["metric"], "regret");
+    assert!(pair["diff"].as_f64().unwrap() < 0.0 && pair["p_value"].as_f64().unwrap() < 0.01);
     let curves: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("curves.json")).unwrap()).unwrap();
     assert_eq!(curves.as_array().unwrap().len(), 2 * 4);

@@ -191,12 +191,18 @@ pub fn direction(metric: &str) -> Option<Direction> {
 
 /// The metric compared when none is named: W2 to the exact posterior where the rows have it,
 /// else the CRPS against the truth (a problem without an anchor), else the NLL of the labels
-/// (classification).
+/// (classification), else a decision track's regret or `al_auc`.
 pub fn default_metric(rows: &[RepRow]) -> Option<&'static str> {
     let has: BTreeSet<&str> = rows.iter().map(|r| r.metric.as_str()).collect();
-    [names::W2_ANCHOR, names::CRPS, names::NLL]
-        .into_iter()
-        .find(|m| has.contains(m))
+    [
+        names::W2_ANCHOR,
+        names::CRPS,
+        names::NLL,
+        names::REGRET,
+        names::AL_AUC,
+    ]
+    .into_iter()
+    .find(|m| has.contains(m))
 }
 
 /// What to compare.

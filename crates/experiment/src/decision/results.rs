@@ -6,7 +6,12 @@
 //!   Thompson sampler's on the same repetition: 1 when both are 0, +inf when only the
 //!   sampler's is), `optimal_fraction` (higher is better);
 //! - active: `al_auc` (mean RMSE of the mean against f over the steps), `al_auc_ratio` (/ the
-//!   exact learner's), `nll` (mean NLL of f at the horizon).
+//!   exact learner's), `al_nll` (mean NLL of f at the horizon).
+//!
+//! The metric catalogue lists them with their directions (`summary::catalogue`, track
+//! `decision`), and `repetitions.csv` holds the rows in the standard track's layout (region
+//! `all`), so `uqbench compare` and Python's `uqbench.compare` pair policies as they pair
+//! methods.
 //!
 //! Aggregated over repetitions, a ratio is the **ratio of the means** (mean regret / the exact
 //! policy's mean regret) with its delta-method standard error over the paired repetitions,
@@ -22,6 +27,8 @@ use serde::Serialize;
 use super::{DecisionKind, PolicyResult};
 use crate::error::Result;
 use crate::store::write_atomic;
+use crate::summary::names::{self as n, ALL};
+use crate::summary::{REPETITIONS_COLUMNS, REPETITIONS_CSV};
 
 /// The exact policy's name on both tracks (the anchor's).
 pub const EXACT: &str = "BLR";
@@ -63,8 +70,8 @@ pub fn rows(
     };
     let exact = results.iter().find(|r| r.policy == EXACT).map(score);
     let (main, relative, extra) = match kind {
-        DecisionKind::Bandit => ("regret", "regret_ratio", "optimal_fraction"),
-        DecisionKind::Active => ("al_auc", "al_auc_ratio", "nll"),
+        DecisionKind::Bandit => (n::REGRET, n::REGRET_RATIO, n::OPTIMAL_FRACTION),
+        DecisionKind::Active => (n::AL_AUC, n::AL_AUC_RATIO, n::AL_NLL),
     };
     let mut out = Vec::new();
     for r in results {
@@ -152,7 +159,8 @@ fn number(v: f64) -> String {
 }
 
 /// Writes `decisions.csv` (every row), `decisions_aggregate.csv` (mean, se and n per setting,
-/// policy and metric) and `curves.json` into `dir`, each atomically.
+/// policy and metric), `repetitions.csv` (the rows in `uqbench compare`'s layout: a policy
+/// as its method, region `all`) and `curves.json` into `dir`, each atomically.
 pub fn write(dir: &Path, rows: &[Row], curves: &[Curve]) -> Result<()> {
     let mut all = String::from("setting,policy,repetition,metric,value\n");
     for r in rows {
@@ -167,6 +175,19 @@ pub fn write(dir: &Path, rows: &[Row], curves: &[Curve]) -> Result<()> {
         );
     }
     write_atomic(&dir.join("decisions.csv"), all.as_bytes())?;
+    let mut paired = REPETITIONS_COLUMNS.join(",") + "\n";
+    for r in rows {
+        let _ = writeln!(
+            paired,
+            "{},{},{ALL},{},{},{}",
+            r.setting,
+            r.policy,
+            r.metric,
+            r.repetition,
+            number(r.value)
+        );
+    }
+    write_atomic(&dir.join(REPETITIONS_CSV), paired.as_bytes())?;
     let mut agg = String::from("setting,policy,metric,mean,se,n\n");
     for (setting, policy, metric, (mean, se, n)) in aggregate(rows) {
         let _ = writeln!(

@@ -18,6 +18,8 @@ pub enum On {
     Classification,
     /// Both tracks.
     Both,
+    /// The decision track (`uqbench decide`: bandits and active learning).
+    Decision,
 }
 
 /// How a metric's name is indexed.
@@ -104,7 +106,7 @@ impl MetricInfo {
 }
 
 use Better::{Higher, Lower, Neither, Target};
-use On::{Both, Classification, Regression};
+use On::{Both, Classification, Decision, Regression};
 
 const COMPUTE: &str = "experiment::summary::compute";
 const REP: &str = "experiment::summary::types (per repetition)";
@@ -113,6 +115,7 @@ const CLASSIFY: &str = "experiment::summary::classify";
 const JOINT: &str = "experiment::summary::joint";
 const MCMC: &str = "samplers::hmc (per repetition)";
 const AGAINST: &[&str] = &["aggregates"];
+const DECIDE: &str = "experiment::decision::results";
 
 /// Every metric, regression first.
 pub const METRICS: &[MetricInfo] = &[
@@ -263,6 +266,20 @@ pub const METRICS: &[MetricInfo] = &[
     metric(n::DIVERGENT_TRANSITIONS, Both, Neither, MCMC)
         .about("divergent transitions after warm-up"),
     metric(n::REFERENCE_GRADE, Both, Neither, MCMC).about("posteriordb's reference standard met"),
+    metric(n::REGRET, Decision, Lower, DECIDE)
+        .figures(&["decisions"])
+        .about("a bandit's cumulative regret at the horizon, on f (spec §12)"),
+    metric(n::REGRET_RATIO, Decision, Lower, DECIDE)
+        .about("regret / the exact Thompson sampler's; aggregated as the ratio of means"),
+    metric(n::OPTIMAL_FRACTION, Decision, Higher, DECIDE)
+        .about("the share of a bandit policy's actions on the best arm"),
+    metric(n::AL_AUC, Decision, Lower, DECIDE)
+        .figures(&["decisions"])
+        .about("active learning: mean RMSE of the mean against f over the steps (spec §12)"),
+    metric(n::AL_AUC_RATIO, Decision, Lower, DECIDE)
+        .about("al_auc / the exact learner's; aggregated as the ratio of means"),
+    metric(n::AL_NLL, Decision, Lower, DECIDE)
+        .about("active learning: mean NLL of f under the predictive of f at the horizon"),
 ];
 
 /// The catalogue entry of a metric as summaries spell it (`deviation`, `cicf_0.95`,

@@ -135,3 +135,16 @@ pub const CALIBRATION_POINTS: &str = "calibration_points";
 pub fn at(prefix: &str, level: f64) -> String {
     format!("{prefix}_{}", level_name(level))
 }
+
+/// Decision track: cumulative regret at the horizon.
+pub const REGRET: &str = "regret";
+/// Decision track: regret / the exact Thompson sampler's.
+pub const REGRET_RATIO: &str = "regret_ratio";
+/// Decision track: the share of actions on the best arm.
+pub const OPTIMAL_FRACTION: &str = "optimal_fraction";
+/// Decision track: mean RMSE of the mean against f over the labelling steps.
+pub const AL_AUC: &str = "al_auc";
+/// Decision track: al_auc / the exact learner's.
+pub const AL_AUC_RATIO: &str = "al_auc_ratio";
+/// Decision track: mean NLL of f at the horizon of active learning.
+pub const AL_NLL: &str = "al_nll";
