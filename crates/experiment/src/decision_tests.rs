@@ -227,9 +227,7 @@ fn the_exact_thompson_sampler_beats_random_and_a_policy_does_not_depend_on_the_o
     }
     // The paired difference over repetitions: its mean more than 3 standard errors above 0
     // (a one-sided z at 3: a sampler no better than Random passes with probability ~0.001).
-    let n = diff.len() as f64;
-    let mean = diff.iter().sum::<f64>() / n;
-    let se = (diff.iter().map(|d| (d - mean).powi(2)).sum::<f64>() / (n - 1.0) / n).sqrt();
+    let (mean, se, _) = crate::decision::results::mean_se(&diff);
     assert!(mean > 3.0 * se, "Random − BLR regret {mean} ± {se}");
 }
 
@@ -267,9 +265,7 @@ fn active_learning_scores_after_every_step_and_the_exact_learner_beats_random() 
     }
     // As for the bandit: the paired difference's mean more than 3 standard errors above 0
     // (measured at 400 repetitions: 0.10 ± 0.009).
-    let n = diff.len() as f64;
-    let mean = diff.iter().sum::<f64>() / n;
-    let se = (diff.iter().map(|d| (d - mean).powi(2)).sum::<f64>() / (n - 1.0) / n).sqrt();
+    let (mean, se, _) = crate::decision::results::mean_se(&diff);
     assert!(mean > 3.0 * se, "Random − BLR al_auc {mean} ± {se}");
     // The score is the exact posterior's RMSE against f.
     let env = Environment::from_problem(&problem, None, 3).unwrap();

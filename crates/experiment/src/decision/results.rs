@@ -100,14 +100,10 @@ pub fn mean_se(values: &[f64]) -> (f64, f64, usize) {
         return (sum, f64::NAN, values.len());
     }
     let v: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
-    let n = v.len();
-    let mean = v.iter().sum::<f64>() / n as f64;
-    let se = if n > 1 {
-        (v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64 / n as f64).sqrt()
-    } else {
-        f64::NAN
-    };
-    (mean, se, n)
+    match uqbench_metrics::coverage::mean_se(&v) {
+        Ok(m) => (m.mean, m.se, v.len()),
+        Err(_) => (f64::NAN, f64::NAN, 0),
+    }
 }
 
 /// One policy's mean curve over repetitions at one setting, with its standard error per step.
