@@ -45,7 +45,7 @@ def test_a_user_s_agent_runs_beside_the_baselines_on_the_same_data(root):
         assert regret[("mine", k)] == pytest.approx(regret[("Greedy", k)], abs=1e-9)
     assert seen[0] == 8 and seen[1] == 9  # the shared 2p initial pulls, then one per step
     curves = result.curves.query("policy == 'mine' and repetition == 0")
-    assert len(curves) == 30 and curves["value"].is_monotonic_increasing
+    assert len(curves) == 12 and curves["value"].is_monotonic_increasing
 
 
 def test_an_agent_s_mistakes_are_named(root):

@@ -25,12 +25,13 @@ fn the_bandit_and_active_learning_write_every_policy_s_rows_and_curves() {
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let rows = csv_rows(&out.join("decisions.csv"));
-    // 2 settings × 20 repetitions × 4 policies × 3 metrics.
-    assert_eq!(rows.len(), 2 * 20 * 4 * 3);
-    for policy in ["BLR", "Greedy", "Random", "Oracle"] {
+    // 1 setting × 8 repetitions × (4 baselines + 5 method agents) × 3 metrics.
+    assert_eq!(rows.len(), 8 * 9 * 3);
+    let agents = ["Ens", "EnsPrior", "Epinet", "SGLD", "BD"];
+    for policy in ["BLR", "Greedy", "Random", "Oracle"].iter().chain(&agents) {
         for metric in ["regret", "regret_ratio", "optimal_fraction"] {
             assert!(
-                rows.iter().any(|r| r[1] == policy && r[3] == metric),
+                rows.iter().any(|r| r[1] == *policy && r[3] == metric),
                 "{policy} {metric}"
             );
         }
@@ -52,6 +53,12 @@ fn the_bandit_and_active_learning_write_every_policy_s_rows_and_curves() {
     };
     assert_eq!(mean("Oracle", "regret"), 0.0);
     assert!(mean("BLR", "regret") < mean("Random", "regret"));
+    // Every agent's regret is finite and at most the horizon's worst (12 pulls of the worst
+    // arm): a number from its decisions, not a placeholder.
+    for a in agents {
+        let r = mean(a, "regret");
+        assert!(r.is_finite() && r > 0.0, "{a}: {r}");
+    }
     // Policies pair like methods: `uqbench compare` reads the run's repetitions.csv, and
     // takes regret (lower is better, from the catalogue) when no metric is named.
     let o = uqbench(&["compare", out.to_str().unwrap(), "--json"]);
@@ -63,10 +70,21 @@ fn the_bandit_and_active_learning_write_every_policy_s_rows_and_curves() {
         .unwrap_or_else(|| panic!("{pairs:?}"));
     assert_eq!(pair["metric"], "regret");
     assert!(pair["diff"].as_f64().unwrap() < 0.0 && pair["p_value"].as_f64().unwrap() < 0.01);
+    // A decision run's report ranks it against a standard run: without one, a clear error;
+    // against a directory that is not a run, one that names the file.
+    let o = uqbench(&["report", out.to_str().unwrap()]);
+    assert_clean_error(&o, &["is a decision run", "--standard RUN_DIR"]);
+    let o = uqbench(&[
+        "report",
+        out.to_str().unwrap(),
+        "--standard",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert_clean_error(&o, &["repetitions.csv", "cannot read"]);
     let curves: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("curves.json")).unwrap()).unwrap();
-    assert_eq!(curves.as_array().unwrap().len(), 2 * 4);
-    assert_eq!(curves[0]["mean"].as_array().unwrap().len(), 30);
+    assert_eq!(curves.as_array().unwrap().len(), 9);
+    assert_eq!(curves[0]["mean"].as_array().unwrap().len(), 12);
 
     let out = dir.path().join("active");
     let o = uqbench(&[
@@ -81,7 +99,10 @@ fn the_bandit_and_active_learning_write_every_policy_s_rows_and_curves() {
     let text = String::from_utf8_lossy(&o.stdout).into_owned();
     assert!(text.contains("al_auc") && text.contains("MaxVar"), "{text}");
     let rows = csv_rows(&out.join("decisions.csv"));
-    assert_eq!(rows.len(), 20 * 3 * 3);
+    // 8 repetitions × (3 baselines + 5 method agents) × 3 metrics, the NLL of each.
+    assert_eq!(rows.len(), 8 * 8 * 3);
+    assert!(rows.iter().any(|r| r[1] == "Epinet" && r[3] == "al_auc"));
+    assert!(text.contains("al_nll") && !text.contains(" - "), "{text}");
 }
 
 #[test]
@@ -100,4 +121,22 @@ fn decision_sections_that_cannot_run_are_clear_errors() {
     std::fs::write(&bad, spec.replace("kind = \"bandit\"", "kind = \"casino\"")).unwrap();
     let o = uqbench(&["decide", bad.to_str().unwrap()]);
     assert_clean_error(&o, &["casino", "bandit", "active"]);
+    // A method agent whose predictive is intervals of y, or one named like a baseline, is
+    // refused by `uqbench check` with the reason.
+    let with =
+        |methods: &str| spec.replace("batch = 1", &format!("batch = 1\nmethods = {methods}"));
+    let conformal = "[\"Cal\"]\n\n[methods.Cal]\nkind = \"Conformal\"\nbase = \"Ens\"";
+    std::fs::write(&bad, with(conformal)).unwrap();
+    let o = uqbench(&["check", bad.to_str().unwrap()]);
+    assert_clean_error(&o, &["`Cal`", "intervals of y", "distribution of f"]);
+    std::fs::write(&bad, with("[\"BLR\"]")).unwrap();
+    let o = uqbench(&["check", bad.to_str().unwrap()]);
+    assert_clean_error(&o, &["`BLR`", "baseline policy"]);
+    std::fs::write(
+        &bad,
+        spec.replace("batch = 1", "batch = 1\nupdate = \"warm\""),
+    )
+    .unwrap();
+    let o = uqbench(&["check", bad.to_str().unwrap()]);
+    assert_clean_error(&o, &["warm", "retrain"]);
 }

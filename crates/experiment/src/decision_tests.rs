@@ -11,7 +11,7 @@ use crate::decision::active::{self, ExactLearner};
 use crate::decision::bandit::{self, ExactThompson, Policy, Schedule, Uniform};
 use crate::decision::env::{Actions, Environment, History, Regret};
 use crate::decision::exact::{greedy_logdet, ExactPosterior};
-use crate::decision::{baselines, run_repetition, DecisionKind, DecisionSpec};
+use crate::decision::{baselines, run_repetition, DecisionKind, DecisionSpec, Update};
 use crate::spec::ExperimentSpec;
 
 /// K arms with a parameter each: G = I_K, σ = 1 (its shape when not known).
@@ -198,6 +198,9 @@ fn the_exact_thompson_sampler_beats_random_and_a_policy_does_not_depend_on_the_o
         steps: 25,
         batch: 1,
         initial: None,
+        methods: Vec::new(),
+        update: Update::Retrain,
+        update_epochs: 300,
     };
     decision.validate(&problem).unwrap();
     let label = problem.setting.label();
@@ -302,6 +305,9 @@ fn a_decision_section_that_cannot_run_is_refused_before_anything_runs() {
         steps: 1,
         batch: 1,
         initial: None,
+        methods: Vec::new(),
+        update: Update::Retrain,
+        update_epochs: 300,
     }
     .validate(&problem)
     .unwrap_err()

@@ -12,6 +12,8 @@
 //! - [`metrics`]: every metric of one input of predictions (`uqbench metrics`);
 //! - [`predict`]: a method's predictions for repetitions of a setting turned into its track's
 //!   stored form, the same path for every method (the anchor included);
+//! - [`rank`]: the decision track's headline analysis: Spearman's ρ across methods between
+//!   their decisions and their standard-track scores, with a bootstrap interval;
 //! - [`score`]: predictions made elsewhere summarised like a native run's, the anchor
 //!   alongside;
 //! - [`summary`]: the stored repetition of each track and the metrics of spec §2, §4 and §8
@@ -34,12 +36,15 @@ pub mod json;
 pub mod kinds;
 pub mod metrics;
 pub mod predict;
+pub mod rank;
 pub mod score;
 pub mod spec;
 pub mod store;
 pub mod summary;
 pub mod track;
 
+#[cfg(test)]
+mod decision_agent_tests;
 #[cfg(test)]
 mod decision_tests;
 

@@ -3,17 +3,23 @@
 //! baselines on each, their regret (or `al_auc`) against the exact posterior's.
 
 use std::path::PathBuf;
+use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use uqbench_anchor::Problem;
-use uqbench_core::par_map;
+use uqbench_anchor::{Problem, Setting};
+use uqbench_core::{par_map, Compute, Method};
+use uqbench_engine::{open_device, BackendKind, Resources};
+use uqbench_experiment::decision::agent::MethodAgent;
+use uqbench_experiment::decision::bandit::Policy;
+use uqbench_experiment::decision::env::{initial_actions, History};
 use uqbench_experiment::decision::results::{self, Row};
 use uqbench_experiment::decision::{
-    env::Environment, run_spec_repetition, DecisionKind, DecisionSpec,
+    env::Environment, run_spec_repetition, DecisionKind, DecisionSpec, PolicyResult,
 };
 use uqbench_experiment::spec::ExperimentSpec;
 use uqbench_experiment::store::write_atomic;
+use uqbench_methods as registry;
 
 /// Arguments of `uqbench decide`.
 #[derive(Debug, Args)]
@@ -29,11 +35,16 @@ pub struct DecideArgs {
     /// Print only the output directory's path when done.
     #[arg(long)]
     pub quiet: bool,
+    /// Backend of the method agents ([decision] methods): flex (default), ndarray or wgpu.
+    #[arg(long, default_value = "flex")]
+    pub backend: BackendKind,
 }
 
-/// Every setting's problem, with the `[decision]` section checked against it (what `uqbench
-/// check` and `decide` do before anything runs).
+/// Every setting's problem, with the `[decision]` section and its method agents checked
+/// against it (what `uqbench check` and `decide` do before anything runs).
 pub fn check(spec: &ExperimentSpec, decision: &DecisionSpec) -> Result<Vec<Problem>> {
+    let compute =
+        Resources::new(BackendKind::Flex, open_device(BackendKind::Flex, false)?).compute();
     spec.settings()
         .iter()
         .map(|setting| {
@@ -41,9 +52,102 @@ pub fn check(spec: &ExperimentSpec, decision: &DecisionSpec) -> Result<Vec<Probl
             decision
                 .validate(&problem)
                 .with_context(|| format!("setting {}", setting.label()))?;
+            agents(spec, decision, setting, &problem, &compute)?;
             Ok(problem)
         })
         .collect()
+}
+
+/// The method agents of `decision` at `setting`, each built and checked on the task of the
+/// initial pulls: a method whose predictive is intervals of y alone is refused with the
+/// reason.
+fn agents(
+    spec: &ExperimentSpec,
+    decision: &DecisionSpec,
+    setting: &Setting,
+    problem: &Problem,
+    compute: &Compute,
+) -> Result<Vec<Box<dyn Method>>> {
+    let env = Environment::from_problem(problem, decision.actions, 0)?;
+    let mut initial = History::default();
+    let pulls = decision.initial_pulls(env.actions.p);
+    for a in initial_actions(env.actions.len(), pulls, 0) {
+        initial.push(a, env.truth[a]);
+    }
+    let at = |name: &str| {
+        format!(
+            "[decision] methods: `{name}` at setting {}",
+            setting.label()
+        )
+    };
+    decision
+        .methods
+        .iter()
+        .map(|name| {
+            let kind = spec
+                .method_table(name, setting)?
+                .and_then(|t| t.get("kind").and_then(|k| k.as_str()).map(String::from))
+                .unwrap_or_else(|| name.clone());
+            let method = registry::build_for(spec, name, setting).with_context(|| at(name))?;
+            if registry::POSTHOC.contains(&kind.as_str()) || method.band_levels().is_some() {
+                bail!(
+                    "{}: a {kind} predicts intervals of y (a calibration or quantile bands), \
+                     not a distribution of f to draw from or to take a covariance of; valid: a \
+                     method with a predictive distribution of f (Ens, EnsPrior, Epinet, SGLD, \
+                     BD, MFVI, Laplace, SWAG, HMC, DER, …)",
+                    at(name)
+                );
+            }
+            let experiment = (spec.seed, spec.name.as_str());
+            let agent = MethodAgent::of(
+                method.as_ref(),
+                compute,
+                decision,
+                experiment,
+                &setting.label(),
+                0,
+            );
+            agent
+                .with_task(&env.actions, &initial, |t| method.check(t, &[0.95]))
+                .with_context(|| at(name))?;
+            Ok(method)
+        })
+        .collect()
+}
+
+/// Every repetition of `problem`: the baselines and the method agents `methods`, the
+/// repetitions spread over the cores.
+fn repetitions(
+    spec: &ExperimentSpec,
+    decision: &DecisionSpec,
+    problem: &Problem,
+    methods: &[Box<dyn Method>],
+    compute: &Compute,
+) -> Result<Vec<Vec<PolicyResult>>> {
+    let label = problem.setting.label();
+    par_map(decision.repetitions as usize, |r| {
+        let own = (methods.iter())
+            .map(|m| {
+                Box::new(MethodAgent::of(
+                    m.as_ref(),
+                    compute,
+                    decision,
+                    (spec.seed, &spec.name),
+                    &label,
+                    r as u64,
+                )) as Box<dyn Policy + '_>
+            })
+            .collect();
+        Ok::<_, anyhow::Error>(run_spec_repetition(
+            (spec.seed, &spec.name),
+            decision,
+            problem,
+            r as u64,
+            own,
+        )?)
+    })
+    .into_iter()
+    .collect()
 }
 
 /// Runs `uqbench decide`.
@@ -69,20 +173,37 @@ pub fn run(args: &DecideArgs) -> Result<()> {
         &dir.join("spec.resolved.toml"),
         spec.resolved_toml()?.as_bytes(),
     )?;
+    // The agents train one repetition at a time, the repetitions spread over the cores.
+    let mut resources = Resources::new(args.backend, open_device(args.backend, false)?);
+    resources.threads = 1;
+    let compute = resources.compute();
     let (mut rows, mut curves): (Vec<Row>, Vec<results::Curve>) = (Vec::new(), Vec::new());
-    for problem in &problems {
+    for (problem, setting) in problems.iter().zip(spec.settings()) {
         let label = problem.setting.label();
-        let per_rep = par_map(decision.repetitions as usize, |r| {
-            Ok::<_, anyhow::Error>(run_spec_repetition(
-                (spec.seed, &spec.name),
-                &decision,
-                problem,
-                r as u64,
-                Vec::new(),
-            )?)
-        })
-        .into_iter()
-        .collect::<Result<Vec<_>>>()?;
+        let started = Instant::now();
+        let methods = agents(&spec, &decision, &setting, problem, &compute)?;
+        let per_rep = repetitions(&spec, &decision, problem, &methods, &compute)?;
+        if !args.quiet && !methods.is_empty() {
+            eprintln!(
+                "setting {label}: {} repetitions with {} method agents in {:.1} s",
+                decision.repetitions,
+                methods.len(),
+                started.elapsed().as_secs_f64()
+            );
+        }
+        for m in &methods {
+            let lost = (per_rep.iter().flatten())
+                .filter(|p| p.policy == m.name() && p.extra.is_nan() && p.curve[0].is_nan())
+                .count();
+            if lost > 0 {
+                eprintln!(
+                    "setting {label}: agent {} diverged on {lost} of {} repetitions (left out of \
+                     its metrics: their rows are empty, n counts the rest)",
+                    m.name(),
+                    decision.repetitions
+                );
+            }
+        }
         for (r, res) in per_rep.iter().enumerate() {
             rows.extend(results::rows(decision.kind, &label, r as u64, res));
         }
@@ -105,7 +226,7 @@ pub fn run(args: &DecideArgs) -> Result<()> {
     }
     let main = match decision.kind {
         DecisionKind::Bandit => ["regret", "regret_ratio", "optimal_fraction"],
-        DecisionKind::Active => ["al_auc", "al_auc_ratio", "nll"],
+        DecisionKind::Active => ["al_auc", "al_auc_ratio", "al_nll"],
     };
     outln!(
         "{} ({:?}, {} repetitions, {} steps of {}): mean ± standard error",

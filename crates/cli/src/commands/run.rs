@@ -260,15 +260,21 @@ pub fn out_dir(args: &RunArgs, plan: &Plan) -> PathBuf {
 
 /// Runs `uqbench run`.
 pub fn run(args: &RunArgs) -> Result<()> {
-    // A spec of the decision track alone (a [decision] section and no [run] in the file)
-    // runs it (`uqbench decide`). The file as written: a pinned spec has no profiles.
-    let spec = ExperimentSpec::load(&args.spec)?;
+    // A spec of the decision track alone (a [decision] section and no [run], after its
+    // profiles: a profile may add a [run]) runs it (`uqbench decide`). A pinned spec is
+    // resolved already.
+    let spec = if args.pinned {
+        ExperimentSpec::load(&args.spec)?
+    } else {
+        ExperimentSpec::load_profile(&args.spec, args.profile.as_deref())?
+    };
     if spec.run.is_none() && spec.decision.is_some() {
         return super::decide::run(&super::decide::DecideArgs {
             spec: args.spec.clone(),
             profile: args.profile.clone(),
             out: args.out.clone(),
             quiet: args.quiet,
+            backend: args.backend,
         });
     }
     let s = RunSettings::from_args(args)?;

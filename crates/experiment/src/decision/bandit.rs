@@ -26,6 +26,12 @@ pub trait Policy {
         batch: usize,
         rng: &mut Rng,
     ) -> Result<Vec<usize>>;
+    /// Whether the policy diverged on this repetition (a method agent whose training gave
+    /// non-finite predictions): its results are then left out of its metrics, as a diverged
+    /// repetition is on the standard track.
+    fn diverged(&self) -> bool {
+        false
+    }
 }
 
 /// Thompson sampling from the exact posterior (the anchor, BLR): for each action of the

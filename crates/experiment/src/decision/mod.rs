@@ -11,6 +11,9 @@
 //!   `BLR`, `Greedy`, `Random`, `Oracle`) and the loop;
 //! - [`active`]: active learning on the same loop: the exact learner (`BLR`, log-det batch),
 //!   `MaxVar`, `Random`, scored by RMSE and NLL after each step and `al_auc`;
+//! - [`agent`]: a method of uqbench as an agent ([`agent::MethodAgent`]): retrained from
+//!   scratch on its data at every step, Thompson sampling from its own joint or its log-det
+//!   batch on its covariance;
 //! - [`results`]: the rows (`regret`, `regret_ratio`, `optimal_fraction`; `al_auc`,
 //!   `al_auc_ratio`, `nll`), their means with standard errors, the mean curves, the files.
 //!
@@ -19,6 +22,7 @@
 //! policy's own draws), so a policy's run does not depend on which others ran.
 
 pub mod active;
+pub mod agent;
 pub mod bandit;
 pub mod env;
 pub mod exact;
@@ -65,10 +69,40 @@ pub struct DecisionSpec {
     /// 2p.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub initial: Option<usize>,
+    /// Methods of the spec (built-in kinds or `[methods.NAME]` tables) run as agents beside
+    /// the baselines ([`agent`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub methods: Vec<String>,
+    /// How an agent learns from a step's data.
+    #[serde(default)]
+    pub update: Update,
+    /// Epochs of an agent's every retraining (spec §3's 300 at c = 1 by default).
+    #[serde(default = "default_update_epochs")]
+    pub update_epochs: usize,
 }
+
+/// How a method agent learns from the data of a step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Update {
+    /// Trained from scratch on all its data (fresh initial weights and streams per fit): each
+    /// step's agent is the method as the standard track runs it, on that step's data. Warm
+    /// starts are not offered: a [`uqbench_core::Method`] keeps no state between fits, and a
+    /// warm-started network is a different method (its uncertainty shrinks with the steps it
+    /// has been trained for, not with the data alone).
+    #[default]
+    Retrain,
+}
+
+/// The names the baselines take in results: no agent may take one.
+pub const BASELINE_NAMES: &[&str] = &["BLR", "Greedy", "Random", "Oracle", "MaxVar"];
 
 fn one() -> usize {
     1
+}
+
+fn default_update_epochs() -> usize {
+    300
 }
 
 impl DecisionSpec {
@@ -87,6 +121,21 @@ impl DecisionSpec {
         }
         if self.batch == 0 {
             bail!("[decision] batch = 0; valid: at least 1");
+        }
+        if self.update_epochs == 0 {
+            bail!("[decision] update_epochs = 0; valid: at least 1");
+        }
+        for (i, m) in self.methods.iter().enumerate() {
+            if BASELINE_NAMES.contains(&m.as_str()) {
+                bail!(
+                    "[decision] methods: `{m}` is the name of a baseline policy; valid: a \
+                     method table's name other than {}",
+                    BASELINE_NAMES.join(", ")
+                );
+            }
+            if self.methods[..i].contains(m) {
+                bail!("[decision] methods: `{m}` listed twice; valid: each method once");
+            }
         }
         let env = Environment::from_problem(problem, self.actions, 0)?;
         let p = env.actions.p;
@@ -210,10 +259,18 @@ pub fn run_repetition(
                 (learning.rmse, nll)
             }
         };
-        out.push(PolicyResult {
-            policy: policy.name().to_string(),
-            curve,
-            extra,
+        out.push(if policy.diverged() {
+            PolicyResult {
+                policy: policy.name().to_string(),
+                curve: vec![f64::NAN; curve.len()],
+                extra: f64::NAN,
+            }
+        } else {
+            PolicyResult {
+                policy: policy.name().to_string(),
+                curve,
+                extra,
+            }
         });
     }
     Ok(out)

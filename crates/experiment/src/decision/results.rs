@@ -202,11 +202,14 @@ pub fn write(dir: &Path, rows: &[Row], curves: &[Curve]) -> Result<()> {
 /// Var(ā/b̄) ≈ (Var ā − 2r·Cov(ā, b̄) + r²·Var b̄)/b̄², r = ā/b̄, with the sample
 /// (co)variances of the means.
 pub fn ratio_of_means(a: &[f64], b: &[f64]) -> (f64, f64) {
-    let n = a.len().min(b.len());
+    // The pairs where both have a value (a diverged agent's repetition has none).
+    let (a, b): (Vec<f64>, Vec<f64>) = (a.iter().zip(b))
+        .filter(|(x, y)| !x.is_nan() && !y.is_nan())
+        .unzip();
+    let n = a.len();
     if n == 0 {
         return (f64::NAN, f64::NAN);
     }
-    let (a, b) = (&a[..n], &b[..n]);
     let nf = n as f64;
     let (ma, mb) = (a.iter().sum::<f64>() / nf, b.iter().sum::<f64>() / nf);
     let r = ratio(ma, mb);
@@ -218,7 +221,7 @@ pub fn ratio_of_means(a: &[f64], b: &[f64]) -> (f64, f64) {
     let vb = b.iter().map(|x| (x - mb).powi(2)).sum::<f64>() / d;
     let cab = a
         .iter()
-        .zip(b)
+        .zip(&b)
         .map(|(x, y)| (x - ma) * (y - mb))
         .sum::<f64>()
         / d;
@@ -239,7 +242,7 @@ fn aggregate_one(rows: &[Row], setting: &str, policy: &str, metric: &str) -> (f6
         Some(main) => {
             let (a, b) = (values(policy, main), values(EXACT, main));
             let (r, se) = ratio_of_means(&a, &b);
-            (r, se, a.len())
+            (r, se, a.iter().filter(|v| !v.is_nan()).count())
         }
         None => mean_se(&values(policy, metric)),
     }
