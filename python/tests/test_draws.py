@@ -3,6 +3,9 @@ against the Rust reader (`uqbench draws`), against the run's own repetition file
 again through `uqbench.score` to the run's joint metrics."""
 
 import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -40,6 +43,17 @@ def test_the_numpy_reader_equals_the_rust_reader(cli, runs, fmt):
                 else:
                     # The same decoding, centre + code × step in float64: bit for bit.
                     assert np.array_equal(mine[key], np.asarray(value)), (method, key)
+
+
+def test_the_reader_loads_without_the_compiled_package(runs):
+    # scripts/reference_agreement.py loads `_draws.py` alone (numpy and ArviZ, no build of
+    # the package): it must import there and read what the package reads.
+    path = runs["f32"] / "run" / "reps" / "f_main=1" / "Ens" / "rep-000.draws"
+    here = os.path.join(os.path.dirname(__file__), "..", "uqbench")
+    code = (f"import sys; sys.path.insert(0, {here!r}); from _draws import read_draws; "
+            f"print(read_draws({str(path)!r})['samples'].sum())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert float(out.stdout) == uqbench.read_draws(path)["samples"].sum()
 
 
 def test_eight_bit_draws_keep_each_inputs_mean_within_half_a_step(runs):

@@ -12,7 +12,13 @@ from typing import Any, Dict
 
 import numpy as np
 
-from ._uqbench import InvalidInputError
+try:
+    from ._uqbench import InvalidInputError
+except ImportError:
+    # Loaded on its own, outside the package (scripts/reference_agreement.py reads draws with
+    # numpy only): the package's type is a ValueError too.
+    class InvalidInputError(ValueError):  # type: ignore[no-redef]
+        """A draws file that is not one."""
 
 MAGIC = b"UQBDRAW1"
 

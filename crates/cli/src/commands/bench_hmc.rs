@@ -73,6 +73,10 @@ pub struct HmcBench {
     /// With `--ensemble`: iterations per kept draw.
     #[arg(long, default_value_t = 1)]
     thin: usize,
+    /// With `--ensemble`: doublings of the sampling stage while the chains are not certified
+    /// (`doublings`); the rates count the iterations run.
+    #[arg(long, default_value_t = 0)]
+    doublings: usize,
     /// Backend: flex, ndarray or wgpu.
     #[arg(long, default_value = "flex")]
     backend: BackendKind,
@@ -137,6 +141,7 @@ fn config(args: &HmcBench) -> HmcConfig {
             superchains: if args.ensemble { args.chains / 8 } else { 0 },
             unit_sweeps: if args.ensemble { args.unit_sweeps } else { 0 },
             thin: if args.ensemble { args.thin } else { 1 },
+            doublings: if args.ensemble { args.doublings } else { 0 },
             trajectory: Trajectory::Fixed,
             ..HmcSettings::default()
         },
@@ -184,7 +189,9 @@ pub fn run(args: &HmcBench) -> Result<()> {
     let scalar = |k: &str| out[0].scalars.get(k).copied().unwrap_or(f64::NAN);
     // Every chain's gradient evaluations, warm-up included (NUTS's trajectories vary), and the
     // ensemble's unit-move evaluations of the collapsed likelihood (W per sweep and rung).
-    let iterations = (args.chains * (args.warmup + args.iters * args.thin)) as f64;
+    let doubled = scalar("sampling_doublings").max(0.0) as u32; // NaN (none) → 0
+    let sampling = args.iters * args.thin * (1usize << doubled);
+    let iterations = (args.chains * (args.warmup + sampling)) as f64;
     let evals = iterations * scalar("leapfrogs_per_iteration");
     let unit_evals = if args.ensemble {
         iterations * (args.unit_sweeps * args.width * args.temperatures) as f64
@@ -239,6 +246,7 @@ pub fn run(args: &HmcBench) -> Result<()> {
                 "algorithm": if args.nuts { "nuts" } else if args.ensemble { "chees" } else { "hmc" },
                 "unit_sweeps": args.unit_sweeps,
                 "thin": args.thin,
+                "doublings": doubled,
                 "marginalise_output": args.marginalise_output,
                 "temperatures": args.temperatures,
                 "leapfrogs_per_iteration": scalar("leapfrogs_per_iteration"),
@@ -264,7 +272,7 @@ fn text_line(
     let (ess_bulk, ess_tail) = (scalar("ess_bulk_min"), scalar("ess_tail_min"));
     if args.ensemble {
         format!(
-            "{} chains ({} superchains) × ({} + {}×{}) iterations, {} jittered leapfrog steps and \
+            "{} chains ({} superchains) × ({} + {}×{}×2^{}) iterations, {} jittered leapfrog steps and \
              {} unit sweeps each, 1-{}-1 network, N = 200 ({} threads): {:.2} s, {:.0} gradient \
              and {:.0} unit-move evaluations/s; nested R̂ {:.4} (threshold {:.4}), bulk/tail ESS \
              {:.0} / {:.0} at the worst test input ({:.1} / {:.1} per second), {} divergent: {}",
@@ -273,6 +281,7 @@ fn text_line(
             args.warmup,
             args.iters,
             args.thin,
+            scalar("sampling_doublings").max(0.0),
             args.leapfrog,
             args.unit_sweeps,
             args.width,

@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{chains_at, MetricError};
+use super::{chains_at, reference_grade, worst_over_inputs, Diagnostics, MetricError};
 
 /// Nested R̂ (Margossian, Hoffman, Sountsov, Riou-Durand, Vehtari & Gelman 2024, "Nested R̂:
 /// assessing the convergence of Markov chain Monte Carlo when running many short chains",
@@ -72,6 +72,48 @@ pub fn worst_nested_rhat(rows: &[Vec<f64>], m: usize, t: usize, superchains: usi
             _ => f64::INFINITY,
         })
         .fold(0.0, f64::max)
+}
+
+/// The many-chain reference's certificate of one data set (docs/quartic-002.md, "The
+/// certificate and its null"): nested R̂ below [`nested_threshold`] at every input, bulk and
+/// tail ESS above [`super::REFERENCE_ESS`] at every input, and no divergent transition.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct NestedCertificate {
+    /// R̂ and ESS, each at its worst input.
+    pub worst: Diagnostics,
+    /// The largest nested R̂ over the inputs.
+    pub nested_rhat: f64,
+    /// Its threshold ([`nested_threshold`]).
+    pub threshold: f64,
+    /// Every part met.
+    pub certified: bool,
+}
+
+/// The certificate of the chain-major draws `rows` (`t` per chain) at `m` inputs, in
+/// `superchains` groups, after `divergent` divergent transitions.
+pub fn nested_certificate(
+    rows: &[Vec<f64>],
+    m: usize,
+    t: usize,
+    superchains: usize,
+    divergent: u64,
+) -> NestedCertificate {
+    let worst = worst_over_inputs(rows, m, t);
+    let nested_rhat = worst_nested_rhat(rows, m, t, superchains);
+    let threshold = nested_threshold(superchains, m);
+    let certified = reference_grade(
+        nested_rhat,
+        threshold,
+        worst.ess_bulk,
+        worst.ess_tail,
+        divergent,
+    );
+    NestedCertificate {
+        worst,
+        nested_rhat,
+        threshold,
+        certified,
+    }
 }
 
 /// The reference certificate's threshold on nested R̂ with `superchains` groups (K) at the

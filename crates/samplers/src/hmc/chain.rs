@@ -60,6 +60,10 @@ pub(crate) struct ChainRecord {
     pub units_accepted: u64,
     /// The ensemble's adapted trajectory length (ChEES), in units of the step per unit σ.
     pub trajectory_length: f64,
+    /// The ensemble's sampling iterations after warm-up (0: `draws × thin`, no doubling),
+    /// and the doublings of its sampling stage (`doublings`).
+    pub iterations: u64,
+    pub doublings: u64,
 }
 
 /// The BNN's parameters for a chunk: per layer W `[R, in, out]` and b `[R, 1, out]`.

@@ -52,7 +52,8 @@ use super::Trajectory;
 use uqbench_core::MethodError;
 use uqbench_engine::cpu::feature_major::feature_major;
 use uqbench_engine::cpu::simd;
-use uqbench_engine::trainer::{ChunkOut, ChunkTrainer, Layout};
+use uqbench_engine::trainer::{ChunkOut, ChunkTrainer, Layout, TrainOutput};
+use uqbench_metrics::mcmc;
 
 /// The chains of every repetition of a block, a repetition at a time.
 pub(crate) struct EnsembleTrainer<'a> {
@@ -72,6 +73,8 @@ struct Walker {
     /// `[draws, M]`.
     draws: Vec<f32>,
     train_sum: Vec<f64>,
+    /// The draws `train_sum` adds up (every kept draw, those a doubling dropped included).
+    kept: usize,
     failed: bool,
 }
 
@@ -96,6 +99,65 @@ impl Walker {
         for (acc, &v) in self.train_sum.iter_mut().zip(f_train.iter()) {
             *acc += f64::from(v);
         }
+        self.kept += 1;
+    }
+
+    /// Before a doubling: keeps every other draw (the second of each pair, so that the
+    /// kept draws sit every 2·`thin` iterations, as the doubled stage's will) in the first
+    /// half of the slots, with their σ and energy.
+    fn halve(&mut self, m: usize) {
+        let half = self.draws.len() / m / 2;
+        for s in 0..half {
+            self.draws
+                .copy_within((2 * s + 1) * m..(2 * s + 2) * m, s * m);
+        }
+        for v in [&mut self.record.sigma, &mut self.record.energy] {
+            *v = v.iter().skip(1).step_by(2).copied().collect();
+        }
+    }
+}
+
+/// The iterations' schedule: the warm-up, then a sampling stage of `draws × thin` iterations
+/// that keeps every `thin`-th state, and each doubling a stage as long as all sampling so far
+/// at twice the thinning, whose `draws / 2` kept states fill the second half of the slots
+/// (the first half holds every other earlier draw: [`Walker::halve`]).
+struct Schedule {
+    warmup: usize,
+    draws: usize,
+    thin: usize,
+    /// The current stage's first iteration, the slot of its first kept state, and the
+    /// iteration after its last.
+    start: usize,
+    first_slot: usize,
+    end: usize,
+    doublings: usize,
+}
+
+impl Schedule {
+    fn new(warmup: usize, draws: usize, thin: usize) -> Schedule {
+        Schedule {
+            warmup,
+            draws,
+            thin,
+            start: warmup,
+            first_slot: 0,
+            end: warmup + draws * thin,
+            doublings: 0,
+        }
+    }
+
+    /// The slot iteration `it` keeps its state in, if it keeps it.
+    fn slot(&self, it: usize) -> Option<usize> {
+        let j = it.checked_sub(self.start)?;
+        ((j + 1) % self.thin == 0).then_some(self.first_slot + j / self.thin)
+    }
+
+    fn double(&mut self) {
+        self.thin *= 2;
+        self.start = self.end;
+        self.first_slot = self.draws / 2;
+        self.end = self.start + self.first_slot * self.thin;
+        self.doublings += 1;
     }
 }
 
@@ -244,10 +306,15 @@ impl EnsembleTrainer<'_> {
         let mut theta = vec![0.0f32; chain.net.dim];
         let (mut f_test, mut f_train) = (vec![0.0f32; m], vec![0.0f32; n]);
         let mut accepted = vec![0.0f64; c.chains];
-        for it in 0..c.warmup + c.draws * c.thin {
+        let mut plan = Schedule::new(c.warmup, c.draws, c.thin);
+        let mut it = 0;
+        loop {
+            if it == plan.end && !self.double(&mut plan, &mut walkers, m) {
+                break;
+            }
             let (warm, u) = (it < c.warmup, halton(it));
-            // A sampling iteration whose state is kept (every `thin`-th).
-            let kept = !warm && (it - c.warmup + 1) % c.thin == 0;
+            // The slot of a sampling iteration whose state is kept (every `thin`-th).
+            let kept = plan.slot(it);
             for (k, sh) in shared.iter_mut().enumerate() {
                 let eps = sh.adapt.eps[0];
                 let length = if warm {
@@ -296,7 +363,7 @@ impl EnsembleTrainer<'_> {
                     t.gibbs_sigma(chain, rung, n, &mut w.stream);
                     w.record.leapfrogs += mv.leapfrogs;
                     if k == 0 && !warm {
-                        if kept {
+                        if kept.is_some() {
                             w.record.energy.push(mv.h0);
                         }
                         w.record.divergent += u64::from(mv.divergent);
@@ -320,17 +387,46 @@ impl EnsembleTrainer<'_> {
                 if w.rungs.len() > 1 {
                     swap_neighbours(&mut w.rungs, it, n, chain, &mut w.stream, &mut w.record);
                 }
-                if kept {
-                    w.keep(
-                        (it - c.warmup) / c.thin,
-                        chain,
-                        &mut theta,
-                        (&mut f_test, &mut f_train),
-                    );
+                if let Some(slot) = kept {
+                    w.keep(slot, chain, &mut theta, (&mut f_test, &mut f_train));
                 }
             }
+            it += 1;
         }
-        self.results(walkers, accepted, &shared[0])
+        self.results(walkers, accepted, &shared[0], &plan)
+    }
+
+    /// At the end of a sampling stage: doubles it (see [`Schedule`]) while the certificate
+    /// fails on what more draws can mend and doublings are left; whether it did.
+    fn double(&self, plan: &mut Schedule, walkers: &mut [Walker], m: usize) -> bool {
+        if plan.doublings == self.chains.config.doublings || !self.extend(walkers, m) {
+            return false;
+        }
+        plan.double();
+        for w in walkers {
+            w.halve(m);
+        }
+        true
+    }
+
+    /// Whether a repetition's chains, at the end of a sampling stage, are worth doubling: not
+    /// failed, without a divergent transition (more draws cannot undo one), and not
+    /// certified (its nested R̂ or ESS at some input short of the certificate).
+    fn extend(&self, walkers: &[Walker], m: usize) -> bool {
+        let c = self.chains.config;
+        if walkers.iter().any(|w| w.failed) {
+            return false;
+        }
+        let divergent: u64 = walkers.iter().map(|w| w.record.divergent).sum();
+        if divergent > 0 {
+            return false;
+        }
+        let rows: Vec<Vec<f64>> = walkers
+            .iter()
+            .flat_map(|w| w.draws.chunks(m))
+            .map(|row| row.iter().map(|&v| f64::from(v)).collect())
+            .collect();
+        !mcmc::nested_certificate(&rows, m, c.draws, c.superchains, 0).certified
     }
 
     /// The repetition's walkers, one per chain, each with its rungs at the start of its
@@ -369,6 +465,7 @@ impl EnsembleTrainer<'_> {
                 },
                 draws: vec![0.0; c.draws * m],
                 train_sum: vec![0.0; y.len()],
+                kept: 0,
                 failed: false,
             };
             for rung in &mut w.rungs {
@@ -383,19 +480,27 @@ impl EnsembleTrainer<'_> {
     /// Every chain's result: its record with the shared step, length and metric of the cold
     /// rung (`cold`), its acceptance over the sampling iterations from `accepted`, its draws
     /// and its mean fit at the training inputs.
-    fn results(&self, walkers: Vec<Walker>, accepted: Vec<f64>, cold: &Shared) -> Vec<ChainResult> {
-        let c = self.chains.config;
+    fn results(
+        &self,
+        walkers: Vec<Walker>,
+        accepted: Vec<f64>,
+        cold: &Shared,
+        plan: &Schedule,
+    ) -> Vec<ChainResult> {
         let (eps, length) = (cold.adapt.eps[0], cold.length.final_length());
+        let sampled = plan.end - plan.warmup;
         walkers
             .into_iter()
             .zip(accepted)
             .map(|(mut w, acc)| {
-                w.record.accept_rate = acc / (c.draws * c.thin) as f64;
+                w.record.accept_rate = acc / sampled as f64;
                 w.record.step_size = eps;
                 w.record.trajectory_length = length;
                 w.record.inv_mass = cold.inv_mass.clone();
+                w.record.iterations = sampled as u64;
+                w.record.doublings = plan.doublings as u64;
                 let train_mean = (w.train_sum.iter())
-                    .map(|v| (v / c.draws as f64) as f32)
+                    .map(|v| (v / w.kept as f64) as f32)
                     .collect();
                 let u = if w.failed { f64::NAN } else { w.rungs[0].u };
                 (w.record, u, w.draws, train_mean)
@@ -473,4 +578,77 @@ fn unit_moves(chain: &mut Chain<'_>, rung: &mut State, stream: &mut Rng) -> (u64
 /// Borrowed rows.
 fn refs(v: &[Vec<f32>]) -> Vec<&[f32]> {
     v.iter().map(|r| &r[..]).collect()
+}
+
+/// The ensemble's output (one replica per repetition: its chains' draws chain-major, the
+/// chains' mean fit and objective) in the single chains' layout, one replica per chain:
+/// the draws are already in that order, the rest is repeated per chain.
+pub(super) fn per_chain(out: TrainOutput, chains: usize) -> TrainOutput {
+    let n = out.train_pred.len() / out.final_objective.len().max(1);
+    let repeat = |v: &[f64]| {
+        v.iter()
+            .flat_map(|&x| std::iter::repeat_n(x, chains))
+            .collect()
+    };
+    TrainOutput {
+        passes: out.passes / chains,
+        train_pred: out
+            .train_pred
+            .chunks(n.max(1))
+            .flat_map(|row| std::iter::repeat_n(row, chains).flatten().copied())
+            .collect(),
+        final_objective: repeat(&out.final_objective),
+        diverged: out
+            .diverged
+            .iter()
+            .flat_map(|&d| std::iter::repeat_n(d, chains))
+            .collect(),
+        ..out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{ChainRecord, Rng, Schedule, Walker};
+
+    #[test]
+    fn a_doubled_stage_keeps_every_draw_at_the_new_thinning() {
+        // Warm-up 3, 6 draws every 2nd iteration: kept at 4, 6, …, 14. A doubling halves them
+        // (the second of each pair: 6, 10, 14, with their σ and energy) and keeps 3 more every
+        // 4th iteration (18, 22, 26): the six slots' iterations are evenly spaced at the new
+        // thinning and end with the stage. Each draw of f (2 inputs), σ and energy holds the
+        // iteration that kept it.
+        let m = 2;
+        let mut w = Walker {
+            rungs: Vec::new(),
+            stream: Rng::new(0),
+            record: ChainRecord::default(),
+            draws: vec![0.0; 6 * m],
+            train_sum: Vec::new(),
+            kept: 0,
+            failed: false,
+        };
+        let mut plan = Schedule::new(3, 6, 2);
+        let keep = |w: &mut Walker, plan: &Schedule, from: usize| {
+            for it in from..plan.end {
+                if let Some(s) = plan.slot(it) {
+                    w.draws[s * m..(s + 1) * m].fill(it as f32);
+                    w.record.sigma.push(it as f64);
+                    w.record.energy.push(it as f64);
+                }
+            }
+        };
+        keep(&mut w, &plan, 0);
+        let at = |w: &Walker| w.draws.chunks(m).map(|c| c[0] as f64).collect::<Vec<_>>();
+        assert_eq!(at(&w), [4.0, 6.0, 8.0, 10.0, 12.0, 14.0]);
+        w.halve(m);
+        plan.double();
+        keep(&mut w, &plan, 15);
+        let want = [6.0, 10.0, 14.0, 18.0, 22.0, 26.0];
+        assert_eq!(at(&w), want);
+        assert_eq!(w.record.sigma, want);
+        assert_eq!(w.record.energy, want);
+        assert!(w.draws.chunks(m).all(|c| c[0] == c[1]));
+        assert_eq!((plan.end, plan.thin, plan.doublings), (27, 4, 1));
+    }
 }

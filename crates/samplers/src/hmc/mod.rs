@@ -80,7 +80,7 @@ use uqbench_metrics::mcmc::{self, EBFMI_THRESHOLD};
 
 pub use adapt::Metric;
 use chain::{ChainRecord, HmcTrainer};
-use ensemble::EnsembleTrainer;
+use ensemble::{per_chain, EnsembleTrainer};
 use uqbench_core::noise::{fixed_noise_sd, Tau};
 use uqbench_core::MethodError;
 use uqbench_core::{
@@ -155,6 +155,11 @@ pub struct HmcSettings {
     /// iterations and keeps every `thin`-th, so that the draws' storage and scoring cost stay
     /// those of `draws` while the chains run longer (1).
     pub thin: usize,
+    /// Doublings of the sampling stage while a repetition is not certified (`algorithm =
+    /// "chees"`, even `draws`; [`ensemble`]): after `draws × thin` iterations, if the
+    /// certificate fails on R̂ or ESS (not on a divergence), the chains run as long again
+    /// at twice the thinning, up to this many times (0).
+    pub doublings: usize,
     /// The ensemble's trajectory length (`algorithm = "chees"`): `"chees"` (adapted, capped at
     /// 2^`max_tree_depth` steps) or `"fixed"` (⌈2u·`leapfrog_steps`⌉ steps, u the
     /// iteration's jitter in (0, 1]: `leapfrog_steps` on average).
@@ -209,6 +214,7 @@ impl Default for HmcSettings {
             superchains: 0,
             unit_sweeps: 0,
             thin: 1,
+            doublings: 0,
             trajectory: Trajectory::Chees,
         }
     }
@@ -289,6 +295,19 @@ impl Hmc {
                 "thin",
                 format!("{} with algorithm = {:?}", c.thin, c.algorithm),
                 "at least 1; above 1 with algorithm = \"chees\" only",
+            );
+        }
+        if c.doublings > 6
+            || (c.doublings > 0 && !(c.algorithm == Algorithm::Chees && c.draws % 2 == 0))
+        {
+            return bad(
+                "doublings",
+                format!(
+                    "{} with algorithm = {:?}, draws = {}",
+                    c.doublings, c.algorithm, c.draws
+                ),
+                "from 0 to 6 (64× the sampling); above 0 with algorithm = \"chees\" and an even \
+                 number of draws (a doubling keeps every other draw)",
             );
         }
         if c.unit_sweeps > 0 && !(c.algorithm == Algorithm::Chees && c.marginalise_output) {
@@ -521,7 +540,11 @@ impl Hmc {
         scalars.insert("accept_rate".into(), per_chain_mean(&|c| c.accept_rate));
         scalars.insert("step_size".into(), per_chain_mean(&|c| c.step_size));
         // Gradient evaluations per iteration, warm-up included.
-        let iterations = (self.config.warmup + t * self.config.thin) as f64;
+        let sampling = |c: &ChainRecord| match c.iterations {
+            0 => (t * self.config.thin) as f64,
+            i => i as f64,
+        };
+        let iterations = self.config.warmup as f64 + per_chain_mean(&sampling);
         let leapfrogs = per_chain_mean(&|c| c.leapfrogs as f64) / iterations;
         scalars.insert("leapfrogs_per_iteration".into(), leapfrogs);
         if records.iter().all(|c| !c.inv_mass.is_empty()) {
@@ -582,6 +605,10 @@ impl Hmc {
             let accepted = records.iter().map(|r| r.units_accepted).sum();
             scalars.insert("unit_accept_rate".into(), rate(tried, accepted));
         }
+        if c.doublings > 0 {
+            let most = records.iter().map(|r| r.doublings).max().unwrap_or(0);
+            scalars.insert("sampling_doublings".into(), most as f64);
+        }
         if c.algorithm == Algorithm::Chees && c.trajectory == Trajectory::Chees {
             let mean = records.iter().map(|r| r.trajectory_length).sum::<f64>();
             scalars.insert("trajectory_length".into(), mean / records.len() as f64);
@@ -599,24 +626,29 @@ impl Hmc {
     ) {
         let c = &self.config;
         let m = rows.first().map_or(0, Vec::len);
-        let worst = mcmc::worst_over_inputs(rows, m, c.draws);
+        // Many short chains: the certificate's R̂ is nested R̂ over the superchains, against
+        // the threshold calibrated on its null (plain R̂ of short chains exceeds 1.01 for
+        // well-mixed chains: docs/quartic-002.md measures both criteria's null); otherwise
+        // posteriordb's 1.01 certifies and `rhat_threshold` flags.
+        let (worst, rhat, flag, grade) = if c.algorithm == Algorithm::Chees {
+            let cert = mcmc::nested_certificate(rows, m, c.draws, c.superchains, divergent);
+            scalars.insert("nested_rhat_max".into(), cert.nested_rhat);
+            scalars.insert("nested_rhat_threshold".into(), cert.threshold);
+            (cert.worst, cert.nested_rhat, cert.threshold, cert.certified)
+        } else {
+            let worst = mcmc::worst_over_inputs(rows, m, c.draws);
+            let grade = mcmc::reference_grade(
+                worst.rhat,
+                mcmc::REFERENCE_RHAT,
+                worst.ess_bulk,
+                worst.ess_tail,
+                divergent,
+            );
+            (worst, worst.rhat, c.rhat_threshold, grade)
+        };
         scalars.insert("rhat_max".into(), worst.rhat);
         scalars.insert("ess_bulk_min".into(), worst.ess_bulk);
         scalars.insert("ess_tail_min".into(), worst.ess_tail);
-        // Many short chains: the certificate's R̂ is nested R̂ over the superchains (plain R̂
-        // of short chains exceeds 1.01 for well-mixed chains: docs/quartic-002.md measures
-        // both criteria's null).
-        // (R̂, its threshold): nested R̂ against the threshold calibrated on its null for the
-        // ensemble; otherwise posteriordb's 1.01 certifies and `rhat_threshold` flags.
-        let (rhat, certify, flag) = if c.algorithm == Algorithm::Chees {
-            let nested = mcmc::worst_nested_rhat(rows, m, c.draws, c.superchains);
-            let threshold = mcmc::nested_threshold(c.superchains, m);
-            scalars.insert("nested_rhat_max".into(), nested);
-            scalars.insert("nested_rhat_threshold".into(), threshold);
-            (nested, threshold, threshold)
-        } else {
-            (worst.rhat, mcmc::REFERENCE_RHAT, c.rhat_threshold)
-        };
         scalars.insert("rhat_flagged".into(), f64::from(u8::from(rhat > flag)));
         let ebfmi: Vec<f64> = records
             .iter()
@@ -633,35 +665,7 @@ impl Hmc {
                 .filter(|&&b| b.is_nan() || b < EBFMI_THRESHOLD)
                 .count() as f64,
         );
-        let grade = mcmc::reference_grade(rhat, certify, worst.ess_bulk, worst.ess_tail, divergent);
         scalars.insert("reference_grade".into(), f64::from(u8::from(grade)));
-    }
-}
-
-/// The ensemble's output (one replica per repetition: its chains' draws chain-major, the
-/// chains' mean fit and objective) in the single chains' layout, one replica per chain:
-/// the draws are already in that order, the rest is repeated per chain.
-fn per_chain(out: TrainOutput, chains: usize) -> TrainOutput {
-    let n = out.train_pred.len() / out.final_objective.len().max(1);
-    let repeat = |v: &[f64]| {
-        v.iter()
-            .flat_map(|&x| std::iter::repeat_n(x, chains))
-            .collect()
-    };
-    TrainOutput {
-        passes: out.passes / chains,
-        train_pred: out
-            .train_pred
-            .chunks(n.max(1))
-            .flat_map(|row| std::iter::repeat_n(row, chains).flatten().copied())
-            .collect(),
-        final_objective: repeat(&out.final_objective),
-        diverged: out
-            .diverged
-            .iter()
-            .flat_map(|&d| std::iter::repeat_n(d, chains))
-            .collect(),
-        ..out
     }
 }
 

@@ -9,7 +9,7 @@ use uqbench_engine::trainer::Resources;
 use uqbench_engine::{open_device, BackendKind, NetConfig};
 use uqbench_samplers::{Algorithm, Hmc, HmcConfig, HmcSettings, Metric, Trajectory};
 
-use super::hmc::{normal_cdf, pairing_settings, sigma_pairing};
+use super::hmc::{normal_cdf, pairing_settings, sigma_pairing, sigma_pairing_with};
 
 /// The reference's settings: 64 chains in 8 superchains, fixed jittered trajectories of
 /// `steps` steps, `warmup` iterations and `draws` draws.
@@ -210,4 +210,26 @@ fn unit_moves_sample_the_hidden_layers_posterior() {
     // The unit moves are accepted (the orientation changes through them).
     assert!(o.scalars["unit_accept_rate"] > 0.01, "{:?}", o.scalars);
     let _ = normal_cdf;
+}
+
+#[test]
+fn doubling_an_uncertified_sampling_stage_keeps_sampling_the_posterior() {
+    // About one leapfrog step per iteration: 64 × 20 draws whose autocorrelation keeps the first
+    // stage short of the certificate's ESS > 400, so the sampling stage doubles (each doubling
+    // keeps every other draw and runs as long again at twice the thinning) until it is
+    // certified; the draws then hold `sigma_pairing`'s exact joint of (f, σ) and its
+    // predictive's tails. Its shuffled-σ check is left out: it needs ~1 000 effective draws,
+    // which a run stopped at the certificate's 400 need not have; that the halving keeps f, σ
+    // and the energy of one iteration together is held by the sampler's unit test
+    // `a_doubled_stage_keeps_every_draw_at_the_new_thinning`.
+    let scalars = sigma_pairing_with(
+        HmcSettings {
+            prior_sd: pairing_settings().prior_sd,
+            doublings: 6,
+            ..ensemble(1, 300, 20)
+        },
+        false,
+    );
+    let doubled = scalars["sampling_doublings"];
+    assert!((1.0..=6.0).contains(&doubled), "{scalars:?}");
 }
