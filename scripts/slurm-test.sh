@@ -138,7 +138,7 @@ for _ in $(seq 60); do
     esac
     sleep 1
 done
-sinfo -h -n "$host" -o %T | grep -q '^idle' || {
+grep -q '^idle' <<<"$(sinfo -h -n "$host" -o %T)" || {
     echo "slurm-test: the node never became idle (state: $(sinfo -h -o %T 2>&1))" >&2
     exit 1
 }
@@ -234,7 +234,7 @@ done
 }
 status="$("$bin" status "$work/killed")"
 echo "$status" | tail -n 4
-echo "$status" | grep -q "to resubmit: 1$" || {
+grep -q "to resubmit: 1$" <<<"$status" || {
     echo "slurm-test: uqbench status does not name task 1 (alone) as the one to resubmit" >&2
     exit 1
 }
@@ -268,9 +268,11 @@ kept=$(comm -12 "$work/before.txt" "$work/after.txt" | wc -l)
     exit 1
 }
 units=$(grep -ho "[0-9]* of [0-9]* work units to run" "$part/../../logs/task-1.log" | cut -d' ' -f1)
-first=$(echo "$units" | head -n 1)
-second=$(echo "$units" | tail -n 1)
-[ "$(echo "$units" | wc -l)" -eq 2 ] && [ "$second" -lt "$first" ] || {
+# Parameter expansion, not `echo | head`: under pipefail, head's early exit can end echo with
+# SIGPIPE (rc 141), which failed CI on a loaded machine (2026-11-28).
+first=${units%%$'\n'*}
+second=${units##*$'\n'}
+[ "$(printf '%s\n' "$units" | wc -l)" -eq 2 ] && [ "$second" -lt "$first" ] || {
     echo "slurm-test: the resubmitted task did not skip the finished units ($first, then $second to run)" >&2
     exit 1
 }
