@@ -41,7 +41,7 @@ fn the_bandit_and_active_learning_write_every_policy_s_rows_and_curves() {
         .iter()
         .filter(|r| r[1] == "BLR" && r[3] == "regret_ratio")
     {
-        assert_eq!(r[4], "1");
+        assert_eq!(r[4], "1.0");
     }
     let agg = csv_rows(&out.join("decisions_aggregate.csv"));
     let mean = |p: &str, m: &str| -> f64 {

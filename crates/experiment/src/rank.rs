@@ -17,6 +17,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 use uqbench_core::Rng;
+use uqbench_metrics::regression::quantile_sorted;
 
 use crate::bail;
 use crate::compare::RepRow;
@@ -185,9 +186,10 @@ pub fn rank_correlations(
                 .filter(|r| r.is_finite())
                 .collect();
             boot.sort_by(f64::total_cmp);
+            // The type-7 percentile of the replicates, as every other quantile of uqbench.
             let at = |q: f64| match boot.len() {
                 0 => f64::NAN,
-                k => boot[((q * (k - 1) as f64).round() as usize).min(k - 1)],
+                _ => quantile_sorted(&boot, q),
             };
             out.push(RankCorrelation {
                 setting: setting.clone(),

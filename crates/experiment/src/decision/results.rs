@@ -27,6 +27,7 @@ use serde::Serialize;
 use super::{DecisionKind, PolicyResult};
 use crate::error::Result;
 use crate::store::write_atomic;
+use crate::summary::files::num;
 use crate::summary::names::{self as n, ALL};
 use crate::summary::{REPETITIONS_COLUMNS, REPETITIONS_CSV};
 
@@ -144,16 +145,6 @@ pub fn curves(setting: &str, per_rep: &[Vec<PolicyResult>]) -> Vec<Curve> {
         .collect()
 }
 
-/// A number as the CSV files of uqbench write it (`inf`, `-inf`, empty for NaN).
-fn number(v: f64) -> String {
-    match v {
-        v if v.is_nan() => String::new(),
-        v if v == f64::INFINITY => "inf".into(),
-        v if v == f64::NEG_INFINITY => "-inf".into(),
-        v => format!("{v}"),
-    }
-}
-
 /// Writes `decisions.csv` (every row), `decisions_aggregate.csv` (mean, se and n per setting,
 /// policy and metric), `repetitions.csv` (the rows in `uqbench compare`'s layout: a policy
 /// as its method, region `all`) and `curves.json` into `dir`, each atomically.
@@ -167,7 +158,7 @@ pub fn write(dir: &Path, rows: &[Row], curves: &[Curve]) -> Result<()> {
             r.policy,
             r.repetition,
             r.metric,
-            number(r.value)
+            num(r.value)
         );
     }
     write_atomic(&dir.join("decisions.csv"), all.as_bytes())?;
@@ -180,7 +171,7 @@ pub fn write(dir: &Path, rows: &[Row], curves: &[Curve]) -> Result<()> {
             r.policy,
             r.metric,
             r.repetition,
-            number(r.value)
+            num(r.value)
         );
     }
     write_atomic(&dir.join(REPETITIONS_CSV), paired.as_bytes())?;
@@ -189,8 +180,8 @@ pub fn write(dir: &Path, rows: &[Row], curves: &[Curve]) -> Result<()> {
         let _ = writeln!(
             agg,
             "{setting},{policy},{metric},{},{},{n}",
-            number(mean),
-            number(se)
+            num(mean),
+            num(se)
         );
     }
     write_atomic(&dir.join("decisions_aggregate.csv"), agg.as_bytes())?;

@@ -25,7 +25,7 @@ mod classify;
 mod compute;
 mod distance;
 mod empirical;
-mod files;
+pub(crate) mod files;
 mod grouped;
 pub mod joint;
 mod levels;
