@@ -4,9 +4,10 @@
 //! - **The large product**: C = A·B with A `[2000, 256]`, B `[256, 512]` through the register
 //!   tiles the host trainer's products use (`point_major`), one product per worker thread at
 //!   once, the best of three timings of about 0.15 s each (one timing where a single product
-//!   takes longer: the baseline level, whose fused multiply-add is a library call). B's panel of 32 columns (32 KiB)
-//!   stays in the level-1 cache while a tile runs down the inner dimension, so this is the
-//!   tiles' own rate, what a tuned sgemm reaches on large matrices by packing.
+//!   takes longer: the baseline level, whose fused multiply-add is a library call). B is not
+//!   packed: its rows are 2 KiB apart, so a tile's column panel maps to few sets of an 8-way
+//!   32 KiB level-1 cache and is reread from level 2 (docs/performance.md, 2026-11-29); on
+//!   such machines this reads below the tiles' rate on the trainer's small operands.
 //! - **The FMA-bound peak**: independent chains of fused multiply-adds held in registers (16
 //!   chains of 16 lanes at AVX-512, 12 of 8 at AVX2: more than the two FMA ports × four cycles
 //!   of latency that keep a core busy), on every worker thread. It is measured rather than
