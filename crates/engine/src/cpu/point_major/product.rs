@@ -268,9 +268,9 @@ impl Product<'_> {
         let mut acc = [init; R];
         // The loop walks exact-size pieces (B's rows of n, Aᵀ's rows of ld, A's rows of k)
         // under one check before it, so the compiler proves every index in range and the
-        // body is the loads and the fused multiply-adds alone: with a range check per
-        // iteration (four instructions and two branches) the AVX2 tile ran at 65% of the
-        // FMA-bound peak on a Zen 3 (issue 61; docs/performance.md).
+        // body is the loads and the fused multiply-adds alone (a range check per iteration
+        // was four instructions and two branches beside ten FMAs; one-thread W1 took 0.87×
+        // the time without it on a Zen 3: issue 61, docs/performance.md).
         let panel = S::LANES * NV;
         assert!(j0 + panel <= n, "a register tile past C's edge");
         let b = self.b[..kk * n].chunks_exact(n);
