@@ -107,13 +107,14 @@ pub(crate) struct Collapsed {
     gh: Vec<f64>,
     /// Whether `pre`, `rows` and `gram` hold θ_h = `h`'s (false until the first evaluation).
     gram_valid: bool,
-    /// A unit proposed by [`Collapsed::unit_neg_log_lik`] and not yet kept or restored, with
-    /// what it replaced: its weights and bias, its features and pre-activations, its row of
-    /// the Gram matrix.
+    /// A unit j proposed by [`Collapsed::unit_neg_log_lik`] and not yet kept or restored:
+    /// its weights and bias, its features and pre-activations (beside the state's, which stay
+    /// in place until the proposal is kept: a rejected proposal copies nothing back), and the
+    /// state's row j of the Gram matrix that the proposal's replaced.
     pending: Option<usize>,
-    saved_unit: Vec<f64>,
-    saved_row: Vec<f64>,
-    saved_pre: Vec<f64>,
+    proposal: Vec<f64>,
+    proposal_row: Vec<f64>,
+    proposal_pre: Vec<f64>,
     saved_gram: Vec<f64>,
     /// The new row of the Gram matrix.
     gram_row: Vec<f64>,
@@ -173,9 +174,9 @@ impl Collapsed {
             gh: vec![0.0; (d + 1) * w],
             gram_valid: false,
             pending: None,
-            saved_unit: vec![0.0; d + 1],
-            saved_row: vec![0.0; np],
-            saved_pre: vec![0.0; np],
+            proposal: vec![0.0; d + 1],
+            proposal_row: vec![0.0; np],
+            proposal_pre: vec![0.0; np],
             saved_gram: vec![0.0; p + 1],
             gram_row: vec![0.0; pp],
         }
@@ -221,8 +222,16 @@ impl Collapsed {
             for (h, &v) in self.h.iter_mut().zip(z) {
                 *h = f64::from(v);
             }
-            for j in 0..self.w {
-                self.features(j);
+            let (d, w, n, np) = (self.d, self.w, self.n, self.np);
+            let (w0, b0) = self.h.split_at(d * w);
+            for j in 0..w {
+                let rows = j * np..j * np + n;
+                features(
+                    (&self.x, np, n, self.slope),
+                    (&w0[j..], w, b0[j]),
+                    &mut self.pre[rows.clone()],
+                    &mut self.rows[rows],
+                );
             }
             // The Gram matrix of (Φ, y): ΦᵀΦ, and Φᵀy in its last row.
             let (np, p) = (self.np, self.w + 1);
@@ -232,53 +241,34 @@ impl Collapsed {
         self.factor_gram(inv_s2)
     }
 
-    /// Unit j's pre-activations and features (row j of Φᵀ) from θ_h in `h`.
-    #[inline(always)]
-    fn features(&mut self, j: usize) {
-        let (d, w, n, np) = (self.d, self.w, self.n, self.np);
-        let (w0, b0) = self.h.split_at(d * w);
-        let pre = &mut self.pre[j * np..j * np + n];
-        pre.fill(b0[j]);
-        for a in 0..d {
-            axpy(pre, w0[a * w + j], &self.x[a * np..a * np + n]);
-        }
-        // The padding stays zero.
-        for (f, &z) in self.rows[j * np..j * np + n].iter_mut().zip(pre.iter()) {
-            *f = if z > 0.0 { z } else { self.slope * z };
-        }
-    }
-
     /// −log p(y | θ_h, σ²) (as [`Collapsed::neg_log_lik`]) at the state last factored with
     /// hidden unit j's input weights and bias replaced by `unit` (`d` weights, then the bias):
-    /// only row j of Φᵀ and of the Gram matrix are recomputed (O(N·P) instead of O(N·P²)),
-    /// then A is factored. The unit stays in place until [`Collapsed::keep_unit`] or
-    /// [`Collapsed::restore_unit`]; +∞ where A cannot be factored.
+    /// only the proposal's row of Φᵀ and row j of the Gram matrix are computed (O(N·P) instead
+    /// of O(N·P²)), then A is factored. The proposal is pending until
+    /// [`Collapsed::keep_unit`] or [`Collapsed::restore_unit`]; +∞ where A cannot be factored.
     #[inline(always)]
     pub(crate) fn unit_neg_log_lik(&mut self, j: usize, unit: &[f32], inv_s2: f64) -> f64 {
         debug_assert!(
             self.gram_valid,
             "a unit's update needs the state's Gram matrix"
         );
-        let (d, w, np, q) = (self.d, self.w, self.np, self.w + 2);
-        for a in 0..d {
-            self.saved_unit[a] = self.h[a * w + j];
-            self.h[a * w + j] = f64::from(unit[a]);
+        let (n, np, q) = (self.n, self.np, self.w + 2);
+        for (p, &u) in self.proposal.iter_mut().zip(unit) {
+            *p = f64::from(u);
         }
-        self.saved_unit[d] = self.h[d * w + j];
-        self.h[d * w + j] = f64::from(unit[d]);
-        self.saved_row
-            .copy_from_slice(&self.rows[j * np..(j + 1) * np]);
-        self.saved_pre
-            .copy_from_slice(&self.pre[j * np..(j + 1) * np]);
-        for k in 0..q {
-            let (r, c) = (j.max(k), j.min(k));
-            self.saved_gram[k] = self.gram[r * q + c];
-        }
-        self.features(j);
+        let (weights, bias) = self.proposal.split_at(self.d);
+        // The padding of the proposal's row stays zero.
+        features(
+            (&self.x, np, n, self.slope),
+            (weights, 1, bias[0]),
+            &mut self.proposal_pre[..n],
+            &mut self.proposal_row[..n],
+        );
         self.unit
-            .row_products(&self.rows, np, j, q, &mut self.gram_row);
+            .row_products(&self.proposal_row, &self.rows, np, j, q, &mut self.gram_row);
         for (k, &g) in self.gram_row[..q].iter().enumerate() {
             let (r, c) = (j.max(k), j.min(k));
+            self.saved_gram[k] = self.gram[r * q + c];
             self.gram[r * q + c] = g;
         }
         self.pending = Some(j);
@@ -288,24 +278,29 @@ impl Collapsed {
         self.nll(inv_s2)
     }
 
-    /// Keeps the unit proposed last: the factored state is now the proposal.
+    /// Keeps the unit proposed last: its weights, features and pre-activations become the
+    /// state's, whose Gram matrix and factor already are the proposal's.
     pub(crate) fn keep_unit(&mut self) {
-        self.pending = None;
+        let Some(j) = self.pending.take() else {
+            return;
+        };
+        let (w, np) = (self.w, self.np);
+        // θ_h is W₀ `[d, W]` row-major, then b₀ `[W]`: unit j's entries are j, W + j, …
+        for (a, &v) in self.proposal.iter().enumerate() {
+            self.h[a * w + j] = v;
+        }
+        self.rows[j * np..(j + 1) * np].copy_from_slice(&self.proposal_row);
+        self.pre[j * np..(j + 1) * np].copy_from_slice(&self.proposal_pre);
     }
 
-    /// Puts back the unit replaced last (its weights, features and Gram entries); the factor
-    /// of A is stale until the next evaluation.
+    /// Drops the unit proposed last: the state's row j of the Gram matrix is put back (its
+    /// weights and features were never replaced); the factor of A is stale until the next
+    /// evaluation.
     pub(crate) fn restore_unit(&mut self) {
         let Some(j) = self.pending.take() else {
             return;
         };
-        let (d, w, np, q) = (self.d, self.w, self.np, self.w + 2);
-        for a in 0..d {
-            self.h[a * w + j] = self.saved_unit[a];
-        }
-        self.h[d * w + j] = self.saved_unit[d];
-        self.rows[j * np..(j + 1) * np].copy_from_slice(&self.saved_row);
-        self.pre[j * np..(j + 1) * np].copy_from_slice(&self.saved_pre);
+        let q = self.w + 2;
         for k in 0..q {
             let (r, c) = (j.max(k), j.min(k));
             self.gram[r * q + c] = self.saved_gram[k];
@@ -446,10 +441,12 @@ impl Collapsed {
             for t in 0..B.min(w - j0) {
                 let j = j0 + t;
                 let g = &mut self.g[t * np..(t + 1) * np];
+                // Through the leaky ReLU: a factor, not a branch (the signs of the
+                // pre-activations are as good as random to the branch predictor), with the
+                // same bits (x·1 = x).
+                let slope = self.slope;
                 for (gi, &z) in g[..n].iter_mut().zip(&self.pre[j * np..j * np + n]) {
-                    if z <= 0.0 {
-                        *gi *= self.slope;
-                    }
+                    *gi *= if z <= 0.0 { slope } else { 1.0 };
                 }
                 // Σ_i g_i, as the product with the constant row (1 on the points, 0 after).
                 gb[j] = dot(g, &self.rows[w * np..(w + 1) * np]);
@@ -523,6 +520,26 @@ impl Collapsed {
                 .map(|(y, f)| (y - f) * (y - f))
                 .sum(),
         )
+    }
+}
+
+/// One hidden unit's pre-activations z = b + Σ_a w_a x_a and features φ(z) (the leaky ReLU of
+/// slope `slope`) over the `n` points of the inputs `x` (`[d, np]`), the unit's input weights
+/// read every `stride` entries of `weights` (a column of W₀ `[d, W]`, or a proposal's `d`
+/// weights), then its bias.
+#[inline(always)]
+fn features(
+    (x, np, n, slope): (&[f64], usize, usize, f64),
+    (weights, stride, bias): (&[f64], usize, f64),
+    pre: &mut [f64],
+    row: &mut [f64],
+) {
+    pre.fill(bias);
+    for (a, xa) in x.chunks_exact(np).enumerate() {
+        axpy(pre, weights[a * stride], &xa[..n]);
+    }
+    for (f, &z) in row.iter_mut().zip(pre.iter()) {
+        *f = if z > 0.0 { z } else { slope * z };
     }
 }
 

@@ -54,14 +54,14 @@ fn the_gradient_is_the_potentials_derivative() {
 
 #[test]
 fn every_vector_unit_gives_the_same_bits() {
-    // The products over the points run on AVX-512, AVX2 or plain lanes (`lanes64.rs`);
-    // all compute every lane's products and sums in one order, so U, ∇U and the output
-    // layer's draws are identical (where the CPU lacks a level, `Unit::at` falls back and
-    // the comparison is with the baseline itself). Run inside the dispatched copy, as the
-    // chains do.
+    // The products over the points run on AVX-512, AVX2 or plain lanes (`lanes64.rs`), in
+    // register blocks of each unit's own size; all compute every lane's products and sums in
+    // one order, so U, ∇U, the output layer's draws and a unit move's value are identical
+    // (where the CPU lacks a level, `Unit::at` falls back and the comparison is with the
+    // baseline itself). Run inside the dispatched copy, as the chains do.
     struct Eval(Level);
     impl simd::Op for Eval {
-        type Output = (u64, Vec<u32>, Vec<u64>);
+        type Output = (u64, Vec<u32>, Vec<u64>, u64);
         #[inline(always)]
         fn call(self, _lanes: simd::Lanes) -> Self::Output {
             let (x, y, _) = problem();
@@ -71,10 +71,12 @@ fn every_vector_unit_gives_the_same_bits() {
             let u = col.potential(&z, 1.0 / 0.09, &mut grad);
             let mut out = vec![0.0; 4];
             col.draw_output(&z, 1.0 / 0.09, &mut Rng::new(5), &mut out);
+            let unit = col.unit_neg_log_lik(1, &[0.2, -0.4, 0.1], 1.0 / 0.09);
             (
                 u.to_bits(),
                 grad.iter().map(|g| g.to_bits()).collect(),
                 out.iter().map(|o| o.to_bits()).collect(),
+                unit.to_bits(),
             )
         }
     }

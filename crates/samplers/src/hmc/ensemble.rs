@@ -351,8 +351,10 @@ impl EnsembleTrainer<'_> {
                     ends[ch].copy_from_slice(&bufs.q);
                     moms[ch].copy_from_slice(&bufs.p);
                     alphas[ch] = mv.alpha;
+                    let mut nll = None;
                     for _ in 0..c.unit_sweeps {
-                        let (tried, took) = unit_moves(chain, rung, &mut w.stream);
+                        let (tried, took, at) = unit_moves(chain, rung, &mut w.stream, nll);
+                        nll = Some(at);
                         w.record.units_tried += tried;
                         w.record.units_accepted += took;
                         if took > 0 && t.noise.is_some() {
@@ -540,18 +542,29 @@ impl EnsembleTrainer<'_> {
 
 /// The unit moves of one rung's state (see the module docs): each hidden unit's input weights
 /// and bias proposed from their prior in turn and accepted by the collapsed likelihood's ratio
-/// at the rung's temperature. Returns the proposals made and accepted. U and ∇U at the state
-/// are stale after an accepted proposal (the caller refreshes them).
+/// at the rung's temperature, from the state's collapsed −log-likelihood `here` where the
+/// previous sweep returned it (computed otherwise). Returns the proposals made and accepted,
+/// and the state's −log-likelihood at the end (a function of the Gram matrix alone, which
+/// nothing between two sweeps changes: the same bits as computing it again). U and ∇U at the
+/// state are stale after an accepted proposal (the caller refreshes them).
 #[inline(always)]
-fn unit_moves(chain: &mut Chain<'_>, rung: &mut State, stream: &mut Rng) -> (u64, u64) {
+fn unit_moves(
+    chain: &mut Chain<'_>,
+    rung: &mut State,
+    stream: &mut Rng,
+    here: Option<f64>,
+) -> (u64, u64, f64) {
     let inv = rung.inv_s2();
     let col = chain
         .collapsed
         .as_mut()
         .expect("unit moves need the output layer integrated out (checked up front)");
     let ((w, d), sd) = (col.units(), col.prior_sd());
-    let here = col.neg_log_lik(&rung.q, inv);
-    let mut here = here;
+    // A match, not `unwrap_or_else`: a closure may be compiled outside the dispatched copy.
+    let mut here = match here {
+        Some(v) => v,
+        None => col.neg_log_lik(&rung.q, inv),
+    };
     let mut unit = vec![0.0f32; d + 1];
     let mut took = 0;
     for j in 0..w {
@@ -572,7 +585,7 @@ fn unit_moves(chain: &mut Chain<'_>, rung: &mut State, stream: &mut Rng) -> (u64
             col.restore_unit();
         }
     }
-    (w as u64, took)
+    (w as u64, took, here)
 }
 
 /// Borrowed rows.

@@ -17,6 +17,14 @@ pub(crate) const B: usize = 4;
 /// A vector unit of eight f64 lanes.
 pub(crate) trait Vector: Copy {
     type V: Copy;
+    /// The register blocks that fit the unit's registers without spilling: the Gram matrix's
+    /// blocks of `GRAM` × `GRAM` row pairs, and [`Unit::combine`]'s `STEP` vectors of points
+    /// per row (AVX2's sixteen registers hold 2 × 2 pairs of two-register vectors, AVX-512's
+    /// thirty-two 4 × 4; 4 × 4 on AVX2 spilled every accumulator to the stack each step,
+    /// `perf annotate`). The blocking orders no sum differently: the same bits at every
+    /// level.
+    const GRAM: usize;
+    const STEP: usize;
     fn splat(self, x: f64) -> Self::V;
     fn load(self, x: &[f64; L]) -> Self::V;
     /// acc + a·b, the product rounded first.
@@ -30,6 +38,8 @@ pub(crate) struct Plain;
 
 impl Vector for Plain {
     type V = [f64; L];
+    const GRAM: usize = 2;
+    const STEP: usize = 1;
 
     #[inline(always)]
     fn splat(self, x: f64) -> [f64; L] {
@@ -59,6 +69,8 @@ impl Vector for Plain {
 #[cfg(target_arch = "x86_64")]
 impl Vector for V3 {
     type V = (f64x4, f64x4);
+    const GRAM: usize = 2;
+    const STEP: usize = 1;
 
     #[inline(always)]
     fn splat(self, x: f64) -> Self::V {
@@ -89,6 +101,8 @@ impl Vector for V3 {
 #[cfg(target_arch = "x86_64")]
 impl Vector for V4 {
     type V = f64x8;
+    const GRAM: usize = 4;
+    const STEP: usize = 2;
 
     #[inline(always)]
     fn splat(self, x: f64) -> f64x8 {
@@ -115,14 +129,6 @@ impl Vector for V4 {
 #[inline(always)]
 pub(crate) fn hsum(v: &[f64; L]) -> f64 {
     ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]))
-}
-
-/// Eight points of row `r` of a `[rows, np]` array from point `c` on.
-#[inline(always)]
-fn at(a: &[f64], np: usize, r: usize, c: usize) -> &[f64; L] {
-    a[r * np + c..r * np + c + L]
-        .try_into()
-        .expect("rows are padded to whole vectors")
 }
 
 /// The vector unit of a chain's level.
@@ -160,25 +166,34 @@ impl Unit {
     #[inline(always)]
     pub(crate) fn gram_lower(self, rows: &[f64], np: usize, q: usize, out: &mut [f64]) {
         match self {
-            Unit::Plain => gram_lower(Plain, rows, np, q, out),
+            Unit::Plain => gram_lower::<_, { Plain::GRAM }>(Plain, rows, np, q, out),
             #[cfg(target_arch = "x86_64")]
-            Unit::V3(v) => gram_lower(v, rows, np, q, out),
+            Unit::V3(v) => gram_lower::<_, { V3::GRAM }>(v, rows, np, q, out),
             #[cfg(target_arch = "x86_64")]
-            Unit::V4(v) => gram_lower(v, rows, np, q, out),
+            Unit::V4(v) => gram_lower::<_, { V4::GRAM }>(v, rows, np, q, out),
         }
     }
 
-    /// `out[k] = Σ_i rows[j, i]·rows[k, i]` for the first `q` rows k of `rows` (`[pp, np]`,
-    /// pp a multiple of B, zero-padded): one row of the Gram matrix, each loaded vector of row
-    /// j serving B rows (a unit move's update, `collapsed.rs`).
+    /// `out[k] = Σ_i a_i·r_k[i]` for the first `q` rows k of `rows` (`[pp, np]`, pp a
+    /// multiple of B, zero-padded) with row j replaced by `a` (`np` points): row j of the Gram
+    /// matrix of the rows with row j replaced, each loaded vector of `a` serving B rows (a
+    /// unit move's update, `collapsed.rs`, which keeps the proposal beside the state's rows).
     #[inline(always)]
-    pub(crate) fn row_products(self, rows: &[f64], np: usize, j: usize, q: usize, out: &mut [f64]) {
+    pub(crate) fn row_products(
+        self,
+        a: &[f64],
+        rows: &[f64],
+        np: usize,
+        j: usize,
+        q: usize,
+        out: &mut [f64],
+    ) {
         match self {
-            Unit::Plain => row_products(Plain, rows, np, j, q, out),
+            Unit::Plain => row_products(Plain, a, (rows, np), (j, q), out),
             #[cfg(target_arch = "x86_64")]
-            Unit::V3(v) => row_products(v, rows, np, j, q, out),
+            Unit::V3(v) => row_products(v, a, (rows, np), (j, q), out),
             #[cfg(target_arch = "x86_64")]
-            Unit::V4(v) => row_products(v, rows, np, j, q, out),
+            Unit::V4(v) => row_products(v, a, (rows, np), (j, q), out),
         }
     }
 
@@ -195,41 +210,57 @@ impl Unit {
         out: &mut [f64],
     ) {
         match self {
-            Unit::Plain => combine(Plain, first, init, coef, rows, np, out),
+            Unit::Plain => combine::<_, { Plain::STEP }>(Plain, first, init, coef, rows, np, out),
             #[cfg(target_arch = "x86_64")]
-            Unit::V3(v) => combine(v, first, init, coef, rows, np, out),
+            Unit::V3(v) => combine::<_, { V3::STEP }>(v, first, init, coef, rows, np, out),
             #[cfg(target_arch = "x86_64")]
-            Unit::V4(v) => combine(v, first, init, coef, rows, np, out),
+            Unit::V4(v) => combine::<_, { V4::STEP }>(v, first, init, coef, rows, np, out),
         }
     }
 }
 
-/// [`Unit::gram_lower`]: register blocks of B × B row pairs over eight points at a time, so
-/// that each loaded vector serves B products and the B² sums run as independent chains.
+/// Row `k` of a `[rows, np]` array as its `n` = np / L vectors (cut to exactly `n`, so that a
+/// loop over `0..n` carries no range checks).
 #[inline(always)]
-fn gram_lower<S: Vector>(s: S, rows: &[f64], np: usize, q: usize, out: &mut [f64]) {
-    for j0 in (0..q).step_by(B) {
-        for k0 in (0..=j0).step_by(B) {
-            let mut acc = [s.splat(0.0); B * B];
-            for c in (0..np).step_by(L) {
+fn vectors(a: &[f64], np: usize, k: usize) -> &[[f64; L]] {
+    &a[k * np..(k + 1) * np].as_chunks::<L>().0[..np / L]
+}
+
+/// [`Unit::gram_lower`]: register blocks of G × G row pairs over eight points at a time, so
+/// that each loaded vector serves G products and the G² sums run as independent chains.
+#[inline(always)]
+fn gram_lower<S: Vector, const G: usize>(s: S, rows: &[f64], np: usize, q: usize, out: &mut [f64]) {
+    let n = np / L;
+    for j0 in (0..q).step_by(G) {
+        let mut a: [&[[f64; L]]; G] = [&[]; G];
+        for (t, a_t) in a.iter_mut().enumerate() {
+            *a_t = vectors(rows, np, j0 + t);
+        }
+        for k0 in (0..=j0).step_by(G) {
+            let mut b: [&[[f64; L]]; G] = [&[]; G];
+            for (u, b_u) in b.iter_mut().enumerate() {
+                *b_u = vectors(rows, np, k0 + u);
+            }
+            let mut acc = [[s.splat(0.0); G]; G];
+            for c in 0..n {
                 // Loops, not `array::from_fn`: its closures are compiled outside the
                 // dispatched copy, and the intrinsics in them become calls.
-                let (mut a, mut b) = ([s.splat(0.0); B], [s.splat(0.0); B]);
-                for t in 0..B {
-                    a[t] = s.load(at(rows, np, j0 + t, c));
-                    b[t] = s.load(at(rows, np, k0 + t, c));
+                let (mut va, mut vb) = ([s.splat(0.0); G], [s.splat(0.0); G]);
+                for t in 0..G {
+                    va[t] = s.load(&a[t][c]);
+                    vb[t] = s.load(&b[t][c]);
                 }
-                for t in 0..B {
-                    for u in 0..B {
-                        acc[t * B + u] = s.mul_add(acc[t * B + u], a[t], b[u]);
+                for t in 0..G {
+                    for u in 0..G {
+                        acc[t][u] = s.mul_add(acc[t][u], va[t], vb[u]);
                     }
                 }
             }
-            for t in 0..B {
-                for u in 0..B {
+            for t in 0..G {
+                for u in 0..G {
                     let (j, k) = (j0 + t, k0 + u);
                     if j < q && k <= j {
-                        out[j * q + k] = hsum(&s.array(acc[t * B + u]));
+                        out[j * q + k] = hsum(&s.array(acc[t][u]));
                     }
                 }
             }
@@ -237,10 +268,10 @@ fn gram_lower<S: Vector>(s: S, rows: &[f64], np: usize, q: usize, out: &mut [f64
     }
 }
 
-/// [`Unit::combine`]: B rows of accumulators over sixteen points (two vectors each, eight
-/// independent chains), every loaded vector of a row serving B of them.
+/// [`Unit::combine`]: B rows of accumulators over V vectors of points (B·V independent
+/// chains), every loaded vector of a row serving B of them.
 #[inline(always)]
-fn combine<S: Vector>(
+fn combine<S: Vector, const V: usize>(
     s: S,
     first: &[f64],
     init: &[f64; B],
@@ -250,39 +281,68 @@ fn combine<S: Vector>(
     out: &mut [f64],
 ) {
     let p = coef.len() / B;
-    for c in (0..np).step_by(2 * L) {
-        let f = [s.load(at(first, np, 0, c)), s.load(at(first, np, 0, c + L))];
+    let first = vectors(first, np, 0);
+    for c in (0..np / L).step_by(V) {
         let zero = s.splat(0.0);
-        let mut acc = [[zero; 2]; B];
-        for (acc_t, &v) in acc.iter_mut().zip(init) {
-            let v = s.splat(v);
-            acc_t[0] = s.mul_add(zero, v, f[0]);
-            acc_t[1] = s.mul_add(zero, v, f[1]);
+        let mut f = [zero; V];
+        for (v, f_v) in f.iter_mut().enumerate() {
+            *f_v = s.load(&first[c + v]);
+        }
+        let mut acc = [[zero; V]; B];
+        for (acc_t, &x) in acc.iter_mut().zip(init) {
+            let x = s.splat(x);
+            for v in 0..V {
+                acc_t[v] = s.mul_add(zero, x, f[v]);
+            }
         }
         for k in 0..p {
-            let r = [s.load(at(rows, np, k, c)), s.load(at(rows, np, k, c + L))];
+            let row = vectors(rows, np, k);
+            let mut r = [zero; V];
+            for (v, r_v) in r.iter_mut().enumerate() {
+                *r_v = s.load(&row[c + v]);
+            }
             for (t, acc_t) in acc.iter_mut().enumerate() {
                 let ck = s.splat(coef[t * p + k]);
-                acc_t[0] = s.mul_add(acc_t[0], ck, r[0]);
-                acc_t[1] = s.mul_add(acc_t[1], ck, r[1]);
+                for v in 0..V {
+                    acc_t[v] = s.mul_add(acc_t[v], ck, r[v]);
+                }
             }
         }
         for (t, acc_t) in acc.iter().enumerate() {
-            out[t * np + c..t * np + c + L].copy_from_slice(&s.array(acc_t[0]));
-            out[t * np + c + L..t * np + c + 2 * L].copy_from_slice(&s.array(acc_t[1]));
+            for (v, &a) in acc_t.iter().enumerate() {
+                let at = t * np + (c + v) * L;
+                out[at..at + L].copy_from_slice(&s.array(a));
+            }
         }
     }
 }
 
-/// [`Unit::row_products`]: B rows k at a time over eight points.
+/// [`Unit::row_products`]: B rows k at a time over eight points, every row cut to the same
+/// whole vectors up front so that the loop carries no range checks (it runs once per unit
+/// proposal).
 #[inline(always)]
-fn row_products<S: Vector>(s: S, rows: &[f64], np: usize, j: usize, q: usize, out: &mut [f64]) {
+fn row_products<S: Vector>(
+    s: S,
+    a: &[f64],
+    (rows, np): (&[f64], usize),
+    (j, q): (usize, usize),
+    out: &mut [f64],
+) {
+    let a = a[..np].as_chunks::<L>().0;
+    let n = a.len();
     for k0 in (0..q).step_by(B) {
+        let mut r: [&[[f64; L]]; B] = [a; B];
+        for (t, r_t) in r.iter_mut().enumerate() {
+            let k = k0 + t;
+            if k != j {
+                *r_t = vectors(rows, np, k);
+            }
+        }
         let mut acc = [s.splat(0.0); B];
-        for c in (0..np).step_by(L) {
-            let a = s.load(at(rows, np, j, c));
+        for c in 0..n {
+            let x = s.load(&a[c]);
             for t in 0..B {
-                acc[t] = s.mul_add(acc[t], a, s.load(at(rows, np, k0 + t, c)));
+                acc[t] = s.mul_add(acc[t], x, s.load(&r[t][c]));
             }
         }
         for t in 0..B.min(q - k0) {
