@@ -328,7 +328,7 @@ fn row_products<S: Vector>(
     (j, q): (usize, usize),
     out: &mut [f64],
 ) {
-    let a = a[..np].as_chunks::<L>().0;
+    let a = vectors(a, np, 0);
     let n = a.len();
     for k0 in (0..q).step_by(B) {
         let mut r: [&[[f64; L]]; B] = [a; B];
