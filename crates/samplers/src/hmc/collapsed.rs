@@ -53,14 +53,6 @@ fn dot(a: &[f64], b: &[f64]) -> f64 {
     hsum(&acc) + tail
 }
 
-/// y += c·x.
-#[inline(always)]
-fn axpy(y: &mut [f64], c: f64, x: &[f64]) {
-    for (yi, &xi) in y.iter_mut().zip(x) {
-        *yi += c * xi;
-    }
-}
-
 /// The collapsed potential's dimensions and scratch, for one chain. Every vector over the
 /// training points is stored feature-major (`[features, np]`, the points padded with zeros
 /// to a multiple of L), so that the inner loops run over the points, contiguous.
@@ -227,7 +219,7 @@ impl Collapsed {
             for j in 0..w {
                 let rows = j * np..j * np + n;
                 features(
-                    (&self.x, np, n, self.slope),
+                    (self.unit, &self.x, np, n, self.slope),
                     (&w0[j..], w, b0[j]),
                     &mut self.pre[rows.clone()],
                     &mut self.rows[rows],
@@ -259,7 +251,7 @@ impl Collapsed {
         let (weights, bias) = self.proposal.split_at(self.d);
         // The padding of the proposal's row stays zero.
         features(
-            (&self.x, np, n, self.slope),
+            (self.unit, &self.x, np, n, self.slope),
             (weights, 1, bias[0]),
             &mut self.proposal_pre[..n],
             &mut self.proposal_row[..n],
@@ -398,7 +390,8 @@ impl Collapsed {
             let row = &mut rest[..ps];
             row[j] = 1.0;
             for k in 0..j {
-                axpy(row, -u[k * ps + j], &done[k * ps..(k + 1) * ps]);
+                self.unit
+                    .axpy(row, -u[k * ps + j], &done[k * ps..(k + 1) * ps]);
             }
             let l = u[j * ps + j];
             for v in row.iter_mut() {
@@ -411,7 +404,7 @@ impl Collapsed {
         for j in 0..p {
             let row = &mut a_inv[j * ps..(j + 1) * ps];
             for i in j..p {
-                axpy(row, x[i * ps + j], &x[i * ps..(i + 1) * ps]);
+                self.unit.axpy(row, x[i * ps + j], &x[i * ps..(i + 1) * ps]);
             }
         }
         for j in 0..w {
@@ -423,7 +416,8 @@ impl Collapsed {
         // α = (y − Φm)/σ² (zero on the padding).
         self.fit.fill(0.0);
         for k in 0..p {
-            axpy(&mut self.fit, self.m[k], &self.rows[k * np..(k + 1) * np]);
+            self.unit
+                .axpy(&mut self.fit, self.m[k], &self.rows[k * np..(k + 1) * np]);
         }
         let y = &self.rows[p * np..(p + 1) * np];
         for ((a, &y), &f) in self.alpha.iter_mut().zip(y).zip(&self.fit) {
@@ -436,9 +430,16 @@ impl Collapsed {
         for j0 in (0..w).step_by(B) {
             let init: [f64; B] = std::array::from_fn(|t| -self.m_pad[j0 + t]);
             let coef = &self.coef[j0 * p..(j0 + B) * p];
-            self.unit
-                .combine(&self.alpha, &init, coef, &self.rows, np, &mut self.g);
-            for t in 0..B.min(w - j0) {
+            let used = B.min(w - j0);
+            let unit = self.unit;
+            unit.combine(
+                (&self.alpha, &init),
+                coef,
+                (&self.rows, np),
+                used,
+                &mut self.g,
+            );
+            for t in 0..used {
                 let j = j0 + t;
                 let g = &mut self.g[t * np..(t + 1) * np];
                 // Through the leaky ReLU: a factor, not a branch (the signs of the
@@ -449,9 +450,9 @@ impl Collapsed {
                     *gi *= if z <= 0.0 { slope } else { 1.0 };
                 }
                 // Σ_i g_i, as the product with the constant row (1 on the points, 0 after).
-                gb[j] = dot(g, &self.rows[w * np..(w + 1) * np]);
+                gb[j] = unit.dot(g, &self.rows[w * np..(w + 1) * np]);
                 for a in 0..d {
-                    gw[a * w + j] = dot(&self.x[a * np..(a + 1) * np], g);
+                    gw[a * w + j] = unit.dot(&self.x[a * np..(a + 1) * np], g);
                 }
             }
         }
@@ -511,7 +512,7 @@ impl Collapsed {
         }
         self.fit.fill(0.0);
         for (&o, row) in out.iter().zip(self.rows.chunks_exact(np)) {
-            axpy(&mut self.fit, o, row);
+            self.unit.axpy(&mut self.fit, o, row);
         }
         let y = &self.rows[p * np..(p + 1) * np];
         Some(
@@ -529,14 +530,14 @@ impl Collapsed {
 /// weights), then its bias.
 #[inline(always)]
 fn features(
-    (x, np, n, slope): (&[f64], usize, usize, f64),
+    (unit, x, np, n, slope): (Unit, &[f64], usize, usize, f64),
     (weights, stride, bias): (&[f64], usize, f64),
     pre: &mut [f64],
     row: &mut [f64],
 ) {
     pre.fill(bias);
     for (a, xa) in x.chunks_exact(np).enumerate() {
-        axpy(pre, weights[a * stride], &xa[..n]);
+        unit.axpy(pre, weights[a * stride], &xa[..n]);
     }
     for (f, &z) in row.iter_mut().zip(pre.iter()) {
         *f = if z > 0.0 { z } else { slope * z };

@@ -197,25 +197,92 @@ impl Unit {
         }
     }
 
-    /// `out[t, ·] = init_t·first + Σ_k coef[t, k]·rows[k, ·]` for B rows t, k < `p`, over
-    /// the `np` points (`coef` `[B, p]`, `rows` `[_, np]`, `out` `[B, np]`).
+    /// `out[t, ·] = init_t·first + Σ_k coef[t, k]·rows[k, ·]` for the first `used` ≤ B rows
+    /// t, k < `p`, over the `np` points (`coef` `[B, p]`, `rows` `[_, np]`, `out` `[B, np]`;
+    /// rows t ≥ `used` of `out` are left as they are: a network's last block of units need
+    /// not fill B, and width 5's second block would compute three rows for nothing).
     #[inline(always)]
     pub(crate) fn combine(
         self,
-        first: &[f64],
-        init: &[f64; B],
+        (first, init): (&[f64], &[f64; B]),
         coef: &[f64],
-        rows: &[f64],
-        np: usize,
+        (rows, np): (&[f64], usize),
+        used: usize,
         out: &mut [f64],
     ) {
         match self {
-            Unit::Plain => combine::<_, { Plain::STEP }>(Plain, first, init, coef, rows, np, out),
+            Unit::Plain => combine_rows::<_, { Plain::STEP }>(
+                Plain,
+                (first, init),
+                coef,
+                (rows, np),
+                used,
+                out,
+            ),
             #[cfg(target_arch = "x86_64")]
-            Unit::V3(v) => combine::<_, { V3::STEP }>(v, first, init, coef, rows, np, out),
+            Unit::V3(v) => {
+                combine_rows::<_, { V3::STEP }>(v, (first, init), coef, (rows, np), used, out)
+            }
             #[cfg(target_arch = "x86_64")]
-            Unit::V4(v) => combine::<_, { V4::STEP }>(v, first, init, coef, rows, np, out),
+            Unit::V4(v) => {
+                combine_rows::<_, { V4::STEP }>(v, (first, init), coef, (rows, np), used, out)
+            }
         }
+    }
+
+    /// Σ a_i b_i over the common length with the bits of `collapsed.rs`'s `dot` (eight
+    /// partial sums, one per lane, over the whole vectors, summed by [`hsum`], then the
+    /// tail's products): in the unit's registers, where the compiler's own vectorisation of
+    /// that loop used two-lane ones.
+    #[inline(always)]
+    pub(crate) fn dot(self, a: &[f64], b: &[f64]) -> f64 {
+        match self {
+            Unit::Plain => dot(Plain, a, b),
+            #[cfg(target_arch = "x86_64")]
+            Unit::V3(v) => dot(v, a, b),
+            #[cfg(target_arch = "x86_64")]
+            Unit::V4(v) => dot(v, a, b),
+        }
+    }
+
+    /// y += c·x over the common length (each product rounded, then added: the bits of the
+    /// scalar loop), in the unit's registers.
+    #[inline(always)]
+    pub(crate) fn axpy(self, y: &mut [f64], c: f64, x: &[f64]) {
+        match self {
+            Unit::Plain => axpy(Plain, y, c, x),
+            #[cfg(target_arch = "x86_64")]
+            Unit::V3(v) => axpy(v, y, c, x),
+            #[cfg(target_arch = "x86_64")]
+            Unit::V4(v) => axpy(v, y, c, x),
+        }
+    }
+}
+
+/// [`Unit::dot`].
+#[inline(always)]
+fn dot<S: Vector>(s: S, a: &[f64], b: &[f64]) -> f64 {
+    let n = a.len().min(b.len());
+    let ((va, ta), (vb, tb)) = (a[..n].as_chunks::<L>(), b[..n].as_chunks::<L>());
+    let mut acc = s.splat(0.0);
+    for (x, y) in va.iter().zip(vb) {
+        acc = s.mul_add(acc, s.load(x), s.load(y));
+    }
+    let tail: f64 = ta.iter().zip(tb).map(|(x, y)| x * y).sum();
+    hsum(&s.array(acc)) + tail
+}
+
+/// [`Unit::axpy`].
+#[inline(always)]
+fn axpy<S: Vector>(s: S, y: &mut [f64], c: f64, x: &[f64]) {
+    let n = y.len().min(x.len());
+    let ((vy, ty), (vx, tx)) = (y[..n].as_chunks_mut::<L>(), x[..n].as_chunks::<L>());
+    let cv = s.splat(c);
+    for (a, b) in vy.iter_mut().zip(vx) {
+        *a = s.array(s.mul_add(s.load(a), cv, s.load(b)));
+    }
+    for (a, &b) in ty.iter_mut().zip(tx) {
+        *a += c * b;
     }
 }
 
@@ -268,27 +335,48 @@ fn gram_lower<S: Vector, const G: usize>(s: S, rows: &[f64], np: usize, q: usize
     }
 }
 
-/// [`Unit::combine`]: B rows of accumulators over V vectors of points (B·V independent
-/// chains), every loaded vector of a row serving B of them.
+/// [`Unit::combine`] for `used` rows: the block's size as a constant, so that its loops
+/// unroll into registers.
 #[inline(always)]
-fn combine<S: Vector, const V: usize>(
+fn combine_rows<S: Vector, const V: usize>(
     s: S,
-    first: &[f64],
-    init: &[f64; B],
+    head: (&[f64], &[f64; B]),
     coef: &[f64],
-    rows: &[f64],
-    np: usize,
+    rows: (&[f64], usize),
+    used: usize,
+    out: &mut [f64],
+) {
+    match used {
+        1 => combine::<S, V, 1>(s, head, coef, rows, out),
+        2 => combine::<S, V, 2>(s, head, coef, rows, out),
+        3 => combine::<S, V, 3>(s, head, coef, rows, out),
+        _ => combine::<S, V, B>(s, head, coef, rows, out),
+    }
+}
+
+/// [`Unit::combine`]: R rows of accumulators over V vectors of points (R·V independent
+/// chains), every loaded vector of a row serving R of them.
+#[inline(always)]
+fn combine<S: Vector, const V: usize, const R: usize>(
+    s: S,
+    (first, init): (&[f64], &[f64; B]),
+    coef: &[f64],
+    (rows, np): (&[f64], usize),
     out: &mut [f64],
 ) {
     let p = coef.len() / B;
+    let nv = np / L;
     let first = vectors(first, np, 0);
-    for c in (0..np / L).step_by(V) {
+    // Every row's vectors from one slice: a row's vector c is `all[k * nv + c]`, without
+    // re-slicing the row at every step.
+    let all = &rows.as_chunks::<L>().0[..p * nv];
+    for c in (0..nv).step_by(V) {
         let zero = s.splat(0.0);
         let mut f = [zero; V];
         for (v, f_v) in f.iter_mut().enumerate() {
             *f_v = s.load(&first[c + v]);
         }
-        let mut acc = [[zero; V]; B];
+        let mut acc = [[zero; V]; R];
         for (acc_t, &x) in acc.iter_mut().zip(init) {
             let x = s.splat(x);
             for v in 0..V {
@@ -296,10 +384,9 @@ fn combine<S: Vector, const V: usize>(
             }
         }
         for k in 0..p {
-            let row = vectors(rows, np, k);
             let mut r = [zero; V];
             for (v, r_v) in r.iter_mut().enumerate() {
-                *r_v = s.load(&row[c + v]);
+                *r_v = s.load(&all[k * nv + c + v]);
             }
             for (t, acc_t) in acc.iter_mut().enumerate() {
                 let ck = s.splat(coef[t * p + k]);
