@@ -110,6 +110,21 @@ pub(crate) struct Collapsed {
     saved_gram: Vec<f64>,
     /// The new row of the Gram matrix.
     gram_row: Vec<f64>,
+    /// The unit moves' inverse (see [`Collapsed::begin_units`]): A⁻¹ `[P, ps]` at the state
+    /// and 1/σ² `inv_s2_units`, with Q = bᵀA⁻¹b (b = Φᵀy) and ½ log det A; `units_valid`
+    /// while they are the state's (a new θ_h from anywhere but a kept unit clears it).
+    v: Vec<f64>,
+    quad: f64,
+    half_log_det: f64,
+    inv_s2_units: f64,
+    units_valid: bool,
+    /// The pending proposal's Schur complement s′, Q′ and ½ log det A′, S⁻¹a′ (`t`, entry j
+    /// unused), and whether it was scored by refactoring A′ instead (`exact`).
+    proposed: (f64, f64, f64),
+    t: Vec<f64>,
+    exact: bool,
+    /// The pending proposal's 1/σ².
+    pending_s2: f64,
 }
 
 impl Collapsed {
@@ -171,6 +186,15 @@ impl Collapsed {
             proposal_pre: vec![0.0; np],
             saved_gram: vec![0.0; p + 1],
             gram_row: vec![0.0; pp],
+            v: vec![0.0; p * ps],
+            quad: 0.0,
+            half_log_det: 0.0,
+            inv_s2_units: 0.0,
+            units_valid: false,
+            proposed: (0.0, 0.0, 0.0),
+            t: vec![0.0; p],
+            exact: true,
+            pending_s2: 0.0,
         }
     }
 
@@ -229,74 +253,9 @@ impl Collapsed {
             let (np, p) = (self.np, self.w + 1);
             self.unit.gram_lower(&self.rows, np, p + 1, &mut self.gram);
             self.gram_valid = true;
+            self.units_valid = false;
         }
         self.factor_gram(inv_s2)
-    }
-
-    /// −log p(y | θ_h, σ²) (as [`Collapsed::neg_log_lik`]) at the state last factored with
-    /// hidden unit j's input weights and bias replaced by `unit` (`d` weights, then the bias):
-    /// only the proposal's row of Φᵀ and row j of the Gram matrix are computed (O(N·P) instead
-    /// of O(N·P²)), then A is factored. The proposal is pending until
-    /// [`Collapsed::keep_unit`] or [`Collapsed::restore_unit`]; +∞ where A cannot be factored.
-    #[inline(always)]
-    pub(crate) fn unit_neg_log_lik(&mut self, j: usize, unit: &[f32], inv_s2: f64) -> f64 {
-        debug_assert!(
-            self.gram_valid,
-            "a unit's update needs the state's Gram matrix"
-        );
-        let (n, np, q) = (self.n, self.np, self.w + 2);
-        for (p, &u) in self.proposal.iter_mut().zip(unit) {
-            *p = f64::from(u);
-        }
-        let (weights, bias) = self.proposal.split_at(self.d);
-        // The padding of the proposal's row stays zero.
-        features(
-            (self.unit, &self.x, np, n, self.slope),
-            (weights, 1, bias[0]),
-            &mut self.proposal_pre[..n],
-            &mut self.proposal_row[..n],
-        );
-        self.unit
-            .row_products(&self.proposal_row, &self.rows, np, j, q, &mut self.gram_row);
-        for (k, &g) in self.gram_row[..q].iter().enumerate() {
-            let (r, c) = (j.max(k), j.min(k));
-            self.saved_gram[k] = self.gram[r * q + c];
-            self.gram[r * q + c] = g;
-        }
-        self.pending = Some(j);
-        if !self.factor_gram(inv_s2) {
-            return f64::INFINITY;
-        }
-        self.nll(inv_s2)
-    }
-
-    /// Keeps the unit proposed last: its weights, features and pre-activations become the
-    /// state's, whose Gram matrix and factor already are the proposal's.
-    pub(crate) fn keep_unit(&mut self) {
-        let Some(j) = self.pending.take() else {
-            return;
-        };
-        let (w, np) = (self.w, self.np);
-        // θ_h is W₀ `[d, W]` row-major, then b₀ `[W]`: unit j's entries are j, W + j, …
-        for (a, &v) in self.proposal.iter().enumerate() {
-            self.h[a * w + j] = v;
-        }
-        self.rows[j * np..(j + 1) * np].copy_from_slice(&self.proposal_row);
-        self.pre[j * np..(j + 1) * np].copy_from_slice(&self.proposal_pre);
-    }
-
-    /// Drops the unit proposed last: the state's row j of the Gram matrix is put back (its
-    /// weights and features were never replaced); the factor of A is stale until the next
-    /// evaluation.
-    pub(crate) fn restore_unit(&mut self) {
-        let Some(j) = self.pending.take() else {
-            return;
-        };
-        let q = self.w + 2;
-        for k in 0..q {
-            let (r, c) = (j.max(k), j.min(k));
-            self.gram[r * q + c] = self.saved_gram[k];
-        }
     }
 
     /// The factored state's −log p(y | θ_h, σ²) up to terms free of θ_h.
@@ -382,31 +341,8 @@ impl Collapsed {
         let fit: f64 = self.phi_y.iter().zip(&self.m).map(|(a, b)| a * b).sum();
         let log_det: f64 = (0..p).map(|j| u[j * ps + j].ln()).sum();
         let yy = self.gram[(p + 1) * (p + 1) - 1];
-        // X = L⁻¹ by rows, LX = I with L = Uᵀ: X_j = (e_j − Σ_{k<j} L_jk X_k)/L_jj.
-        let x = &mut self.l_inv;
-        x.fill(0.0);
-        for j in 0..p {
-            let (done, rest) = x.split_at_mut(j * ps);
-            let row = &mut rest[..ps];
-            row[j] = 1.0;
-            for k in 0..j {
-                self.unit
-                    .axpy(row, -u[k * ps + j], &done[k * ps..(k + 1) * ps]);
-            }
-            let l = u[j * ps + j];
-            for v in row.iter_mut() {
-                *v /= l;
-            }
-        }
-        // A⁻¹ = XᵀX by rows: (A⁻¹)_j = Σ_{i ≥ j} X_ij X_i.
-        let a_inv = &mut self.a_inv;
-        a_inv.fill(0.0);
-        for j in 0..p {
-            let row = &mut a_inv[j * ps..(j + 1) * ps];
-            for i in j..p {
-                self.unit.axpy(row, x[i * ps + j], &x[i * ps..(i + 1) * ps]);
-            }
-        }
+        self.invert();
+        let a_inv = &self.a_inv;
         for j in 0..w {
             for k in 0..p {
                 self.coef[j * p + k] = a_inv[j * ps + k] * inv_s2;
@@ -465,10 +401,41 @@ impl Collapsed {
         lik + 0.5 * self.prior_prec * prior
     }
 
-    /// −log p(y | θ_h, σ²) at θ_h `z` and 1/σ² `inv_s2`, up to terms free of θ_h: the potential
-    /// without its prior and without the gradient (the unit moves' ratio, `ensemble.rs`); +∞
-    /// where A cannot be factored.
+    /// A⁻¹ (`a_inv`, both triangles) from the factor, through X = L⁻¹.
     #[inline(always)]
+    fn invert(&mut self) {
+        let (p, ps, u) = (self.w + 1, self.ps, &self.chol);
+        // X = L⁻¹ by rows, LX = I with L = Uᵀ: X_j = (e_j − Σ_{k<j} L_jk X_k)/L_jj.
+        let x = &mut self.l_inv;
+        x.fill(0.0);
+        for j in 0..p {
+            let (done, rest) = x.split_at_mut(j * ps);
+            let row = &mut rest[..ps];
+            row[j] = 1.0;
+            for k in 0..j {
+                self.unit
+                    .axpy(row, -u[k * ps + j], &done[k * ps..(k + 1) * ps]);
+            }
+            let l = u[j * ps + j];
+            for v in row.iter_mut() {
+                *v /= l;
+            }
+        }
+        // A⁻¹ = XᵀX by rows: (A⁻¹)_j = Σ_{i ≥ j} X_ij X_i.
+        let a_inv = &mut self.a_inv;
+        a_inv.fill(0.0);
+        for j in 0..p {
+            let row = &mut a_inv[j * ps..(j + 1) * ps];
+            for i in j..p {
+                self.unit.axpy(row, x[i * ps + j], &x[i * ps..(i + 1) * ps]);
+            }
+        }
+    }
+
+    /// −log p(y | θ_h, σ²) at θ_h `z` and 1/σ² `inv_s2`, up to terms free of θ_h: the potential
+    /// without its prior and without the gradient (the tests' whole evaluation, against which
+    /// the unit moves' are held); +∞ where A cannot be factored.
+    #[cfg(test)]
     pub(crate) fn neg_log_lik(&mut self, z: &[f32], inv_s2: f64) -> f64 {
         if !self.factor(z, inv_s2) {
             return f64::INFINITY;
@@ -543,6 +510,10 @@ fn features(
         *f = if z > 0.0 { z } else { slope * z };
     }
 }
+
+// The unit moves' evaluation: A's Schur complement in one unit.
+#[path = "collapsed_units.rs"]
+mod units;
 
 #[cfg(test)]
 #[path = "collapsed_tests.rs"]

@@ -71,7 +71,13 @@ fn every_vector_unit_gives_the_same_bits() {
             let u = col.potential(&z, 1.0 / 0.09, &mut grad);
             let mut out = vec![0.0; 4];
             col.draw_output(&z, 1.0 / 0.09, &mut Rng::new(5), &mut out);
-            let unit = col.unit_neg_log_lik(1, &[0.2, -0.4, 0.1], 1.0 / 0.09);
+            let mut unit = col.unit_neg_log_lik(1, &[0.2, -0.4, 0.1], 1.0 / 0.09);
+            col.restore_unit();
+            // And through the Schur complement, after a kept proposal.
+            col.begin_units(&z, 1.0 / 0.09);
+            col.unit_neg_log_lik(0, &[-0.3, 0.5, 0.2], 1.0 / 0.09);
+            col.keep_unit();
+            unit += col.unit_neg_log_lik(2, &[0.7, 0.1, -0.6], 1.0 / 0.09);
             (
                 u.to_bits(),
                 grad.iter().map(|g| g.to_bits()).collect(),
@@ -166,17 +172,20 @@ fn the_output_layers_draws_have_the_conditional_moments() {
 
 #[test]
 fn a_units_update_is_the_whole_evaluation() {
-    // The unit moves' evaluation (row j of Φᵀ and of the Gram matrix recomputed) against a
-    // whole evaluation of the state with unit j replaced, for every unit: equal to 1e-12
-    // relative (the Gram row is summed in another order). Restoring the unit gives back the
-    // state's own value, and the potential at a new σ² reuses the Gram matrix with the same
-    // result as a fresh scratch.
+    // The unit moves' evaluation (row j of Φᵀ and of the Gram matrix recomputed, the value
+    // through A's Schur complement in unit j) against a whole evaluation of the state with
+    // unit j replaced, for every unit: equal to 1e-12 relative (the Gram row is summed in
+    // another order, the value computed by another route: both round at ~1e-15 here).
+    // Restoring the unit gives back the state's own value; keeping it makes the proposal the
+    // state, and the next proposals (through the inverse updated by blocks) again match whole
+    // evaluations; the potential at a new σ² reuses the Gram matrix with the same result as a
+    // fresh scratch.
     let (x, y, _) = problem();
     let z = [0.8f32, -1.1, 0.4, 0.3, 0.9, -0.7, 0.25, -0.35, 0.6];
     let inv_s2 = 1.0 / 0.09;
     let mut col = Collapsed::new(2, 3, &x, &y, 0.01, 10.0, Level::Baseline);
     let mut fresh = Collapsed::new(2, 3, &x, &y, 0.01, 10.0, Level::Baseline);
-    let here = col.neg_log_lik(&z, inv_s2);
+    let here = col.begin_units(&z, inv_s2);
     for j in 0..3 {
         let unit = [-0.6f32 + 0.3 * j as f32, 1.2, 0.45];
         let mut moved = z;
@@ -185,6 +194,10 @@ fn a_units_update_is_the_whole_evaluation() {
         }
         let want = fresh.neg_log_lik(&moved, inv_s2);
         let got = col.unit_neg_log_lik(j, &unit, inv_s2);
+        assert!(
+            !col.exact,
+            "unit {j} was refactored, not scored by its Schur complement"
+        );
         assert!(
             (got - want).abs() <= 1e-12 * want.abs(),
             "unit {j}: {got} vs {want}"
@@ -204,7 +217,25 @@ fn a_units_update_is_the_whole_evaluation() {
     for (a, &u) in unit.iter().enumerate() {
         moved[a * 3 + 1] = u;
     }
-    assert!((col.neg_log_lik(&moved, inv_s2) - kept).abs() <= 1e-12 * kept.abs());
+    assert!((fresh.neg_log_lik(&moved, inv_s2) - kept).abs() <= 1e-12 * kept.abs());
+    // Two more kept proposals through the updated inverse, each against a whole evaluation.
+    for (j, unit) in [(2, [-0.9f32, 0.3, 0.7]), (1, [0.5f32, 0.8, -0.2])] {
+        let got = col.unit_neg_log_lik(j, &unit, inv_s2);
+        assert!(!col.exact, "unit {j} was refactored");
+        col.keep_unit();
+        for (a, &u) in unit.iter().enumerate() {
+            moved[a * 3 + j] = u;
+        }
+        let want = fresh.neg_log_lik(&moved, inv_s2);
+        assert!(
+            (got - want).abs() <= 1e-12 * want.abs(),
+            "kept unit {j}: {got} vs {want}"
+        );
+    }
+    assert!(
+        (col.neg_log_lik(&moved, inv_s2) - fresh.neg_log_lik(&moved, inv_s2)).abs()
+            <= 1e-12 * kept.abs()
+    );
     let mut g1 = vec![0.0f32; 9];
     let mut g2 = vec![0.0f32; 9];
     let a = col.potential(&moved, 2.5, &mut g1);

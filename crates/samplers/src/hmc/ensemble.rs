@@ -543,10 +543,12 @@ impl EnsembleTrainer<'_> {
 /// The unit moves of one rung's state (see the module docs): each hidden unit's input weights
 /// and bias proposed from their prior in turn and accepted by the collapsed likelihood's ratio
 /// at the rung's temperature, from the state's collapsed −log-likelihood `here` where the
-/// previous sweep returned it (computed otherwise). Returns the proposals made and accepted,
-/// and the state's −log-likelihood at the end (a function of the Gram matrix alone, which
-/// nothing between two sweeps changes: the same bits as computing it again). U and ∇U at the
-/// state are stale after an accepted proposal (the caller refreshes them).
+/// previous sweep returned it (computed otherwise, with the inverse through which the sweeps'
+/// proposals are scored: `Collapsed::begin_units`). Returns the proposals made and
+/// accepted, and the state's −log-likelihood at the end (nothing between two sweeps changes
+/// the state or σ², so the next sweep starts from it and from the inverse its accepted
+/// proposals kept up to date). U and ∇U at the state are stale after an accepted proposal
+/// (the caller refreshes them).
 #[inline(always)]
 fn unit_moves(
     chain: &mut Chain<'_>,
@@ -563,7 +565,7 @@ fn unit_moves(
     // A match, not `unwrap_or_else`: a closure may be compiled outside the dispatched copy.
     let mut here = match here {
         Some(v) => v,
-        None => col.neg_log_lik(&rung.q, inv),
+        None => col.begin_units(&rung.q, inv),
     };
     let mut unit = vec![0.0f32; d + 1];
     let mut took = 0;
