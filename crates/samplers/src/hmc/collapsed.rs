@@ -258,15 +258,29 @@ impl Collapsed {
         self.factor_gram(inv_s2)
     }
 
+    /// The factored state's fit bᵀm (b = Φᵀy) and ½ log det A = Σ_p log U_pp: the sums that
+    /// [`Collapsed::nll`], the potential and the unit moves' inverse all need.
+    #[inline(always)]
+    fn fit_log_det(&self) -> (f64, f64) {
+        let (p, ps, u) = (self.w + 1, self.ps, &self.chol);
+        let fit: f64 = self.phi_y.iter().zip(&self.m).map(|(a, b)| a * b).sum();
+        let log_det: f64 = (0..p).map(|j| u[j * ps + j].ln()).sum();
+        (fit, log_det)
+    }
+
+    /// −log p(y | θ_h, σ²) up to terms free of θ_h from the state's fit and ½ log det A
+    /// ([`Collapsed::fit_log_det`]).
+    #[inline(always)]
+    fn lik(&self, (fit, log_det): (f64, f64), inv_s2: f64) -> f64 {
+        let q = self.w + 2;
+        let yy = self.gram[q * q - 1];
+        0.5 * (yy - fit) * inv_s2 + log_det
+    }
+
     /// The factored state's −log p(y | θ_h, σ²) up to terms free of θ_h.
     #[inline(always)]
     fn nll(&self, inv_s2: f64) -> f64 {
-        let p = self.w + 1;
-        let (ps, u) = (self.ps, &self.chol);
-        let fit: f64 = self.phi_y.iter().zip(&self.m).map(|(a, b)| a * b).sum();
-        let log_det: f64 = (0..p).map(|j| u[j * ps + j].ln()).sum();
-        let yy = self.gram[(p + 1) * (p + 1) - 1];
-        0.5 * (yy - fit) * inv_s2 + log_det
+        self.lik(self.fit_log_det(), inv_s2)
     }
 
     /// A's factor and m from the Gram matrix at 1/σ² `inv_s2`; false where A is not
@@ -336,11 +350,8 @@ impl Collapsed {
             grad.fill(0.0);
             return f64::INFINITY;
         }
-        let (d, w, n, np, p) = (self.d, self.w, self.n, self.np, self.w + 1);
-        let (ps, u) = (self.ps, &self.chol);
-        let fit: f64 = self.phi_y.iter().zip(&self.m).map(|(a, b)| a * b).sum();
-        let log_det: f64 = (0..p).map(|j| u[j * ps + j].ln()).sum();
-        let yy = self.gram[(p + 1) * (p + 1) - 1];
+        let (d, w, n, np, p, ps) = (self.d, self.w, self.n, self.np, self.w + 1, self.ps);
+        let lik = self.lik(self.fit_log_det(), inv_s2);
         self.invert();
         let a_inv = &self.a_inv;
         for j in 0..w {
@@ -392,7 +403,6 @@ impl Collapsed {
                 }
             }
         }
-        let lik = 0.5 * (yy - fit) * inv_s2 + log_det;
         let mut prior = 0.0;
         for ((g, &gh), &t) in grad.iter_mut().zip(&self.gh).zip(&self.h) {
             prior += t * t;

@@ -17,22 +17,23 @@ impl Collapsed {
         if !self.factor(z, inv_s2) {
             return f64::INFINITY;
         }
-        self.units_inverse(inv_s2);
-        self.nll(inv_s2)
+        let sums = self.units_inverse(inv_s2);
+        self.lik(sums, inv_s2)
     }
 
-    /// The unit moves' inverse, Q and ½ log det A from the state's fresh factor.
+    /// The unit moves' inverse, Q and ½ log det A from the state's fresh factor; returns the
+    /// fit and ½ log det A ([`Collapsed::fit_log_det`]).
     #[inline(always)]
-    fn units_inverse(&mut self, inv_s2: f64) {
-        let (p, ps) = (self.w + 1, self.ps);
+    fn units_inverse(&mut self, inv_s2: f64) -> (f64, f64) {
         self.invert();
         self.v.copy_from_slice(&self.a_inv);
-        // Q = bᵀA⁻¹b = bᵀm/σ⁻² (m = A⁻¹b/σ²); ½ log det A = Σ log U_pp.
-        let fit: f64 = self.phi_y.iter().zip(&self.m).map(|(a, b)| a * b).sum();
+        // Q = bᵀA⁻¹b = bᵀm/σ⁻² (m = A⁻¹b/σ²).
+        let (fit, half_log_det) = self.fit_log_det();
         self.quad = fit / inv_s2;
-        self.half_log_det = (0..p).map(|j| self.chol[j * ps + j].ln()).sum();
+        self.half_log_det = half_log_det;
         self.inv_s2_units = inv_s2;
         self.units_valid = true;
+        (fit, half_log_det)
     }
 
     /// −log p(y | θ_h, σ²) (as [`Collapsed::neg_log_lik`]) at the state with hidden unit j's
