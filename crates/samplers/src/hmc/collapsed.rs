@@ -66,12 +66,14 @@ pub(crate) struct Collapsed {
     unit: Unit,
     slope: f64,
     prior_prec: f64,
-    /// The inputs `[d, np]` in f64.
+    /// The inputs `[d, np]` in f64, then the constant row (1 on the points, 0 on the padding):
+    /// the rows against which ∂U/∂pre is summed to W₀'s gradient, then b₀'s (θ_h's order).
     x: Vec<f64>,
     /// Rows `[pp, np]`: the features Φᵀ (W hidden rows, then the constant 1), the targets y,
     /// zero rows up to a multiple of B.
     rows: Vec<f64>,
-    /// Pre-activations `[W, np]`.
+    /// Pre-activations `[W, np]`, 1 on the padding (where the leaky ReLU's derivative, a
+    /// factor in the gradient, must then be 1).
     pre: Vec<f64>,
     /// The Gram matrix of (Φ, y) `[P + 1, P + 1]` (lower triangle): ΦᵀΦ, then yᵀΦ and yᵀy.
     gram: Vec<f64>,
@@ -90,10 +92,10 @@ pub(crate) struct Collapsed {
     /// m, then Φᵀy.
     m: Vec<f64>,
     phi_y: Vec<f64>,
-    /// Scratch over the points: the fit Φm, α, ∂U/∂pre of B units `[B, np]`.
-    fit: Vec<f64>,
+    /// Scratch over the points: α; the gradient's lanes of B units `[d + 1, B]`
+    /// ([`Unit::combine`]).
     alpha: Vec<f64>,
-    g: Vec<f64>,
+    sums: Vec<[f64; L]>,
     /// The hidden layer θ_h in f64, and ∂U_lik/∂θ_h.
     h: Vec<f64>,
     gh: Vec<f64>,
@@ -148,11 +150,17 @@ impl Collapsed {
         for (r, &v) in rows[p * np..].iter_mut().zip(y) {
             *r = f64::from(v);
         }
-        let mut xp = vec![0.0; d * np];
+        let mut xp = vec![0.0; (d + 1) * np];
         for a in 0..d {
             for (t, &v) in xp[a * np..].iter_mut().zip(&x[a * n..(a + 1) * n]) {
                 *t = f64::from(v);
             }
+        }
+        xp[d * np..d * np + n].fill(1.0);
+        // The pre-activations' padding stays 1 (features write the points only).
+        let mut pre = vec![1.0; w * np];
+        for row in pre.chunks_exact_mut(np) {
+            row[..n].fill(0.0);
         }
         Collapsed {
             d,
@@ -164,7 +172,7 @@ impl Collapsed {
             prior_prec: 1.0 / (prior_sd * prior_sd),
             x: xp,
             rows,
-            pre: vec![0.0; w * np],
+            pre,
             gram: vec![0.0; (p + 1) * (p + 1)],
             ps,
             chol: vec![0.0; p * ps],
@@ -174,16 +182,15 @@ impl Collapsed {
             m_pad: vec![0.0; wp],
             m: vec![0.0; p],
             phi_y: vec![0.0; p],
-            fit: vec![0.0; np],
             alpha: vec![0.0; np],
-            g: vec![0.0; B * np],
+            sums: vec![[0.0; L]; (d + 1) * B],
             h: vec![0.0; (d + 1) * w],
             gh: vec![0.0; (d + 1) * w],
             gram_valid: false,
             pending: None,
             proposal: vec![0.0; d + 1],
             proposal_row: vec![0.0; np],
-            proposal_pre: vec![0.0; np],
+            proposal_pre: vec![1.0; np],
             saved_gram: vec![0.0; p + 1],
             gram_row: vec![0.0; pp],
             v: vec![0.0; p * ps],
@@ -243,7 +250,7 @@ impl Collapsed {
             for j in 0..w {
                 let rows = j * np..j * np + n;
                 features(
-                    (self.unit, &self.x, np, n, self.slope),
+                    (self.unit, &self.x[..d * np], np, n, self.slope),
                     (&w0[j..], w, b0[j]),
                     &mut self.pre[rows.clone()],
                     &mut self.rows[rows],
@@ -350,7 +357,7 @@ impl Collapsed {
             grad.fill(0.0);
             return f64::INFINITY;
         }
-        let (d, w, n, np, p, ps) = (self.d, self.w, self.n, self.np, self.w + 1, self.ps);
+        let (d, w, np, p, ps) = (self.d, self.w, self.np, self.w + 1, self.ps);
         let lik = self.lik(self.fit_log_det(), inv_s2);
         self.invert();
         let a_inv = &self.a_inv;
@@ -361,45 +368,28 @@ impl Collapsed {
             self.m_pad[j] = self.m[j];
         }
         // α = (y − Φm)/σ² (zero on the padding).
-        self.fit.fill(0.0);
-        for k in 0..p {
-            self.unit
-                .axpy(&mut self.fit, self.m[k], &self.rows[k * np..(k + 1) * np]);
-        }
         let y = &self.rows[p * np..(p + 1) * np];
-        for ((a, &y), &f) in self.alpha.iter_mut().zip(y).zip(&self.fit) {
-            *a = (y - f) * inv_s2;
-        }
+        self.unit
+            .residual(&self.m, (&self.rows, np), (y, inv_s2), &mut self.alpha);
         // ∂U/∂Φ_{ij} = (ΦA⁻¹)_{ij}/σ² − α_i m_j for the hidden columns j < W, B units at a
         // time in registers over L points (each loaded block of features serves B units),
-        // then through the leaky ReLU to W₀ and b₀.
-        let (gw, gb) = self.gh.split_at_mut(d * w);
+        // through the leaky ReLU (a factor, not a branch: the signs of the pre-activations are
+        // as good as random to the branch predictor) and summed against the inputs and the
+        // constant row to W₀'s and b₀'s entries, in the same pass.
         for j0 in (0..w).step_by(B) {
             let init: [f64; B] = std::array::from_fn(|t| -self.m_pad[j0 + t]);
-            let coef = &self.coef[j0 * p..(j0 + B) * p];
             let used = B.min(w - j0);
-            let unit = self.unit;
-            unit.combine(
+            self.unit.combine(
                 (&self.alpha, &init),
-                coef,
-                (&self.rows, np),
+                (&self.coef[j0 * p..(j0 + B) * p], &self.rows, np),
+                (&self.pre[j0 * np..(j0 + used) * np], self.slope),
+                (&self.x, &mut self.sums),
                 used,
-                &mut self.g,
             );
-            for t in 0..used {
-                let j = j0 + t;
-                let g = &mut self.g[t * np..(t + 1) * np];
-                // Through the leaky ReLU: a factor, not a branch (the signs of the
-                // pre-activations are as good as random to the branch predictor), with the
-                // same bits (x·1 = x).
-                let slope = self.slope;
-                for (gi, &z) in g[..n].iter_mut().zip(&self.pre[j * np..j * np + n]) {
-                    *gi *= if z <= 0.0 { slope } else { 1.0 };
-                }
-                // Σ_i g_i, as the product with the constant row (1 on the points, 0 after).
-                gb[j] = unit.dot(g, &self.rows[w * np..(w + 1) * np]);
-                for a in 0..d {
-                    gw[a * w + j] = unit.dot(&self.x[a * np..(a + 1) * np], g);
+            // θ_h's entry of input a (the bias at a = d) for unit j is a·W + j.
+            for a in 0..=d {
+                for t in 0..used {
+                    self.gh[a * w + j0 + t] = hsum(&self.sums[a * B + t]);
                 }
             }
         }
@@ -487,17 +477,11 @@ impl Collapsed {
         for (o, &m) in out.iter_mut().zip(&self.m) {
             *o += m;
         }
-        self.fit.fill(0.0);
-        for (&o, row) in out.iter().zip(self.rows.chunks_exact(np)) {
-            self.unit.axpy(&mut self.fit, o, row);
-        }
+        // The residuals y − Φ(a, c) (α's scratch; times 1: the same bits).
         let y = &self.rows[p * np..(p + 1) * np];
-        Some(
-            y.iter()
-                .zip(&self.fit)
-                .map(|(y, f)| (y - f) * (y - f))
-                .sum(),
-        )
+        self.unit
+            .residual(&out[..p], (&self.rows, np), (y, 1.0), &mut self.alpha);
+        Some(self.alpha.iter().map(|r| r * r).sum())
     }
 }
 

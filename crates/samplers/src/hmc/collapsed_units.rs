@@ -57,7 +57,7 @@ impl Collapsed {
         let (weights, bias) = self.proposal.split_at(self.d);
         // The padding of the proposal's row stays zero.
         features(
-            (self.unit, &self.x, np, n, self.slope),
+            (self.unit, &self.x[..self.d * np], np, n, self.slope),
             (weights, 1, bias[0]),
             &mut self.proposal_pre[..n],
             &mut self.proposal_row[..n],

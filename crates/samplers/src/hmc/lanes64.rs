@@ -29,6 +29,9 @@ pub(crate) trait Vector: Copy {
     fn load(self, x: &[f64; L]) -> Self::V;
     /// acc + a·b, the product rounded first.
     fn mul_add(self, acc: Self::V, a: Self::V, b: Self::V) -> Self::V;
+    /// g times the leaky ReLU's derivative at the pre-activations z: `slope` where z ≤ 0,
+    /// 1 elsewhere (and where z is NaN), chosen lane by lane, not branched on.
+    fn leaky(self, g: Self::V, z: Self::V, slope: Self::V) -> Self::V;
     fn array(self, v: Self::V) -> [f64; L];
 }
 
@@ -56,6 +59,15 @@ impl Vector for Plain {
         let mut out = acc;
         for i in 0..L {
             out[i] += a[i] * b[i];
+        }
+        out
+    }
+
+    #[inline(always)]
+    fn leaky(self, g: [f64; L], z: [f64; L], slope: [f64; L]) -> [f64; L] {
+        let mut out = g;
+        for i in 0..L {
+            out[i] *= if z[i] <= 0.0 { slope[i] } else { 1.0 };
         }
         out
     }
@@ -92,6 +104,15 @@ impl Vector for V3 {
     }
 
     #[inline(always)]
+    fn leaky(self, g: Self::V, z: Self::V, slope: Self::V) -> Self::V {
+        // `_CMP_LE_OQ`: false where z is NaN, as the scalar `z <= 0.0`.
+        let (zero, one) = (self.splat_f64x4(0.0), self.splat_f64x4(1.0));
+        let f0 = self.select_f64x4(self.cmp_le_f64x4(z.0, zero), slope.0, one);
+        let f1 = self.select_f64x4(self.cmp_le_f64x4(z.1, zero), slope.1, one);
+        (self.mul_f64x4(g.0, f0), self.mul_f64x4(g.1, f1))
+    }
+
+    #[inline(always)]
     fn array(self, v: Self::V) -> [f64; L] {
         let halves: [[f64; 4]; 2] = [pulp::cast(v.0), pulp::cast(v.1)];
         pulp::cast(halves)
@@ -117,6 +138,12 @@ impl Vector for V4 {
     #[inline(always)]
     fn mul_add(self, acc: f64x8, a: f64x8, b: f64x8) -> f64x8 {
         self.add_f64x8(acc, self.mul_f64x8(a, b))
+    }
+
+    #[inline(always)]
+    fn leaky(self, g: f64x8, z: f64x8, slope: f64x8) -> f64x8 {
+        let mask = self.cmp_le_f64x8(z, self.splat_f64x8(0.0));
+        self.mul_f64x8(g, self.select_f64x8(mask, slope, self.splat_f64x8(1.0)))
     }
 
     #[inline(always)]
@@ -197,51 +224,56 @@ impl Unit {
         }
     }
 
-    /// `out[t, ·] = init_t·first + Σ_k coef[t, k]·rows[k, ·]` for the first `used` ≤ B rows
-    /// t, k < `p`, over the `np` points (`coef` `[B, p]`, `rows` `[_, np]`, `out` `[B, np]`;
-    /// rows t ≥ `used` of `out` are left as they are: a network's last block of units need
-    /// not fill B, and width 5's second block would compute three rows for nothing).
+    /// The collapsed gradient's last steps for the first `used` ≤ B units t of a block, in one
+    /// pass over the `np` points: g_t = init_t·first + Σ_k coef[t, k]·rows[k, ·] (k < `p`;
+    /// `coef` `[B, p]`, `rows` `[_, np]`), times the leaky ReLU's derivative at the units'
+    /// pre-activations `pre` (`[used, np]`, 1 on the padding: a factor of 1) with `slope`, and
+    /// reduced against every row r of `reduce` (`[k, np]`): `sums[r·B + t]` holds the eight
+    /// lanes of Σ_i g_t[i]·reduce[r, i], accumulated over the vectors in order, so that their
+    /// [`hsum`] has the bits of the eight-lane dot product of a stored g_t and the row (no g
+    /// is stored: the gradient's rows are computed, scaled and summed while in registers).
     #[inline(always)]
     pub(crate) fn combine(
         self,
         (first, init): (&[f64], &[f64; B]),
-        coef: &[f64],
-        (rows, np): (&[f64], usize),
+        (coef, rows, np): (&[f64], &[f64], usize),
+        (pre, slope): (&[f64], f64),
+        (reduce, sums): (&[f64], &mut [[f64; L]]),
         used: usize,
-        out: &mut [f64],
     ) {
+        let args = (
+            (first, init),
+            (coef, rows, np),
+            (pre, slope),
+            (reduce, sums),
+        );
         match self {
-            Unit::Plain => combine_rows::<_, { Plain::STEP }>(
-                Plain,
-                (first, init),
-                coef,
-                (rows, np),
-                used,
-                out,
-            ),
+            Unit::Plain => combine_rows::<_, { Plain::STEP }>(Plain, args, used),
             #[cfg(target_arch = "x86_64")]
-            Unit::V3(v) => {
-                combine_rows::<_, { V3::STEP }>(v, (first, init), coef, (rows, np), used, out)
-            }
+            Unit::V3(v) => combine_rows::<_, { V3::STEP }>(v, args, used),
             #[cfg(target_arch = "x86_64")]
-            Unit::V4(v) => {
-                combine_rows::<_, { V4::STEP }>(v, (first, init), coef, (rows, np), used, out)
-            }
+            Unit::V4(v) => combine_rows::<_, { V4::STEP }>(v, args, used),
         }
     }
 
-    /// Σ a_i b_i over the common length with the bits of `collapsed.rs`'s `dot` (eight
-    /// partial sums, one per lane, over the whole vectors, summed by [`hsum`], then the
-    /// tail's products): in the unit's registers, where the compiler's own vectorisation of
-    /// that loop used two-lane ones.
+    /// α = (y − Σ_k m_k·rows[k, ·])·`inv_s2` over the `np` points (`rows` `[_, np]`, k <
+    /// `m.len()`; `y` and `alpha` `np` long): the fit accumulated in a register in k's order,
+    /// the bits of [`Unit::axpy`] into a zeroed row, without storing and reloading that row
+    /// once per feature.
     #[inline(always)]
-    pub(crate) fn dot(self, a: &[f64], b: &[f64]) -> f64 {
+    pub(crate) fn residual(
+        self,
+        m: &[f64],
+        (rows, np): (&[f64], usize),
+        (y, inv_s2): (&[f64], f64),
+        alpha: &mut [f64],
+    ) {
         match self {
-            Unit::Plain => dot(Plain, a, b),
+            Unit::Plain => residual(Plain, m, (rows, np), (y, inv_s2), alpha),
             #[cfg(target_arch = "x86_64")]
-            Unit::V3(v) => dot(v, a, b),
+            Unit::V3(v) => residual(v, m, (rows, np), (y, inv_s2), alpha),
             #[cfg(target_arch = "x86_64")]
-            Unit::V4(v) => dot(v, a, b),
+            Unit::V4(v) => residual(v, m, (rows, np), (y, inv_s2), alpha),
         }
     }
 
@@ -259,17 +291,29 @@ impl Unit {
     }
 }
 
-/// [`Unit::dot`].
+/// [`Unit::residual`].
 #[inline(always)]
-fn dot<S: Vector>(s: S, a: &[f64], b: &[f64]) -> f64 {
-    let n = a.len().min(b.len());
-    let ((va, ta), (vb, tb)) = (a[..n].as_chunks::<L>(), b[..n].as_chunks::<L>());
-    let mut acc = s.splat(0.0);
-    for (x, y) in va.iter().zip(vb) {
-        acc = s.mul_add(acc, s.load(x), s.load(y));
+fn residual<S: Vector>(
+    s: S,
+    m: &[f64],
+    (rows, np): (&[f64], usize),
+    (y, inv_s2): (&[f64], f64),
+    alpha: &mut [f64],
+) {
+    let (nv, p) = (np / L, m.len());
+    let all = &rows.as_chunks::<L>().0[..p * nv];
+    let y = vectors(y, np, 0);
+    let out = &mut alpha[..np].as_chunks_mut::<L>().0[..nv];
+    for (c, (out, y)) in out.iter_mut().zip(y).enumerate() {
+        let mut acc = s.splat(0.0);
+        for (k, &mk) in m.iter().enumerate() {
+            acc = s.mul_add(acc, s.splat(mk), s.load(&all[k * nv + c]));
+        }
+        let fit = s.array(acc);
+        for i in 0..L {
+            out[i] = (y[i] - fit[i]) * inv_s2;
+        }
     }
-    let tail: f64 = ta.iter().zip(tb).map(|(x, y)| x * y).sum();
-    hsum(&s.array(acc)) + tail
 }
 
 /// [`Unit::axpy`].
@@ -335,34 +379,33 @@ fn gram_lower<S: Vector, const G: usize>(s: S, rows: &[f64], np: usize, q: usize
     }
 }
 
+/// [`Unit::combine`]'s arguments.
+type CombineArgs<'a> = (
+    (&'a [f64], &'a [f64; B]),
+    (&'a [f64], &'a [f64], usize),
+    (&'a [f64], f64),
+    (&'a [f64], &'a mut [[f64; L]]),
+);
+
 /// [`Unit::combine`] for `used` rows: the block's size as a constant, so that its loops
 /// unroll into registers.
 #[inline(always)]
-fn combine_rows<S: Vector, const V: usize>(
-    s: S,
-    head: (&[f64], &[f64; B]),
-    coef: &[f64],
-    rows: (&[f64], usize),
-    used: usize,
-    out: &mut [f64],
-) {
+fn combine_rows<S: Vector, const V: usize>(s: S, args: CombineArgs, used: usize) {
     match used {
-        1 => combine::<S, V, 1>(s, head, coef, rows, out),
-        2 => combine::<S, V, 2>(s, head, coef, rows, out),
-        3 => combine::<S, V, 3>(s, head, coef, rows, out),
-        _ => combine::<S, V, B>(s, head, coef, rows, out),
+        1 => combine::<S, V, 1>(s, args),
+        2 => combine::<S, V, 2>(s, args),
+        3 => combine::<S, V, 3>(s, args),
+        _ => combine::<S, V, B>(s, args),
     }
 }
 
 /// [`Unit::combine`]: R rows of accumulators over V vectors of points (R·V independent
-/// chains), every loaded vector of a row serving R of them.
+/// chains), every loaded vector of a row serving R of them; then each row's vectors scaled by
+/// the leaky ReLU's derivative and added into the sums against the `reduce` rows.
 #[inline(always)]
 fn combine<S: Vector, const V: usize, const R: usize>(
     s: S,
-    (first, init): (&[f64], &[f64; B]),
-    coef: &[f64],
-    (rows, np): (&[f64], usize),
-    out: &mut [f64],
+    ((first, init), (coef, rows, np), (pre, slope), (reduce, sums)): CombineArgs,
 ) {
     let p = coef.len() / B;
     let nv = np / L;
@@ -370,6 +413,12 @@ fn combine<S: Vector, const V: usize, const R: usize>(
     // Every row's vectors from one slice: a row's vector c is `all[k * nv + c]`, without
     // re-slicing the row at every step.
     let all = &rows.as_chunks::<L>().0[..p * nv];
+    let pre = &pre.as_chunks::<L>().0[..R * nv];
+    let nr = reduce.len() / np;
+    let red = &reduce.as_chunks::<L>().0[..nr * nv];
+    let sums = &mut sums[..nr * B];
+    sums.fill([0.0; L]);
+    let slope = s.splat(slope);
     for c in (0..nv).step_by(V) {
         let zero = s.splat(0.0);
         let mut f = [zero; V];
@@ -395,10 +444,16 @@ fn combine<S: Vector, const V: usize, const R: usize>(
                 }
             }
         }
-        for (t, acc_t) in acc.iter().enumerate() {
-            for (v, &a) in acc_t.iter().enumerate() {
-                let at = t * np + (c + v) * L;
-                out[at..at + L].copy_from_slice(&s.array(a));
+        // The vectors in order (c, then c + 1 within a step): each sum's order is the
+        // eight-lane dot product's.
+        for v in 0..V {
+            for (t, acc_t) in acc.iter().enumerate() {
+                let g = s.leaky(acc_t[v], s.load(&pre[t * nv + c + v]), slope);
+                for r in 0..nr {
+                    let at = r * B + t;
+                    let x = s.load(&red[r * nv + c + v]);
+                    sums[at] = s.array(s.mul_add(s.load(&sums[at]), g, x));
+                }
             }
         }
     }
@@ -434,6 +489,84 @@ fn row_products<S: Vector>(
         }
         for t in 0..B.min(q - k0) {
             out[k0 + t] = hsum(&s.array(acc[t]));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The fused pass of [`Unit::combine`] against its three passes spelled out: each row g_t
+    /// stored (init_t·first, then the rows' products added in k's order), scaled by the leaky
+    /// ReLU's derivative on the points, then its dot product with each reduce row: the same
+    /// bits, for every block size and with a pre-activation that is exactly 0 and one that is
+    /// NaN (both `z ≤ 0` cases of the scalar rule).
+    #[test]
+    fn the_fused_gradient_pass_is_the_three_passes() {
+        let (np, p, nr, slope) = (32, 5, 3, 0.01);
+        let mut rng = uqbench_anchor::Rng::new(11);
+        let mut draw = |len: usize| -> Vec<f64> { (0..len).map(|_| rng.normal()).collect() };
+        let (first, rows, reduce, coef) = (draw(np), draw(p * np), draw(nr * np), draw(B * p));
+        let mut pre = draw(B * np);
+        pre[3] = 0.0;
+        pre[np + 5] = f64::NAN;
+        let init = [0.7, -1.3, 0.2, 2.1];
+        for used in 1..=B {
+            for unit in [Unit::Plain, Unit::at(Level::Avx512)] {
+                let mut sums = vec![[0.0; L]; nr * B];
+                unit.combine(
+                    (&first, &init),
+                    (&coef, &rows, np),
+                    (&pre[..used * np], slope),
+                    (&reduce, &mut sums),
+                    used,
+                );
+                for t in 0..used {
+                    let g: Vec<f64> = (0..np)
+                        .map(|i| {
+                            let mut g = 0.0 + init[t] * first[i];
+                            for k in 0..p {
+                                g += coef[t * p + k] * rows[k * np + i];
+                            }
+                            g * if pre[t * np + i] <= 0.0 { slope } else { 1.0 }
+                        })
+                        .collect();
+                    for r in 0..nr {
+                        // The stored row's dot product as it was taken: eight lanes'
+                        // partial sums over the vectors in order, then `hsum`.
+                        let mut lanes = [0.0; L];
+                        for (i, (&g, &x)) in g.iter().zip(&reduce[r * np..]).enumerate() {
+                            lanes[i % L] += g * x;
+                        }
+                        let want = hsum(&lanes);
+                        let got = hsum(&sums[r * B + t]);
+                        assert_eq!(got.to_bits(), want.to_bits(), "used {used}, t {t}, r {r}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// [`Unit::residual`] against the fit built by [`Unit::axpy`] into a zeroed row, then
+    /// (y − fit)·c: the same bits.
+    #[test]
+    fn the_residual_is_the_axpy_fit() {
+        let (np, p, c) = (24, 4, 1.0 / 0.09);
+        let mut rng = uqbench_anchor::Rng::new(12);
+        let mut draw = |len: usize| -> Vec<f64> { (0..len).map(|_| rng.normal()).collect() };
+        let (m, rows, y) = (draw(p), draw(p * np), draw(np));
+        for unit in [Unit::Plain, Unit::at(Level::Avx512)] {
+            let mut fit = vec![0.0; np];
+            for k in 0..p {
+                unit.axpy(&mut fit, m[k], &rows[k * np..(k + 1) * np]);
+            }
+            let mut alpha = vec![0.0; np];
+            unit.residual(&m, (&rows, np), (&y, c), &mut alpha);
+            for i in 0..np {
+                let want = (y[i] - fit[i]) * c;
+                assert_eq!(alpha[i].to_bits(), want.to_bits(), "point {i}");
+            }
         }
     }
 }
