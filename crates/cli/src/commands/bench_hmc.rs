@@ -70,6 +70,10 @@ pub struct HmcBench {
     /// With `--ensemble`: sweeps of unit moves per iteration.
     #[arg(long, default_value_t = 1)]
     unit_sweeps: usize,
+    /// With `--ensemble` and `--temperatures` above 1: sweeps of unit moves on the rungs
+    /// above the cold one (`hot_unit_sweeps`; unset: `--unit-sweeps`).
+    #[arg(long)]
+    hot_unit_sweeps: Option<usize>,
     /// With `--ensemble`: iterations per kept draw.
     #[arg(long, default_value_t = 1)]
     thin: usize,
@@ -140,6 +144,7 @@ fn config(args: &HmcBench) -> HmcConfig {
             temperatures: args.temperatures,
             superchains: if args.ensemble { args.chains / 8 } else { 0 },
             unit_sweeps: if args.ensemble { args.unit_sweeps } else { 0 },
+            hot_unit_sweeps: args.hot_unit_sweeps.filter(|_| args.ensemble),
             thin: if args.ensemble { args.thin } else { 1 },
             doublings: if args.ensemble { args.doublings } else { 0 },
             trajectory: Trajectory::Fixed,
@@ -194,7 +199,9 @@ pub fn run(args: &HmcBench) -> Result<()> {
     let iterations = (args.chains * (args.warmup + sampling)) as f64;
     let evals = iterations * scalar("leapfrogs_per_iteration");
     let unit_evals = if args.ensemble {
-        iterations * (args.unit_sweeps * args.width * args.temperatures) as f64
+        let hot = args.hot_unit_sweeps.unwrap_or(args.unit_sweeps);
+        iterations
+            * ((args.unit_sweeps + hot * args.temperatures.saturating_sub(1)) * args.width) as f64
     } else {
         0.0
     };
@@ -245,6 +252,7 @@ pub fn run(args: &HmcBench) -> Result<()> {
                 "diverged": out[0].diverged,
                 "algorithm": if args.nuts { "nuts" } else if args.ensemble { "chees" } else { "hmc" },
                 "unit_sweeps": args.unit_sweeps,
+                "hot_unit_sweeps": args.hot_unit_sweeps,
                 "thin": args.thin,
                 "doublings": doubled,
                 "marginalise_output": args.marginalise_output,
@@ -273,7 +281,7 @@ fn text_line(
     if args.ensemble {
         format!(
             "{} chains ({} superchains) × ({} + {}×{}×2^{}) iterations, {} jittered leapfrog steps and \
-             {} unit sweeps each, 1-{}-1 network, N = 200 ({} threads): {:.2} s, {:.0} gradient \
+             {} unit sweeps each{}, 1-{}-1 network, N = 200 ({} threads): {:.2} s, {:.0} gradient \
              and {:.0} unit-move evaluations/s; nested R̂ {:.4} (threshold {:.4}), bulk/tail ESS \
              {:.0} / {:.0} at the worst test input ({:.1} / {:.1} per second), {} divergent: {}",
             args.chains,
@@ -284,6 +292,10 @@ fn text_line(
             scalar("sampling_doublings").max(0.0),
             args.leapfrog,
             args.unit_sweeps,
+            match args.hot_unit_sweeps {
+                Some(hot) => format!(" ({hot} on the hot rungs)"),
+                None => String::new(),
+            },
             args.width,
             threads,
             seconds,

@@ -11,7 +11,8 @@
 //! 1. **HMC on θ** with the rung's shared step ε (times the chain's σ when σ is sampled, as the
 //!    single chains do) and L = ⌈u_t·T/ε⌉ leapfrog steps, u_t the iteration's quasi-random
 //!    jitter and T the shared trajectory length ([`super::chees`]);
-//! 2. **unit moves** (`unit_sweeps`, with the output layer integrated out): for each hidden unit
+//! 2. **unit moves** (`unit_sweeps`; `hot_unit_sweeps` on the rungs above the cold one; with
+//!    the output layer integrated out): for each hidden unit
 //!    j in turn, an independence proposal of its input weights and bias from their prior,
 //!    accepted with probability min(1, p(y | θ_h', σ²)^β / p(y | θ_h, σ²)^β) (the prior is the
 //!    proposal, so it cancels; the likelihood is the collapsed one, the output layer
@@ -48,12 +49,33 @@ use super::chain::{start_s2, ChainRecord, HmcTrainer};
 use super::chees::{halton, Chees};
 use super::host::{hmc_move, Buffers, Chain};
 use super::rungs::{ladder, swap_neighbours, State};
-use super::Trajectory;
+use super::{HmcSettings, Trajectory};
 use uqbench_core::MethodError;
 use uqbench_engine::cpu::feature_major::feature_major;
 use uqbench_engine::cpu::simd;
 use uqbench_engine::trainer::{ChunkOut, ChunkTrainer, Layout, TrainOutput};
 use uqbench_metrics::mcmc;
+
+impl HmcSettings {
+    /// Sweeps of unit moves on rung `k` (0: the cold one, whose draws are kept).
+    pub(crate) fn sweeps_on(&self, k: usize) -> usize {
+        match k {
+            0 => self.unit_sweeps,
+            _ => self.hot_unit_sweeps.unwrap_or(self.unit_sweeps),
+        }
+    }
+
+    /// The first of `unit_sweeps` and `hot_unit_sweeps` that asks for unit moves: its key and
+    /// sweeps.
+    pub(crate) fn any_sweeps(&self) -> Option<(&'static str, usize)> {
+        [
+            ("unit_sweeps", self.unit_sweeps),
+            ("hot_unit_sweeps", self.sweeps_on(1)),
+        ]
+        .into_iter()
+        .find(|s| s.1 > 0)
+    }
+}
 
 /// The chains of every repetition of a block, a repetition at a time.
 pub(crate) struct EnsembleTrainer<'a> {
@@ -352,7 +374,7 @@ impl EnsembleTrainer<'_> {
                     moms[ch].copy_from_slice(&bufs.p);
                     alphas[ch] = mv.alpha;
                     let mut nll = None;
-                    for _ in 0..c.unit_sweeps {
+                    for _ in 0..c.sweeps_on(k) {
                         let (tried, took, at) = unit_moves(chain, rung, &mut w.stream, nll);
                         nll = Some(at);
                         w.record.units_tried += tried;

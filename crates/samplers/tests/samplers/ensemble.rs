@@ -161,7 +161,7 @@ fn unit_moves_sample_the_hidden_layers_posterior() {
         noise: Default::default(),
         likelihood: uqbench_core::Likelihood::Gaussian,
     };
-    let run = |unit_sweeps: usize| {
+    let run = |unit_sweeps: usize, temperatures: usize, hot_unit_sweeps: Option<usize>| {
         let config = HmcConfig {
             net: NetConfig {
                 hidden: vec![1],
@@ -173,6 +173,8 @@ fn unit_moves_sample_the_hidden_layers_posterior() {
                 noise_sd: Some(uqbench_core::noise::Tau::Value(SIGMA)),
                 marginalise_output: true,
                 unit_sweeps,
+                temperatures,
+                hot_unit_sweeps,
                 metric: Metric::Unit,
                 ..ensemble(4, 300, 300)
             },
@@ -188,27 +190,37 @@ fn unit_moves_sample_the_hidden_layers_posterior() {
             .unwrap()
             .remove(0)
     };
-    let o = run(2);
-    assert_eq!(o.scalars["reference_grade"], 1.0, "{:?}", o.scalars);
-    let mc = o.extra.mcse.as_ref().unwrap();
-    for (i, &(m, s)) in exact.iter().enumerate() {
+    // Untempered with two sweeps; and tempered (4 rungs) with the unit moves on the hot rungs
+    // only, so that the cold rung's unit changes orientation only by the swaps: a sampler that
+    // ignored `hot_unit_sweeps` would make no unit move at all there (no `unit_accept_rate`).
+    for (sweeps, rungs, hot) in [(2, 1, None), (0, 4, Some(2))] {
+        let o = run(sweeps, rungs, hot);
+        let what = format!("unit_sweeps {sweeps}, temperatures {rungs}, hot {hot:?}");
+        assert_eq!(o.scalars["reference_grade"], 1.0, "{what}: {:?}", o.scalars);
+        let mc = o.extra.mcse.as_ref().unwrap();
+        for (i, &(m, s)) in exact.iter().enumerate() {
+            assert!(
+                (o.mean[i] - m).abs() < 5.0 * mc.mean[i],
+                "{what}: x = {}: mean {} vs exact {m} (MCSE {})",
+                xs[i],
+                o.mean[i],
+                mc.mean[i]
+            );
+            assert!(
+                (o.std[i] - s).abs() < 5.0 * mc.sd[i],
+                "{what}: x = {}: sd {} vs exact {s} (MCSE {})",
+                xs[i],
+                o.std[i],
+                mc.sd[i]
+            );
+        }
+        // The unit moves are accepted (the orientation changes through them).
         assert!(
-            (o.mean[i] - m).abs() < 5.0 * mc.mean[i],
-            "x = {}: mean {} vs exact {m} (MCSE {})",
-            xs[i],
-            o.mean[i],
-            mc.mean[i]
-        );
-        assert!(
-            (o.std[i] - s).abs() < 5.0 * mc.sd[i],
-            "x = {}: sd {} vs exact {s} (MCSE {})",
-            xs[i],
-            o.std[i],
-            mc.sd[i]
+            o.scalars["unit_accept_rate"] > 0.01,
+            "{what}: {:?}",
+            o.scalars
         );
     }
-    // The unit moves are accepted (the orientation changes through them).
-    assert!(o.scalars["unit_accept_rate"] > 0.01, "{:?}", o.scalars);
     let _ = normal_cdf;
 }
 
