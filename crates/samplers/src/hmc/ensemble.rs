@@ -12,8 +12,8 @@
 //!    single chains do) and L = ⌈u_t·T/ε⌉ leapfrog steps, u_t the iteration's quasi-random
 //!    jitter and T the shared trajectory length ([`super::chees`]);
 //! 2. **unit moves** (`unit_sweeps`; `hot_unit_sweeps` on the rungs above the cold one; with
-//!    the output layer integrated out): for each hidden unit
-//!    j in turn, an independence proposal of its input weights and bias from their prior,
+//!    the output layer integrated out): for each hidden unit j in turn, an independence
+//!    proposal of its input weights and bias from their prior,
 //!    accepted with probability min(1, p(y | θ_h', σ²)^β / p(y | θ_h, σ²)^β) (the prior is the
 //!    proposal, so it cancels; the likelihood is the collapsed one, the output layer
 //!    integrated out, at the rung's β). The target conditional of unit j is ∝ prior ×

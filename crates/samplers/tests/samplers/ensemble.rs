@@ -192,7 +192,7 @@ fn unit_moves_sample_the_hidden_layers_posterior() {
     };
     // Untempered with two sweeps; and tempered (4 rungs) with the unit moves on the hot rungs
     // only, so that the cold rung's unit changes orientation only by the swaps: a sampler that
-    // ignored `hot_unit_sweeps` would make no unit move at all there (no `unit_accept_rate`).
+    // ignored `hot_unit_sweeps` would make no unit move at all there (`unit_accept_rate` 0).
     for (sweeps, rungs, hot) in [(2, 1, None), (0, 4, Some(2))] {
         let o = run(sweeps, rungs, hot);
         let what = format!("unit_sweeps {sweeps}, temperatures {rungs}, hot {hot:?}");
