@@ -3,6 +3,8 @@
 //! `run.noise`, the validation inputs are predicted after the test inputs and split off, and
 //! a method without a noise model gets the run's noise estimate.
 
+use std::sync::Mutex;
+
 use uqbench_anchor::{Anchor, Posterior, Problem, SeedPath, Setting, TaskData, ANCHOR};
 use uqbench_core::{Compute, Method, Prediction, SeedBase, Task};
 
@@ -256,44 +258,47 @@ fn store(
     let format = draw_format(spec);
     let regions = summary::regions(&summary::TestInfo::of(problem));
     let label = setting.label();
-    reps.iter()
-        .zip(outputs)
-        .zip(ys)
-        .zip(posteriors)
-        .map(|(((&r, o), y), post)| {
-            let joint_input = joint.as_ref().map(|settings| JointInput {
-                settings,
-                seed: SeedPath {
-                    base: spec.seed,
-                    experiment: &spec.name,
-                    setting: &label,
-                    repetition: r,
-                    member: 0,
-                    purpose: summary::joint::JOINT_DRAWS,
-                },
-                regions: &regions,
-                exact: post.as_ref().map(Exact::of),
-            });
-            let ctx = RepContext {
-                anchor: post.as_ref().filter(|_| !is_anchor).map(|p| AnchorRef {
-                    mean: &p.mean,
-                    std: &p.std,
-                    dof: p.dof,
-                }),
-                joint: joint_input.as_ref(),
-                levels,
-                truth: &problem.test.truth,
-                test_sigma: &problem.test.sigma,
-                train_y: y,
-                train_sigma: &problem.train_sigma,
-            };
-            let draws = draws::encode(&o, format, track == Track::Classification);
-            Ok(Predicted {
-                stored: track.store(r, o, &ctx).with_context(context)?,
-                draws,
-            })
+    // The repetitions in parallel (each is independent, and its intervals, CRPS and joint
+    // metrics are most of a run's host work after training); the order is kept.
+    let outputs: Vec<Mutex<Option<Prediction>>> =
+        outputs.into_iter().map(|o| Mutex::new(Some(o))).collect();
+    let stored = uqbench_core::par_map(reps.len(), |k| {
+        let (r, y, post) = (reps[k], &ys[k], &posteriors[k]);
+        let o = (outputs[k].lock().ok().and_then(|mut o| o.take()))
+            .expect("each repetition's output is taken once");
+        let joint_input = joint.as_ref().map(|settings| JointInput {
+            settings,
+            seed: SeedPath {
+                base: spec.seed,
+                experiment: &spec.name,
+                setting: &label,
+                repetition: r,
+                member: 0,
+                purpose: summary::joint::JOINT_DRAWS,
+            },
+            regions: &regions,
+            exact: post.as_ref().map(Exact::of),
+        });
+        let ctx = RepContext {
+            anchor: post.as_ref().filter(|_| !is_anchor).map(|p| AnchorRef {
+                mean: &p.mean,
+                std: &p.std,
+                dof: p.dof,
+            }),
+            joint: joint_input.as_ref(),
+            levels,
+            truth: &problem.test.truth,
+            test_sigma: &problem.test.sigma,
+            train_y: y,
+            train_sigma: &problem.train_sigma,
+        };
+        let draws = draws::encode(&o, format, track == Track::Classification);
+        Ok(Predicted {
+            stored: track.store(r, o, &ctx).with_context(context)?,
+            draws,
         })
-        .collect()
+    });
+    stored.into_iter().collect()
 }
 
 /// How the run stores draws (a spec without `[run]`, scored, stores none).

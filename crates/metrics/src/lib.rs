@@ -14,16 +14,20 @@
 //!   paired bootstrap, minimum detectable difference) and Holm's correction.
 //! - [`joint`]: joint predictive distributions of y at τ inputs and the KL between them
 //!   (closed form for Gaussians, Monte Carlo otherwise, exact enumeration for labels; spec §10).
+//! - [`erfcx`]: the scaled complementary error function, and Φ with φ from one exponential.
+//! - [`mixture`]: quantiles of mixtures of normals (prediction intervals from draws).
 //! - [`mcmc`]: rank-normalised split-R̂ (bulk, tail), bulk and tail ESS, MCSE, E-BFMI and
 //!   divergent transitions (spec §8).
 
 pub mod classification;
 pub mod coverage;
 pub mod distance;
+pub mod erfcx;
 pub mod error;
 pub mod information;
 pub mod joint;
 pub mod mcmc;
+pub mod mixture;
 pub mod paired;
 pub mod ranking;
 pub mod regression;

@@ -6,7 +6,6 @@ use std::f64::consts::PI;
 use serde::{Deserialize, Serialize};
 use statrs::distribution::{Continuous, ContinuousCDF, Normal, StudentsT};
 use statrs::function::beta::ln_beta;
-use statrs::function::erf::erfc;
 
 use crate::error::{check_finite, check_level, check_std, non_empty, same_len, MetricError};
 
@@ -131,90 +130,6 @@ pub fn quantile_sorted(sorted: &[f64], p: f64) -> f64 {
     let lo = h.floor() as usize;
     let hi = (lo + 1).min(sorted.len() - 1);
     sorted[lo] + (h - lo as f64) * (sorted[hi] - sorted[lo])
-}
-
-/// The p-quantile of the equally weighted mixture of normals N(loc_i, sd²), by bisection on
-/// its CDF to 1e-12 relative (the prediction interval of samples of f plus Gaussian noise);
-/// `sd = 0` gives the type-7 sample quantile of `locs`.
-pub fn normal_mixture_quantile(locs: &[f64], sd: f64, p: f64) -> f64 {
-    assert!(!locs.is_empty() && p > 0.0 && p < 1.0 && sd >= 0.0);
-    if sd == 0.0 {
-        let mut sorted = locs.to_vec();
-        sorted.sort_by(f64::total_cmp);
-        return quantile_sorted(&sorted, p);
-    }
-    normal_mixture_quantile_sds(locs, &vec![sd; locs.len()], p)
-}
-
-/// The p-quantile of the equally weighted mixture of N(locs[i], sds[i]²), each component with
-/// its own sd (all positive): Halley's method on the mixture's CDF F(x) − p with its density
-/// and the density's slope as the derivatives, safeguarded by a bisection bracket (a step
-/// that leaves the bracket is replaced by its midpoint), to a relative tolerance of 1e-12. F
-/// is increasing and smooth, so Halley converges cubically from within a few steps; the
-/// bracket makes every step safe. (Plain bisection needed about 45 CDF evaluations per
-/// quantile, Newton about 6, Halley about 3: the many-chain reference's 6 400–9 600 draws per
-/// repetition made these quantiles a large part of its run.)
-pub fn normal_mixture_quantile_sds(locs: &[f64], sds: &[f64], p: f64) -> f64 {
-    assert!(!locs.is_empty() && locs.len() == sds.len() && p > 0.0 && p < 1.0);
-    assert!(sds.iter().all(|&s| s > 0.0 && s.is_finite()));
-    let normal = Normal::standard();
-    let k = locs.len() as f64;
-    let root_2pi = (2.0 * std::f64::consts::PI).sqrt();
-    // F(x), F'(x) and F''(x): the mixture's CDF, density and the density's slope (each
-    // component's φ'(z) = −zφ(z)); Φ(z) = erfc(−z/√2)/2.
-    let cdf_pdf = |x: f64| {
-        let (mut f, mut d, mut d2) = (0.0, 0.0, 0.0);
-        for (l, s) in locs.iter().zip(sds) {
-            let inv = 1.0 / s;
-            let z = (x - l) * inv;
-            f += erfc(-z * std::f64::consts::FRAC_1_SQRT_2);
-            let e = (-0.5 * z * z).exp() * inv;
-            d += e;
-            d2 -= z * e * inv;
-        }
-        (0.5 * f / k, d / (k * root_2pi), d2 / (k * root_2pi))
-    };
-    // Every component's p-quantile brackets the mixture's: at the smallest of them every
-    // component's CDF is at most p, at the largest at least p.
-    let z = normal.inverse_cdf(p);
-    let (mut lo, mut hi) = locs
-        .iter()
-        .zip(sds)
-        .map(|(l, s)| l + z * s)
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), q| {
-            (a.min(q), b.max(q))
-        });
-    // Start at the moment-matched normal's quantile (the mixture's mean and variance), which
-    // is close for the unimodal mixtures of posterior draws; the bracket keeps it inside.
-    let mean = locs.iter().sum::<f64>() / k;
-    let var = (locs.iter().zip(sds))
-        .map(|(l, s)| (l - mean) * (l - mean) + s * s)
-        .sum::<f64>()
-        / k;
-    let mut x = (mean + z * var.sqrt()).clamp(lo, hi);
-    for _ in 0..200 {
-        let (f, d, d2) = cdf_pdf(x);
-        if f < p {
-            lo = x;
-        } else {
-            hi = x;
-        }
-        // Halley's step (cubic convergence: about 3 evaluations from the moment-matched start).
-        let g = f - p;
-        let halley = x - 2.0 * g * d / (2.0 * d * d - g * d2);
-        let next = if d > 0.0 && halley > lo && halley < hi {
-            halley
-        } else {
-            0.5 * (lo + hi)
-        };
-        let tol = 1e-12 * (1.0 + x.abs());
-        let done = (next - x).abs() <= tol || hi - lo <= tol;
-        x = next;
-        if done {
-            break;
-        }
-    }
-    x
 }
 
 /// [004]'s noise estimate from a validation set: σ̂ = sqrt(mean_j max((y_j − f̂_j)² − σ̂_f,j², 0))
@@ -532,52 +447,12 @@ mod tests {
     }
 
     #[test]
-    fn quantiles_of_samples_and_mixtures() {
+    fn quantiles_of_samples() {
         // Type 7 on {1, 2, 3, 4}: position p·3; p = 0.5 → 2.5, p = 0.1 → 1.3.
         let s = [1.0, 2.0, 3.0, 4.0];
         assert!((quantile_sorted(&s, 0.5) - 2.5).abs() < 1e-15);
         assert!((quantile_sorted(&s, 0.1) - 1.3).abs() < 1e-12);
         assert_eq!(quantile_sorted(&s, 1.0), 4.0);
-        // A mixture of identical components is that normal: quantile μ + σ·Φ⁻¹(p).
-        let q = normal_mixture_quantile(&[2.0, 2.0, 2.0], 0.5, 0.975);
-        assert!((q - (2.0 + 0.5 * 1.959_963_984_540_054)).abs() < 1e-9);
-        // Symmetric two-component mixture: the median is the midpoint, and the CDF at the
-        // 0.9-quantile is 0.9.
-        assert!(normal_mixture_quantile(&[-1.0, 1.0], 0.3, 0.5).abs() < 1e-9);
-        let q = normal_mixture_quantile(&[-1.0, 1.0], 0.3, 0.9);
-        let n = Normal::standard();
-        let cdf = 0.5 * (n.cdf((q + 1.0) / 0.3) + n.cdf((q - 1.0) / 0.3));
-        assert!((cdf - 0.9).abs() < 1e-9);
-        // No noise: the sample quantile.
-        assert!((normal_mixture_quantile(&[4.0, 1.0, 3.0, 2.0], 0.0, 0.5) - 2.5).abs() < 1e-15);
-        // Components with their own sds: N(0, 1) and N(0, 3²) have the median 0, and the CDF
-        // ½(Φ(q) + Φ(q/3)) is 0.95 at the 0.95-quantile (which lies between 1.645 and 4.935).
-        let q = normal_mixture_quantile_sds(&[0.0, 0.0], &[1.0, 3.0], 0.95);
-        assert!((0.5 * (n.cdf(q) + n.cdf(q / 3.0)) - 0.95).abs() < 1e-9 && q > 1.645 && q < 4.935);
-        assert!(normal_mixture_quantile_sds(&[0.0, 0.0], &[1.0, 3.0], 0.5).abs() < 1e-9);
-        // Distinct locations and sds, pairs kept (HMC's draws with their own σ): the mixture
-        // CDF (1/S)·Σ Φ((q − μ_s)/σ_s) at each quantile is p. Pairing the locations with the
-        // sds in another order gives another mixture, whose CDF at those q misses by > 1e-3.
-        let (locs, sds) = ([-1.0, 0.5, 3.0, 0.2], [0.3, 1.0, 2.0, 0.05]);
-        let cdf = |q: f64, sds: &[f64]| -> f64 {
-            locs.iter()
-                .zip(sds)
-                .map(|(m, s)| n.cdf((q - m) / s))
-                .sum::<f64>()
-                / 4.0
-        };
-        let swapped = [2.0, 1.0, 0.3, 0.05];
-        for p in [0.005, 0.025, 0.3, 0.5, 0.9, 0.975, 0.995] {
-            let q = normal_mixture_quantile_sds(&locs, &sds, p);
-            assert!(
-                (cdf(q, &sds) - p).abs() < 1e-9,
-                "p {p}: q {q}, CDF {}",
-                cdf(q, &sds)
-            );
-            if p == 0.025 || p == 0.975 {
-                assert!((cdf(q, &swapped) - p).abs() > 1e-3, "p {p}");
-            }
-        }
     }
 
     #[test]

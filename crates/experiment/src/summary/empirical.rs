@@ -8,10 +8,8 @@ use std::collections::BTreeMap;
 use crate::bail;
 use crate::error::Result;
 use uqbench_core::{central_quantile, TMarginals};
-use uqbench_metrics::regression::{
-    crps_sample, crps_student_t, normal_mixture_quantile, normal_mixture_quantile_sds,
-    quantile_sorted,
-};
+use uqbench_metrics::mixture::{normal_mixture_quantile, normal_mixture_quantile_sds};
+use uqbench_metrics::regression::{crps_sample, crps_student_t, quantile_sorted};
 
 use super::levels::{level_name, LevelBounds};
 
