@@ -133,7 +133,13 @@ impl Task<'_> {
     /// Training and test inputs as f32 (device precision), each dimension standardised by the
     /// training inputs' mean and sd when `standardize` (see [`Task::input_moments`]).
     pub fn inputs_f32(&self, standardize: bool) -> (Vec<f32>, Vec<f32>) {
-        let moments = standardize.then(|| self.input_moments());
+        self.inputs_f32_by(standardize.then(|| self.input_moments()).as_deref())
+    }
+
+    /// Training and test inputs as f32, each dimension standardised by the given (mean, sd)
+    /// when there are some (a warm start keeps the scale its first training saw), else as
+    /// they are.
+    pub fn inputs_f32_by(&self, moments: Option<&[(f64, f64)]>) -> (Vec<f32>, Vec<f32>) {
         let map = |x: &[f64]| -> Vec<f32> {
             x.iter()
                 .enumerate()
@@ -415,6 +421,13 @@ pub trait Method: Send + Sync {
         None
     }
 
+    /// The method's warm start, when it can continue a previous training on more data (the
+    /// decision track's `update = "warm"`); `None` (the default) when every training starts
+    /// from scratch.
+    fn warm_start(&self) -> Option<&dyn WarmStart> {
+        None
+    }
+
     /// Trains and predicts. `progress` receives the number of replicas finished.
     fn run(
         &self,
@@ -423,4 +436,25 @@ pub trait Method: Send + Sync {
         keep_samples: bool,
         progress: &(dyn Fn(usize) + Sync),
     ) -> Result<Vec<Prediction>, MethodError>;
+}
+
+/// A method's state after a training, opaque (the method's own: a network's weights and the
+/// scale of the inputs it saw), for a [`WarmStart`] to continue from.
+pub type WarmState = Arc<dyn Any + Send + Sync>;
+
+/// A method that continues its training from the state a previous training left (the decision
+/// track's `update = "warm"`: at every step the agent's networks keep their weights and train
+/// on the grown data, instead of starting from scratch).
+pub trait WarmStart: Send + Sync {
+    /// Trains on `task` from `from` (a state this method returned for the same repetitions, in
+    /// the task's order; `None`: from scratch, as [`Method::run`]), predicts as `run` does,
+    /// and returns the state after this training beside the predictions. The task's seeds
+    /// key the training's streams (mini-batches, noise) as in `run`.
+    fn run_warm(
+        &self,
+        task: &Task<'_>,
+        compute: &Compute,
+        keep_samples: bool,
+        from: Option<&WarmState>,
+    ) -> Result<(Vec<Prediction>, WarmState), MethodError>;
 }

@@ -21,7 +21,7 @@ use burn::tensor::{Device, Tensor};
 use crate::cpu::kernels::KernelPath;
 use crate::device_rng::DeviceRng;
 use crate::layers::{BatchedLinear, BatchedLinearConfig, LeakyRelu, StochasticLinear};
-use crate::mlp::{xavier_init, MlpShape};
+use crate::mlp::{xavier_init, HostWeights, MlpShape};
 use crate::optim::AdamState;
 use crate::stack::Stack;
 use crate::stochastic::StochasticLayer;
@@ -51,8 +51,17 @@ impl McdNet {
         seeds: &[u64],
         device: &Device,
     ) -> McdNet {
-        let r = seeds.len();
-        let host = xavier_init(shape, seeds);
+        McdNet::from_host(shape, layer, xavier_init(shape, seeds), device)
+    }
+
+    /// The network for `host.replicas` replicas starting from the weights `host`.
+    pub fn from_host(
+        shape: &MlpShape,
+        layer: Arc<dyn StochasticLayer>,
+        host: HostWeights,
+        device: &Device,
+    ) -> McdNet {
+        let r = host.replicas;
         let mut layers: Vec<BatchedLinear> = host
             .layers
             .into_iter()
@@ -195,8 +204,8 @@ impl ChunkTrainer for AutodiffTrainer<'_> {
         let ids = &job.replica_ids[range.clone()];
 
         // Training: burn's autodiff for the gradients, Adam per element with λ on the weights.
-        let init = &job.init_seeds[range.clone()];
-        let mut model = McdNet::init(shape, self.layer.clone(), init, &device);
+        let init = job.initial_weights(range.clone());
+        let mut model = McdNet::from_host(shape, self.layer.clone(), init, &device);
         let decay = model.decay_mask();
         let adam = st.adam();
         let mut optim = AdamState::new();

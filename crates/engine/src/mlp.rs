@@ -106,6 +106,122 @@ pub struct HostWeights {
     pub layers: Vec<(Vec<f32>, Vec<f32>)>,
 }
 
+impl HostWeights {
+    /// Replicas `range` of these weights.
+    pub fn select(&self, range: std::ops::Range<usize>) -> HostWeights {
+        let r = self.replicas.max(1);
+        HostWeights {
+            replicas: range.len(),
+            layers: (self.layers.iter())
+                .map(|(w, b)| {
+                    let (pw, pb) = (w.len() / r, b.len() / r);
+                    (
+                        w[range.start * pw..range.end * pw].to_vec(),
+                        b[range.start * pb..range.end * pb].to_vec(),
+                    )
+                })
+                .collect(),
+        }
+    }
+
+    /// The weights of `flats.len()` replicas from each replica's parameters in the layout the
+    /// collectors see ([`crate::trainer::collect::Event::Final`]: layer by layer, the weights
+    /// `[in, out]` row-major, then the biases): the inverse of reading them back.
+    pub fn from_flat(shape: &MlpShape, flats: &[&[f32]]) -> Result<HostWeights, MethodError> {
+        let layers = shape.layers();
+        let per = shape.params_per_replica();
+        if let Some((r, f)) = flats.iter().enumerate().find(|(_, f)| f.len() != per) {
+            return Err(MethodError::invalid(
+                format!("parameters of replica {r}"),
+                format!("{} values", f.len()),
+                format!(
+                    "{per}: the network {:?}'s weights and biases",
+                    shape.widths()
+                ),
+            ));
+        }
+        let mut out: Vec<(Vec<f32>, Vec<f32>)> = (layers.iter())
+            .map(|&(i, o)| {
+                (
+                    Vec::with_capacity(flats.len() * i * o),
+                    Vec::with_capacity(flats.len() * o),
+                )
+            })
+            .collect();
+        for flat in flats {
+            let mut at = 0;
+            for (slot, &(i, o)) in out.iter_mut().zip(&layers) {
+                slot.0.extend_from_slice(&flat[at..at + i * o]);
+                slot.1.extend_from_slice(&flat[at + i * o..at + i * o + o]);
+                at += i * o + o;
+            }
+        }
+        Ok(HostWeights {
+            replicas: flats.len(),
+            layers: out,
+        })
+    }
+
+    /// Checks that these are the weights of `replicas` replicas of `shape`.
+    pub fn validate_shape(&self, shape: &MlpShape, replicas: usize) -> Result<(), MethodError> {
+        let layers = shape.layers();
+        let fits = self.replicas == replicas
+            && self.layers.len() == layers.len()
+            && (self.layers.iter().zip(&layers))
+                .all(|((w, b), &(i, o))| w.len() == replicas * i * o && b.len() == replicas * o);
+        if !fits {
+            return Err(MethodError::invalid(
+                "initial weights",
+                format!("{} replicas of {} layers", self.replicas, self.layers.len()),
+                format!(
+                    "{replicas} replicas of the network {:?} (one per replica of the job)",
+                    shape.widths()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether replica `r`'s weights and biases are all finite.
+    fn finite_at(&self, r: usize) -> bool {
+        let k = self.replicas.max(1);
+        (self.layers.iter()).all(|(w, b)| {
+            let (pw, pb) = (w.len() / k, b.len() / k);
+            (w[r * pw..(r + 1) * pw].iter())
+                .chain(&b[r * pb..(r + 1) * pb])
+                .all(|v| v.is_finite())
+        })
+    }
+
+    /// These weights with every replica that has a non-finite value (its training diverged)
+    /// replaced by Xavier's weights from its seed in `seeds` (one per replica): a fresh start
+    /// for that replica alone.
+    pub fn finite_or_fresh(&self, shape: &MlpShape, seeds: &[u64]) -> HostWeights {
+        let mut out = self.clone();
+        for r in (0..self.replicas).filter(|&r| !self.finite_at(r)) {
+            let fresh = xavier_init(shape, &seeds[r..r + 1]);
+            for ((w, b), (fw, fb)) in out.layers.iter_mut().zip(fresh.layers) {
+                w[r * fw.len()..(r + 1) * fw.len()].copy_from_slice(&fw);
+                b[r * fb.len()..(r + 1) * fb.len()].copy_from_slice(&fb);
+            }
+        }
+        out
+    }
+
+    /// Checks that these are the finite weights of `replicas` replicas of `shape`.
+    pub fn validate(&self, shape: &MlpShape, replicas: usize) -> Result<(), MethodError> {
+        self.validate_shape(shape, replicas)?;
+        if !(0..self.replicas).all(|r| self.finite_at(r)) {
+            return Err(MethodError::invalid(
+                "initial weights",
+                "a non-finite value",
+                "finite numbers (a warm start from a training that diverged?)",
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// Glorot/Xavier uniform initialisation, independently per replica: every weight of a layer
 /// with fan-in a and fan-out b is U(−√(6/(a+b)), √(6/(a+b))), biases are zero (as MATLAB's
 /// `glorot` initialiser, used by [000]). Replica r draws from `Rng::new(seeds[r])`, layer by

@@ -5,8 +5,11 @@
 
 use std::sync::Mutex;
 
+use std::sync::Arc;
+
 use uqbench_core::{
-    Compute, Extra, FactorJoint, Method, MethodError, Prediction, Rng, SimdCap, Task,
+    Compute, Extra, FactorJoint, Method, MethodError, Prediction, Rng, SimdCap, Task, WarmStart,
+    WarmState,
 };
 
 use crate::decision::agent::{thompson_draw, AgentSeeds, MethodAgent};
@@ -17,10 +20,29 @@ use crate::decision::DecisionKind;
 /// What the method saw of one task: training inputs, targets, setting label, repetitions.
 type Seen = (Vec<f64>, Vec<f64>, String, Vec<u64>);
 
-/// A method whose prediction is fixed, recording the tasks it is given.
+/// A method whose prediction is fixed, recording the tasks it is given and, warm-started, the
+/// epochs and the state (the count of trainings before) each training started from.
 struct Fixed {
     pred: Prediction,
     seen: Mutex<Vec<Seen>>,
+    warm: Mutex<Vec<(usize, Option<usize>)>>,
+}
+
+impl WarmStart for Fixed {
+    fn run_warm(
+        &self,
+        task: &Task<'_>,
+        c: &Compute,
+        keep: bool,
+        from: Option<&WarmState>,
+    ) -> Result<(Vec<Prediction>, WarmState), MethodError> {
+        let from = from.map(|s| *s.downcast_ref::<usize>().unwrap());
+        let mut warm = self.warm.lock().unwrap();
+        warm.push((task.epochs, from));
+        let state: WarmState = Arc::new(warm.len());
+        drop(warm);
+        Ok((self.run(task, c, keep, &|_| {})?, state))
+    }
 }
 
 impl Method for Fixed {
@@ -30,6 +52,10 @@ impl Method for Fixed {
 
     fn replicas_per_repetition(&self) -> usize {
         1
+    }
+
+    fn warm_start(&self) -> Option<&dyn WarmStart> {
+        Some(self)
     }
 
     fn run(
@@ -53,6 +79,7 @@ fn fixed(pred: Prediction) -> Fixed {
     Fixed {
         pred,
         seen: Mutex::new(Vec::new()),
+        warm: Mutex::new(Vec::new()),
     }
 }
 
@@ -86,6 +113,7 @@ fn agent<'a>(method: &'a Fixed, compute: &'a Compute, kind: DecisionKind) -> Met
         method,
         compute,
         epochs: 50,
+        warm: None,
         kind,
         seeds: AgentSeeds {
             base: 1,
@@ -123,6 +151,32 @@ fn an_agent_is_retrained_on_exactly_its_pulls_with_a_seed_of_its_own_per_step() 
     // The setting label keys the fit's seeds: a fresh one after every step.
     assert_eq!(seen[0].2, "f=1/decision/Fixed/n2");
     assert_eq!(seen[1].2, "f=1/decision/Fixed/n3");
+}
+
+#[test]
+fn a_warm_agent_continues_from_the_state_its_last_training_left() {
+    let method = fixed(draws(vec![vec![0.0, 0.0, 1.0]]));
+    let c = compute();
+    let mut a = agent(&method, &c, DecisionKind::Bandit);
+    // update = "warm" with initial_epochs = 200 and update_epochs = 50.
+    a.warm = Some((200, None));
+    let mut h = History::default();
+    h.push(2, 0.5);
+    h.push(0, -1.0);
+    let mut rng = Rng::new(3);
+    for pull in [2, 1] {
+        assert_eq!(a.choose(&actions(3), &h, 1, &mut rng).unwrap(), vec![2]);
+        h.push(pull, 0.25);
+    }
+    a.choose(&actions(3), &h, 1, &mut rng).unwrap();
+    // The first training from scratch for 200 epochs, every later one for 50 from the state
+    // the one before returned.
+    let warm = method.warm.lock().unwrap();
+    assert_eq!(*warm, vec![(200, None), (50, Some(1)), (50, Some(2))]);
+    let seen = method.seen.lock().unwrap();
+    assert_eq!(seen[2].0, vec![20.0, 0.0, 20.0, 10.0]);
+    // Each training's streams still have a seed of their own (the setting label).
+    assert_eq!(seen[2].2, "f=1/decision/Fixed/n4");
 }
 
 #[test]

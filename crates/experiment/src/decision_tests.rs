@@ -201,6 +201,7 @@ fn the_exact_thompson_sampler_beats_random_and_a_policy_does_not_depend_on_the_o
         methods: Vec::new(),
         update: Update::Retrain,
         update_epochs: 300,
+        initial_epochs: None,
     };
     decision.validate(&problem).unwrap();
     let label = problem.setting.label();
@@ -308,6 +309,7 @@ fn a_decision_section_that_cannot_run_is_refused_before_anything_runs() {
         methods: Vec::new(),
         update: Update::Retrain,
         update_epochs: 300,
+        initial_epochs: None,
     }
     .validate(&problem)
     .unwrap_err()

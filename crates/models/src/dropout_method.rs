@@ -9,10 +9,14 @@ use serde::{Deserialize, Serialize};
 
 use uqbench_core::noise::Tau;
 use uqbench_core::MethodError;
-use uqbench_core::{Compute, Extra, Family, IntervalSetting, Likelihood, Method, Prediction, Task};
+use uqbench_core::{
+    Compute, Extra, Family, IntervalSetting, Likelihood, Method, Prediction, Task, WarmStart,
+    WarmState,
+};
 use uqbench_engine::config::MethodConfig;
+use uqbench_engine::mlp::MlpShape;
 use uqbench_engine::stochastic::{Bernoulli, Concrete, StochasticLayer, Variational};
-use uqbench_engine::trainer::{self, Resources, TrainSettings};
+use uqbench_engine::trainer::{self, Resources, TrainSettings, WarmWeights};
 
 /// Which dropout method.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -246,24 +250,86 @@ impl Method for DropoutMethod {
         let resources = &Resources::of(compute)?;
         task.validate()?;
         let c = &self.config;
-        let d_out = if c.heteroscedastic { 2 } else { 1 };
-        let shape = c.net.shape(task.d, d_out);
-        let reps = task.repetitions.len();
         let settings = self.train_settings(task)?;
         let out = trainer::train_task(
             task,
             &self.name,
             1,
-            &shape,
+            &self.shape(task),
             c.net.standardize,
             &settings,
             resources,
             progress,
         )?;
+        Ok(self.predictions(task, &out, &settings, keep_samples))
+    }
+
+    fn warm_start(&self) -> Option<&dyn WarmStart> {
+        // A learned rate (CD's p, VD's α) is a parameter slot of the layer, which the warm
+        // start does not carry: only Bernoulli dropout's network is all weights.
+        (self.kind == DropoutKind::Bernoulli).then_some(self as &dyn WarmStart)
+    }
+}
+
+/// BD's network continues from its weights after the previous training (its inputs on the
+/// scale the first training standardised them by; a diverged one starts afresh); the
+/// optimiser starts afresh at every training (Adam's moments at zero).
+impl WarmStart for DropoutMethod {
+    fn run_warm(
+        &self,
+        task: &Task<'_>,
+        compute: &Compute,
+        keep_samples: bool,
+        from: Option<&WarmState>,
+    ) -> Result<(Vec<Prediction>, WarmState), MethodError> {
+        if self.kind != DropoutKind::Bernoulli {
+            return Err(MethodError::invalid(
+                format!("{}'s warm start", self.name),
+                format!("{:?} dropout", self.kind),
+                "Bernoulli dropout (BD): a learned rate is not carried over",
+            ));
+        }
+        let resources = &Resources::of(compute)?;
+        task.validate()?;
+        let settings = self.train_settings(task)?;
+        let from = WarmWeights::of(from, &self.name)?;
+        let (out, state) = trainer::train_task_from(
+            task,
+            &self.name,
+            1,
+            &self.shape(task),
+            self.config.net.standardize,
+            &settings,
+            resources,
+            from,
+        )?;
+        let predictions = self.predictions(task, &out, &settings, keep_samples);
+        Ok((predictions, Arc::new(state)))
+    }
+}
+
+impl DropoutMethod {
+    /// The network on `task`'s inputs (a second output for the heteroscedastic head).
+    fn shape(&self, task: &Task<'_>) -> MlpShape {
+        let d_out = if self.config.heteroscedastic { 2 } else { 1 };
+        self.config.net.shape(task.d, d_out)
+    }
+
+    /// One prediction per repetition of `task` from its training `out` under `settings`.
+    fn predictions(
+        &self,
+        task: &Task<'_>,
+        out: &trainer::TrainOutput,
+        settings: &TrainSettings,
+        keep_samples: bool,
+    ) -> Vec<Prediction> {
+        let c = &self.config;
+        let d_out = if c.heteroscedastic { 2 } else { 1 };
+        let reps = task.repetitions.len();
         let (t, m, n) = (out.passes, task.n_test(), task.n_train());
         let rate_name = settings.dropout.as_ref().and_then(|d| d.rate_name());
         let family = c.intervals.family();
-        Ok((0..reps)
+        (0..reps)
             .map(|k| {
                 let base = k * t * m * d_out;
                 let at = |pass: usize, i: usize, j: usize| {
@@ -312,7 +378,7 @@ impl Method for DropoutMethod {
                     extra: Extra::default(),
                 }
             })
-            .collect())
+            .collect()
     }
 }
 

@@ -35,16 +35,18 @@
 //! their library's default initialiser) and scaled by β, and λ is the method's
 //! `weight_decay` (1/N unless set).
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use crate::host_net::{self, TrainedNet};
 use uqbench_core::{
     combine_members, par_map, Compute, IntervalSetting, Member, Method, MethodError, Prediction,
-    Rng, Task,
+    Rng, Task, WarmStart, WarmState,
 };
 use uqbench_engine::config::MethodConfig;
 use uqbench_engine::mlp::{xavier_init, MlpShape};
-use uqbench_engine::trainer::{self, Job, Resources};
+use uqbench_engine::trainer::{self, Job, Resources, WarmWeights};
 
 /// Each member's target noise σ̃ (spec §11).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -237,6 +239,79 @@ impl Method for EnsPrior {
         keep_samples: bool,
         progress: &(dyn Fn(usize) + Sync),
     ) -> Result<Vec<Prediction>, MethodError> {
+        Ok(self.train(task, compute, keep_samples, progress, None)?.0)
+    }
+
+    fn warm_start(&self) -> Option<&dyn WarmStart> {
+        Some(self)
+    }
+}
+
+/// Every member's trained network continues from its weights after the previous training (its
+/// inputs on the scale the first training standardised them by, so that its prior function,
+/// a network of its seed on those inputs, stays the same function of x); a diverged member
+/// starts afresh; the optimiser starts afresh (Adam's moments at zero). The target noise is
+/// redrawn from each training's seeds, as a retraining's.
+impl WarmStart for EnsPrior {
+    fn run_warm(
+        &self,
+        task: &Task<'_>,
+        compute: &Compute,
+        keep_samples: bool,
+        from: Option<&WarmState>,
+    ) -> Result<(Vec<Prediction>, WarmState), MethodError> {
+        let from = WarmWeights::of(from, &self.name)?;
+        let (pred, state) = self.train(task, compute, keep_samples, &|_| {}, Some(from))?;
+        let state = state.expect("a warm start's weights");
+        Ok((pred, Arc::new(state)))
+    }
+}
+
+impl EnsPrior {
+    /// Every replica's prior function β·p_m at the training and test inputs (as the network
+    /// sees them), replica `i` being (repetition, member) `pairs[i]`.
+    fn priors(
+        &self,
+        task: &Task<'_>,
+        shape: &MlpShape,
+        pairs: &[(u64, u64)],
+        (x_train, x_test): (&[f32], &[f32]),
+    ) -> Vec<PriorValues> {
+        let (rows_train, rows_test) = (
+            host_net::inputs(x_train, task.d),
+            host_net::inputs(x_test, task.d),
+        );
+        let prior_purpose = format!("{}/prior", self.name);
+        let beta = self.config.prior_scale;
+        par_map(pairs.len(), |i| {
+            let (rep, j) = pairs[i];
+            if beta == 0.0 {
+                return PriorValues {
+                    train: vec![0.0; task.n_train()],
+                    test: vec![0.0; task.n_test()],
+                };
+            }
+            let net = self.prior_net(shape, task.seeds.seed(rep, j, &prior_purpose));
+            let eval = |x: &nalgebra::DMatrix<f64>| {
+                net.forward_batch(x).into_iter().map(|f| beta * f).collect()
+            };
+            PriorValues {
+                train: eval(&rows_train),
+                test: eval(&rows_test),
+            }
+        })
+    }
+
+    /// Trains and predicts; `warm`: a warm start (from the given weights, or from scratch
+    /// when `Some(None)`), returning the weights after it.
+    fn train(
+        &self,
+        task: &Task<'_>,
+        compute: &Compute,
+        keep_samples: bool,
+        progress: &(dyn Fn(usize) + Sync),
+        warm: Option<Option<&WarmWeights>>,
+    ) -> Result<(Vec<Prediction>, Option<WarmWeights>), MethodError> {
         task.validate()?;
         task.require_gaussian(&self.name)?;
         let c = &self.config;
@@ -250,11 +325,11 @@ impl Method for EnsPrior {
             ..c.optim.settings(task.epochs, n)
         };
         let replicas = task.replicas(&self.name, members);
-        let (x_train, x_test) = task.inputs_f32(c.net.standardize);
-        let (rows_train, rows_test) = (
-            host_net::inputs(&x_train, task.d),
-            host_net::inputs(&x_test, task.d),
-        );
+        let moments = match warm {
+            Some(Some(w)) => w.moments.clone(),
+            _ => c.net.standardize.then(|| task.input_moments()),
+        };
+        let (x_train, x_test) = task.inputs_f32_by(moments.as_deref());
         // Per replica (repetition k, member j): its prior function and its targets, from
         // seeds of their own purposes.
         let pairs: Vec<(u64, u64)> = task
@@ -262,28 +337,8 @@ impl Method for EnsPrior {
             .iter()
             .flat_map(|&rep| (0..members as u64).map(move |j| (rep, j)))
             .collect();
-        let (prior_purpose, noise_purpose) = (
-            format!("{}/prior", self.name),
-            format!("{}/target-noise", self.name),
-        );
-        let beta = c.prior_scale;
-        let priors: Vec<PriorValues> = par_map(pairs.len(), |i| {
-            let (rep, j) = pairs[i];
-            if beta == 0.0 {
-                return PriorValues {
-                    train: vec![0.0; n],
-                    test: vec![0.0; mt],
-                };
-            }
-            let net = self.prior_net(&shape, task.seeds.seed(rep, j, &prior_purpose));
-            let eval = |x: &nalgebra::DMatrix<f64>| {
-                net.forward_batch(x).into_iter().map(|f| beta * f).collect()
-            };
-            PriorValues {
-                train: eval(&rows_train),
-                test: eval(&rows_test),
-            }
-        });
+        let noise_purpose = format!("{}/target-noise", self.name);
+        let priors = self.priors(task, &shape, &pairs, (&x_train, &x_test));
         let targets: Vec<Vec<f32>> = replicas
             .targets
             .iter()
@@ -314,8 +369,16 @@ impl Method for EnsPrior {
             stream_seeds: &replicas.stream,
             replica_ids: &replicas.ids,
             x_test: &x_test,
+            init: None,
         };
-        let out = trainer::train(&job, &settings, resources, progress)?;
+        let (out, after) = match warm {
+            None => (trainer::train(&job, &settings, resources, progress)?, None),
+            Some(from) => {
+                let (out, weights) =
+                    trainer::train_from(&job, &settings, resources, from.map(|w| &w.weights))?;
+                (out, Some(WarmWeights { weights, moments }))
+            }
+        };
         // β·p_m added back: the members' functions f_θm + β·p_m at the test and training
         // inputs.
         let add = |at: &[f32], prior: &[f64]| -> Vec<f32> {
@@ -330,7 +393,7 @@ impl Method for EnsPrior {
         let train: Vec<Vec<f32>> = (0..targets.len())
             .map(|r| add(&out.train_pred[r * n..(r + 1) * n], &priors[r].train))
             .collect();
-        Ok((0..task.repetitions.len())
+        let predictions = (0..task.repetitions.len())
             .map(|k| {
                 let members: Vec<Member<'_>> = (k * members..(k + 1) * members)
                     .map(|r| Member {
@@ -344,6 +407,7 @@ impl Method for EnsPrior {
                 o.scalars.insert("l2_factor".into(), settings.weight_decay);
                 o
             })
-            .collect())
+            .collect();
+        Ok((predictions, after))
     }
 }

@@ -50,6 +50,7 @@ impl OwnNetJob {
             stream_seeds: &self.replicas.stream,
             replica_ids: &self.replicas.ids,
             x_test: &self.x_test,
+            init: None,
         }
     }
 }

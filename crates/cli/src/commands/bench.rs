@@ -157,6 +157,7 @@ fn train(args: &TrainBench) -> Result<()> {
         stream_seeds: &batch,
         replica_ids: &ids,
         x_test: &x_test,
+        init: None,
     };
     let settings = TrainSettings::paper(args.epochs, args.n);
     let res = resources(args)?;

@@ -15,7 +15,7 @@ use uqbench_experiment::decision::bandit::Policy;
 use uqbench_experiment::decision::env::{initial_actions, History};
 use uqbench_experiment::decision::results::{self, Row};
 use uqbench_experiment::decision::{
-    env::Environment, run_spec_repetition, DecisionKind, DecisionSpec, PolicyResult,
+    env::Environment, run_spec_repetition, DecisionKind, DecisionSpec, PolicyResult, Update,
 };
 use uqbench_experiment::spec::ExperimentSpec;
 use uqbench_experiment::store::write_atomic;
@@ -95,6 +95,15 @@ fn agents(
                      not a distribution of f to draw from or to take a covariance of; valid: a \
                      method with a predictive distribution of f (Ens, EnsPrior, Epinet, SGLD, \
                      BD, MFVI, Laplace, SWAG, HMC, DER, …)",
+                    at(name)
+                );
+            }
+            if decision.update == Update::Warm && method.warm_start().is_none() {
+                bail!(
+                    "{}: update = \"warm\", but {kind} has no warm start (it cannot continue a \
+                     previous training); valid: update = \"retrain\", or agents that warm-start: \
+                     the ensembles on the built-in network (Ens, EnsAdvA, EnsBS and their \
+                     tables), EnsPrior and BD",
                     at(name)
                 );
             }

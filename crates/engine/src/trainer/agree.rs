@@ -46,6 +46,7 @@ pub fn executions_agree(
         stream_seeds: &[4, 5, 6],
         replica_ids: &[0, 1, 2],
         x_test: &x_test,
+        init: None,
     };
     let device = open_device(BackendKind::Flex, true).map_err(|e| e.to_string())?;
     let mut res = Resources::new(BackendKind::Flex, device);

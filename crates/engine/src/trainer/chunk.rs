@@ -17,7 +17,6 @@ use super::pool::{ChunkOut, ChunkTrainer, Layout};
 use super::settings::{Batching, TrainSettings};
 use crate::cpu::kernels::AdamStep;
 use crate::device_rng::DeviceRng;
-use crate::mlp::xavier_init;
 use uqbench_core::MethodError;
 
 /// The purposes of a replica's device streams (see [`DeviceRng::new`]).
@@ -217,7 +216,7 @@ impl<'a> TensorTrainer<'a> {
         let rc = range.len();
         let (d, n) = (shape.d_in, job.n_train());
         let dev = &self.device;
-        let host = xavier_init(shape, &job.init_seeds[range.clone()]);
+        let host = job.initial_weights(range.clone());
         let slots = match &self.settings.dropout {
             Some(layer) => layer.params(self.k(), shape.d_out),
             None => Vec::new(),

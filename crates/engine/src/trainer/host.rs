@@ -35,7 +35,7 @@ use crate::cpu::kernels::AdamStep;
 use crate::cpu::simd::{self, Lanes, Level};
 use crate::cpu::{adam_at, backward_at, forward_at, offsets, Part, ReplicaNet};
 use crate::device_rng::HostStream;
-use crate::mlp::{xavier_init, MlpShape};
+use crate::mlp::MlpShape;
 use crate::stochastic::{HostCache, HostGrads, HostLast, StochasticLayer};
 
 /// Whether the host execution takes the engine's jobs: on every CPU backend with the run's
@@ -94,7 +94,7 @@ impl HostTrainer<'_> {
         let (passes, o) = (self.settings.mc_passes, job.shape.d_out);
         let rc = range.len();
         let (xt, xt_test) = (feature_major(job.x_train, d), feature_major(job.x_test, d));
-        let init = xavier_init(job.shape, &job.init_seeds[range.clone()]);
+        let init = job.initial_weights(range.clone());
         let collectors = &self.settings.collectors;
         let mut out = ChunkOut {
             pred: vec![0.0; rc * passes * m * o],

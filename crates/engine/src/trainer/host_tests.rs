@@ -215,6 +215,7 @@ fn compare(shape: &MlpShape, settings: &TrainSettings) -> (TrainOutput, TrainOut
         stream_seeds: &[4, 5, 6],
         replica_ids: &[0, 1, 2],
         x_test: &x_test,
+        init: None,
     };
     settings.validate(n, shape).expect("valid settings");
     let dev = Device::flex();

@@ -1,6 +1,6 @@
 //! A training job: shared inputs, per-repetition targets and the replicas' seeds.
 
-use crate::mlp::MlpShape;
+use crate::mlp::{xavier_init, HostWeights, MlpShape};
 use uqbench_core::MethodError;
 
 /// Everything a training job needs: the shared inputs, per-repetition targets and the
@@ -26,12 +26,26 @@ pub struct Job<'a> {
     pub replica_ids: &'a [u64],
     /// Test inputs, row-major `[M, d]`.
     pub x_test: &'a [f32],
+    /// Every replica's initial weights (a warm start: the decision track's `update =
+    /// "warm"`), in place of Xavier's from `init_seeds`; `None` for a fresh start. Read by
+    /// the built-in network's executions ([`super::train`]) through
+    /// [`Job::initial_weights`]; a method's own network starts from its own seeds.
+    pub init: Option<&'a HostWeights>,
 }
 
 impl Job<'_> {
     /// Training points N.
     pub fn n_train(&self) -> usize {
         self.x_train.len() / self.shape.d_in
+    }
+
+    /// The initial weights of replicas `range`: [`Job::init`]'s when given, else Xavier's
+    /// from their `init_seeds`.
+    pub fn initial_weights(&self, range: std::ops::Range<usize>) -> HostWeights {
+        match self.init {
+            Some(w) => w.select(range),
+            None => xavier_init(self.shape, &self.init_seeds[range]),
+        }
     }
 
     /// Test points M.
@@ -142,6 +156,9 @@ impl Job<'_> {
                 t,
                 format!("an index below {}", self.targets.len()),
             ));
+        }
+        if let Some(w) = self.init {
+            w.validate(self.shape, r)?;
         }
         for (name, v) in [
             ("training inputs", self.x_train),

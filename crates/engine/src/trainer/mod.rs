@@ -67,7 +67,7 @@ pub use pool::{
 pub use settings::{Batching, LrSwitch, TrainSettings};
 pub use update::{HostSlot, HostSlots, HostUpdate, TensorSlot, TensorUpdate, Update};
 
-use crate::mlp::MlpShape;
+use crate::mlp::{HostWeights, MlpShape};
 use uqbench_core::{MethodError, Task};
 
 /// Whether [`train`] runs on the CPU's host execution (`crate::cpu::trainer`: loops per
@@ -136,6 +136,120 @@ pub fn train_task(
         stream_seeds: &replicas.stream,
         replica_ids: &replicas.ids,
         x_test: &x_test,
+        init: None,
     };
     train(&job, settings, res, progress)
+}
+
+/// Where a warm-started training of the built-in network begins: every replica's weights
+/// after the previous training, and the (mean, sd) per input dimension that training
+/// standardised its inputs by, so that the network continues on the scale of x it learned
+/// (a later task's own moments would move every input under the trained weights).
+#[derive(Debug, Clone, PartialEq)]
+pub struct WarmWeights {
+    /// The replicas' weights, in the task's replica order.
+    pub weights: HostWeights,
+    /// The standardisation, when the inputs are standardised.
+    pub moments: Option<Vec<(f64, f64)>>,
+}
+
+impl WarmWeights {
+    /// The weights in a method's warm state (`None` for a fresh start): an error naming
+    /// `method` when the state is another method's.
+    pub fn of<'s>(
+        state: Option<&'s uqbench_core::WarmState>,
+        method: &str,
+    ) -> Result<Option<&'s WarmWeights>, MethodError> {
+        state
+            .map(|s| {
+                s.downcast_ref::<WarmWeights>().ok_or_else(|| {
+                    MethodError::invalid(
+                        format!("{method}'s warm start"),
+                        "a state of another method",
+                        "the state this method returned",
+                    )
+                })
+            })
+            .transpose()
+    }
+}
+
+/// [`train_task`] from `from` (a fresh start, as `train_task`, when `None`), returning beside
+/// the output the replicas' weights after it (read by a [`collect::FinalWeights`] collector
+/// appended to the settings' own, whose states are left out of the output's `collected`). The
+/// inputs are standardised by `from`'s moments when it has some, else by the task's. A replica
+/// whose weights in `from` are not finite (its training diverged) starts afresh from Xavier's
+/// weights of its seed.
+#[allow(clippy::too_many_arguments)]
+pub fn train_task_from(
+    task: &Task<'_>,
+    name: &str,
+    members: usize,
+    shape: &MlpShape,
+    standardize: bool,
+    settings: &TrainSettings,
+    res: &Resources,
+    from: Option<&WarmWeights>,
+) -> Result<(TrainOutput, WarmWeights), MethodError> {
+    task.validate()?;
+    let replicas = task.replicas(name, members);
+    let moments = match from {
+        Some(w) => w.moments.clone(),
+        None => standardize.then(|| task.input_moments()),
+    };
+    let (x_train, x_test) = task.inputs_f32_by(moments.as_deref());
+    let targets = task.y_train_f32();
+    let job = Job {
+        shape,
+        x_train: &x_train,
+        targets: &targets,
+        replica_targets: &replicas.targets,
+        init_seeds: &replicas.init,
+        stream_seeds: &replicas.stream,
+        replica_ids: &replicas.ids,
+        x_test: &x_test,
+        init: None,
+    };
+    let (out, weights) = train_from(&job, settings, res, from.map(|w| &w.weights))?;
+    Ok((out, WarmWeights { weights, moments }))
+}
+
+/// [`train`] from the weights `from` (every replica's, in the job's order; Xavier's from the
+/// job's seeds when `None`), returning beside the output the replicas' weights after it (read
+/// by a [`collect::FinalWeights`] collector appended to the settings' own, whose states are
+/// left out of the output's `collected`). A replica whose weights in `from` are not finite
+/// (its training diverged) starts afresh from Xavier's weights of its seed.
+pub fn train_from(
+    job: &Job<'_>,
+    settings: &TrainSettings,
+    res: &Resources,
+    from: Option<&HostWeights>,
+) -> Result<(TrainOutput, HostWeights), MethodError> {
+    let init = match from {
+        Some(w) => {
+            w.validate_shape(job.shape, job.replicas())?;
+            Some(w.finite_or_fresh(job.shape, job.init_seeds))
+        }
+        None => None,
+    };
+    let job = Job {
+        init: init.as_ref().or(job.init),
+        ..job.clone()
+    };
+    let mut with_final = settings.clone();
+    with_final
+        .collectors
+        .push(std::sync::Arc::new(collect::FinalWeights));
+    let mut out = train(&job, &with_final, res, &|_| {})?;
+    let finals = out
+        .collected
+        .pop()
+        .expect("the FinalWeights collector's states");
+    let flats: Vec<&[f32]> = (finals.iter())
+        .map(|c| match c.as_any().downcast_ref::<collect::Weights>() {
+            Some(w) => &w.0[..],
+            None => &[],
+        })
+        .collect();
+    Ok((out, HostWeights::from_flat(job.shape, &flats)?))
 }

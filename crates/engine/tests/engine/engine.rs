@@ -6,7 +6,8 @@ use std::sync::Arc;
 use uqbench_anchor::Rng;
 use uqbench_engine::trainer::{self, Batching, Job, Resources, TrainOutput, TrainSettings};
 use uqbench_engine::{
-    open_device, BackendKind, Bernoulli, Concrete, MlpShape, StochasticLayer, Variational,
+    open_device, xavier_init, BackendKind, Bernoulli, Concrete, HostWeights, MlpShape,
+    StochasticLayer, Variational,
 };
 
 use crate::util::skip_wgpu;
@@ -83,6 +84,7 @@ fn run_on(
         stream_seeds: &batch,
         replica_ids: &ids,
         x_test: &d.x_test,
+        init: None,
     };
     // CI's wgpu adapter is lavapipe, a software rasterizer: allowed here on purpose.
     let mut res = Resources::new(backend, open_device(backend, true).unwrap());
@@ -251,6 +253,7 @@ fn divergence_is_reported_per_replica_and_does_not_leak() {
         stream_seeds: &seeds,
         replica_ids: &ids,
         x_test: &d.x_test,
+        init: None,
     };
     let res = Resources::new(
         BackendKind::Flex,
@@ -287,6 +290,7 @@ fn bad_settings_are_clear_errors() {
         stream_seeds: &seeds,
         replica_ids: &[0],
         x_test: &d.x_test,
+        init: None,
     };
     let mut res = Resources::new(
         BackendKind::Flex,
@@ -437,4 +441,154 @@ fn the_autodiff_route_computes_what_the_engine_computes() {
             close("rates", &f(a), &f(b), 1e-3);
         }
     }
+}
+
+/// A warm start (`Job::init`, `trainer::train_task_from`): given initial weights replace the
+/// seeds' on both executions, bit for bit, and a replica whose given weights are not finite
+/// starts from its own seed's.
+#[test]
+fn given_initial_weights_replace_the_seeds_on_both_executions() {
+    let d = data();
+    let s = shape();
+    let rt = [0usize, 1];
+    let (stream, ids) = ([2000u64, 2001], [0u64, 1]);
+    let settings = TrainSettings::paper(30, 40);
+    for host_loops in [true, false] {
+        let mut res = Resources::new(
+            BackendKind::Flex,
+            open_device(BackendKind::Flex, true).unwrap(),
+        );
+        res.host_loops = host_loops;
+        let train = |init_seeds: &[u64], init: Option<&HostWeights>| {
+            let job = Job {
+                shape: &s,
+                x_train: &d.x,
+                targets: &d.targets,
+                replica_targets: &rt,
+                init_seeds,
+                stream_seeds: &stream,
+                replica_ids: &ids,
+                x_test: &d.x_test,
+                init,
+            };
+            trainer::train(&job, &settings, &res, &|_| {})
+        };
+        let from_seeds = train(&[7, 8], None).unwrap();
+        let given = xavier_init(&s, &[7, 8]);
+        let from_given = train(&[1, 2], Some(&given)).unwrap();
+        assert_eq!(
+            from_seeds.test_out, from_given.test_out,
+            "host loops {host_loops}"
+        );
+        assert_ne!(train(&[1, 2], None).unwrap().test_out, from_seeds.test_out);
+        // Non-finite weights are refused by the job; repaired, replica 1 (NaN) starts from its
+        // seed (8) and replica 0 from the given weights.
+        let mut broken = xavier_init(&s, &[7, 99]);
+        broken.layers[1].0[s.hidden[0] * s.hidden[1] + 3] = f32::NAN;
+        let e = train(&[1, 2], Some(&broken)).unwrap_err().to_string();
+        assert!(
+            e.contains("initial weights") && e.contains("non-finite"),
+            "{e}"
+        );
+        let e = train(&[1, 2], Some(&xavier_init(&s, &[7])))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("initial weights") && e.contains("2 replicas"),
+            "{e}"
+        );
+        let repaired = broken.finite_or_fresh(&s, &[1, 8]);
+        assert_eq!(repaired, xavier_init(&s, &[7, 8]));
+    }
+}
+
+/// The weights `train_task_from` returns are the trained networks' (read back through the
+/// collectors' layout and rebuilt), and a start from the seeds' own weights and the task's
+/// own standardisation is the fresh start.
+#[test]
+fn a_warm_start_from_the_fresh_weights_is_the_fresh_start() {
+    use uqbench_core::{Likelihood, NoiseInfo, SeedBase, Task};
+    let d = data();
+    let x: Vec<f64> = d.x.iter().map(|&v| f64::from(v)).collect();
+    let x_test: Vec<f64> = d.x_test.iter().map(|&v| f64::from(v)).collect();
+    let y: Vec<Vec<f64>> = (d.targets.iter())
+        .map(|t| t.iter().map(|&v| f64::from(v)).collect())
+        .collect();
+    let task = Task {
+        d: 1,
+        x_train: &x,
+        y_train: &y,
+        repetitions: &[3, 4],
+        x_test: &x_test,
+        epochs: 20,
+        known_sigma: None,
+        seeds: SeedBase {
+            base: 1,
+            experiment: "warm".into(),
+            setting: "s".into(),
+        },
+        features: None,
+        noise: NoiseInfo::default(),
+        likelihood: Likelihood::Gaussian,
+    };
+    let s = shape();
+    let settings = TrainSettings::paper(20, 40);
+    let res = Resources::new(
+        BackendKind::Flex,
+        open_device(BackendKind::Flex, true).unwrap(),
+    );
+    let (fresh, after) =
+        trainer::train_task_from(&task, "M", 2, &s, true, &settings, &res, None).unwrap();
+    assert_eq!(after.moments, Some(task.input_moments()));
+    assert_eq!(after.weights.replicas, 4);
+    let alone = trainer::train_task(&task, "M", 2, &s, true, &settings, &res, &|_| {}).unwrap();
+    assert_eq!(fresh.test_out, alone.test_out);
+    // The returned weights are the trained ones: the network they make, evaluated here on
+    // the standardised test inputs, predicts what the training predicted (f32 rounding of a
+    // different summation order: 1e-4 relative).
+    let (_, xt) = task.inputs_f32(true);
+    let layers = s.layers();
+    for r in 0..4 {
+        let w = after.weights.select(r..r + 1);
+        for (i, &x0) in xt.iter().enumerate() {
+            let mut h = vec![x0];
+            for (l, &(fan_in, fan_out)) in layers.iter().enumerate() {
+                let (wl, bl) = &w.layers[l];
+                h = (0..fan_out)
+                    .map(|o| {
+                        let z =
+                            bl[o] + (0..fan_in).map(|k| h[k] * wl[k * fan_out + o]).sum::<f32>();
+                        if l + 1 < layers.len() && z < 0.0 {
+                            0.01 * z
+                        } else {
+                            z
+                        }
+                    })
+                    .collect();
+            }
+            let got = fresh.test_out[r * xt.len() + i];
+            assert!(
+                (h[0] - got).abs() <= 1e-4 * (1.0 + got.abs()),
+                "{r} {i}: {} {got}",
+                h[0]
+            );
+        }
+    }
+    let seeds = task.replicas("M", 2).init;
+    let start = trainer::WarmWeights {
+        weights: xavier_init(&s, &seeds),
+        moments: Some(task.input_moments()),
+    };
+    let (warm, _) =
+        trainer::train_task_from(&task, "M", 2, &s, true, &settings, &res, Some(&start)).unwrap();
+    assert_eq!(warm.test_out, fresh.test_out);
+    // The warm start's standardisation, not the task's, scales the inputs.
+    let shifted = trainer::WarmWeights {
+        moments: Some(vec![(1.0, 2.0)]),
+        ..start
+    };
+    let (other, kept) =
+        trainer::train_task_from(&task, "M", 2, &s, true, &settings, &res, Some(&shifted)).unwrap();
+    assert_ne!(other.test_out, fresh.test_out);
+    assert_eq!(kept.moments, Some(vec![(1.0, 2.0)]));
 }

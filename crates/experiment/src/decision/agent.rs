@@ -1,6 +1,7 @@
-//! A method of uqbench as a decision agent (spec §12): at every step it is trained from
-//! scratch on the agent's data so far (the pulled actions' inputs and their rewards) and its
-//! predictive distribution over the action set decides.
+//! A method of uqbench as a decision agent (spec §12): at every step it is trained on the
+//! agent's data so far (the pulled actions' inputs and their rewards), from scratch (`update =
+//! "retrain"`) or from the state its last training left (`update = "warm"`, the method's
+//! [`uqbench_core::WarmStart`]), and its predictive distribution over the action set decides.
 //!
 //! - Bandit: Thompson sampling, one draw of f over the whole action set per action of the
 //!   batch, act argmax. The draw is the method's own joint ([`JointKind::of`], as the joint
@@ -31,6 +32,7 @@
 
 use uqbench_core::{
     Compute, Family, Features, Likelihood, Method, NoiseInfo, Prediction, Rng, SeedBase, Task,
+    WarmState,
 };
 
 use super::bandit::Policy;
@@ -61,8 +63,11 @@ pub struct MethodAgent<'a> {
     pub method: &'a dyn Method,
     /// Where it trains.
     pub compute: &'a Compute,
-    /// Epochs of every retraining.
+    /// Epochs of every retraining, or of every continuation of a warm start.
     pub epochs: usize,
+    /// `update = "warm"`: the epochs of the first training, and the state the last training
+    /// left (`None` before the first).
+    pub warm: Option<(usize, Option<WarmState>)>,
     /// Bandit (Thompson sampling) or active learning (log-det batch).
     pub kind: DecisionKind,
     /// Its fits' seeds.
@@ -87,6 +92,8 @@ impl<'a> MethodAgent<'a> {
             method,
             compute,
             epochs: decision.update_epochs,
+            warm: (decision.update == super::Update::Warm)
+                .then_some((decision.first_epochs(), None)),
             kind: decision.kind,
             seeds: AgentSeeds {
                 base,
@@ -98,9 +105,17 @@ impl<'a> MethodAgent<'a> {
         }
     }
 
+    /// The epochs of the next training: a warm start's first, else `epochs`.
+    pub fn next_epochs(&self) -> usize {
+        match &self.warm {
+            Some((first, None)) => *first,
+            _ => self.epochs,
+        }
+    }
+
     /// `f` on the method's task for `history`: the pulled actions' inputs (and features, σ)
     /// as training data, their rewards as the one repetition's targets, the action set as
-    /// test inputs.
+    /// test inputs, [`MethodAgent::next_epochs`] of training.
     pub fn with_task<T>(
         &self,
         actions: &Actions,
@@ -124,7 +139,7 @@ impl<'a> MethodAgent<'a> {
             y_train: &y,
             repetitions: &reps,
             x_test: &actions.x,
-            epochs: self.epochs,
+            epochs: self.next_epochs(),
             known_sigma: (actions.sigma_known && constant).then(|| actions.sigma[0]),
             seeds: SeedBase {
                 base: self.seeds.base,
@@ -150,13 +165,31 @@ impl<'a> MethodAgent<'a> {
         })
     }
 
-    /// The method trained from scratch on `history`: its prediction of f at every action,
-    /// `None` when the training diverged (non-finite predictions).
-    pub fn fit(&self, actions: &Actions, history: &History) -> Result<Option<Prediction>> {
+    /// The method trained on `history` (from scratch, or from the last training's state with
+    /// `update = "warm"`): its prediction of f at every action, `None` when the training
+    /// diverged (non-finite predictions).
+    pub fn fit(&mut self, actions: &Actions, history: &History) -> Result<Option<Prediction>> {
         let name = self.method.name();
-        let mut out = self.with_task(actions, history, |t| {
-            self.method.run(t, self.compute, true, &|_| {})
-        })?;
+        let mut out = match &self.warm {
+            None => self.with_task(actions, history, |t| {
+                self.method.run(t, self.compute, true, &|_| {})
+            })?,
+            Some((_, from)) => {
+                let Some(warm) = self.method.warm_start() else {
+                    bail!(
+                        "agent {name}: update = \"warm\", but the method has no warm start; \
+                         valid: update = \"retrain\""
+                    );
+                };
+                let (out, state) = self.with_task(actions, history, |t| {
+                    warm.run_warm(t, self.compute, true, from.as_ref())
+                })?;
+                if let Some((_, from)) = &mut self.warm {
+                    *from = Some(state);
+                }
+                out
+            }
+        };
         let Some(pred) = out.pop() else {
             bail!("agent {name}: its method returned no prediction for the repetition");
         };

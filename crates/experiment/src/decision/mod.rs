@@ -12,7 +12,7 @@
 //! - [`active`]: active learning on the same loop: the exact learner (`BLR`, log-det batch),
 //!   `MaxVar`, `Random`, scored by RMSE and NLL after each step and `al_auc`;
 //! - [`agent`]: a method of uqbench as an agent ([`agent::MethodAgent`]): retrained from
-//!   scratch on its data at every step, Thompson sampling from its own joint or its log-det
+//!   scratch on its data at every step (or warm-started), Thompson sampling from its own joint or its log-det
 //!   batch on its covariance;
 //! - [`results`]: the rows (`regret`, `regret_ratio`, `optimal_fraction`; `al_auc`,
 //!   `al_auc_ratio`, `nll`), their means with standard errors, the mean curves, the files.
@@ -76,9 +76,14 @@ pub struct DecisionSpec {
     /// How an agent learns from a step's data.
     #[serde(default)]
     pub update: Update,
-    /// Epochs of an agent's every retraining (spec §3's 300 at c = 1 by default).
+    /// Epochs of an agent's every update: every retraining (`retrain`), or every
+    /// continuation after the first training (`warm`). Spec §3's 300 at c = 1 by default.
     #[serde(default = "default_update_epochs")]
     pub update_epochs: usize,
+    /// `warm` only: the epochs of the first training, from scratch on the initial pulls
+    /// (default `update_epochs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initial_epochs: Option<usize>,
 }
 
 /// How a method agent learns from the data of a step.
@@ -86,12 +91,16 @@ pub struct DecisionSpec {
 #[serde(rename_all = "lowercase")]
 pub enum Update {
     /// Trained from scratch on all its data (fresh initial weights and streams per fit): each
-    /// step's agent is the method as the standard track runs it, on that step's data. Warm
-    /// starts are not offered: a [`uqbench_core::Method`] keeps no state between fits, and a
-    /// warm-started network is a different method (its uncertainty shrinks with the steps it
-    /// has been trained for, not with the data alone).
+    /// step's agent is the method as the standard track runs it, on that step's data.
     #[default]
     Retrain,
+    /// Trained from scratch on the initial pulls (`initial_epochs`), then at every step
+    /// continued from its weights after the previous step for `update_epochs` on all its data
+    /// so far (the method's [`uqbench_core::WarmStart`], as online neural bandits usually
+    /// update). A warm-started network is not the method the standard track scores at that
+    /// step's data (its training so far is the sum of its updates), which is the question
+    /// the comparison with `retrain` answers (docs/decisions.md).
+    Warm,
 }
 
 /// The names the baselines take in results: no agent may take one.
@@ -111,6 +120,11 @@ impl DecisionSpec {
         self.initial.unwrap_or(2 * p)
     }
 
+    /// The epochs of an agent's first training (on the initial pulls).
+    pub fn first_epochs(&self) -> usize {
+        self.initial_epochs.unwrap_or(self.update_epochs)
+    }
+
     /// Checks the section against `problem`, before anything runs.
     pub fn validate(&self, problem: &Problem) -> Result<()> {
         if self.repetitions == 0 {
@@ -124,6 +138,15 @@ impl DecisionSpec {
         }
         if self.update_epochs == 0 {
             bail!("[decision] update_epochs = 0; valid: at least 1");
+        }
+        match (self.update, self.initial_epochs) {
+            (_, Some(0)) => bail!("[decision] initial_epochs = 0; valid: at least 1"),
+            (Update::Retrain, Some(e)) => bail!(
+                "[decision] initial_epochs = {e} with update = \"retrain\"; valid: \
+                 initial_epochs with update = \"warm\" only (every retraining takes \
+                 update_epochs)"
+            ),
+            _ => {}
         }
         for (i, m) in self.methods.iter().enumerate() {
             if BASELINE_NAMES.contains(&m.as_str()) {

@@ -433,6 +433,7 @@ mod tests {
                 stream_seeds: &[4, 5, 6],
                 replica_ids: &[0, 1, 2],
                 x_test: &x_test,
+                init: None,
             };
             let settings = TrainSettings::paper(8, n);
             let parts = BatchParts {

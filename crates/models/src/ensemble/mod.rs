@@ -12,11 +12,13 @@ use crate::jackknife::{jackknife_plus, BagMember};
 use beta_nll::BetaNll;
 use uqbench_core::MethodError;
 use uqbench_core::{
-    combine_members, Compute, Family, IntervalSetting, Likelihood, Member, Method, Prediction, Task,
+    combine_members, Compute, Family, IntervalSetting, Likelihood, Member, Method, Prediction,
+    Task, WarmStart, WarmState,
 };
 use uqbench_engine::config::MethodConfig;
+use uqbench_engine::mlp::MlpShape;
 use uqbench_engine::trainer::collect::{Resample, Resamples};
-use uqbench_engine::trainer::{self, Batching, Resources, TrainSettings};
+use uqbench_engine::trainer::{self, Batching, Resources, TrainSettings, WarmWeights};
 
 /// Which ensemble.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -255,6 +257,62 @@ impl Method for Ensemble {
         progress: &(dyn Fn(usize) + Sync),
     ) -> Result<Vec<Prediction>, MethodError> {
         let resources = &Resources::of(compute)?;
+        self.check_task(task)?;
+        let out = trainer::train_task(
+            task,
+            &self.name,
+            self.config.members,
+            &self.shape(task),
+            self.config.net.standardize,
+            &self.train_settings(task),
+            resources,
+            progress,
+        )?;
+        Ok(self.predictions(task, &out, keep_samples))
+    }
+
+    fn warm_start(&self) -> Option<&dyn WarmStart> {
+        Some(self)
+    }
+}
+
+/// Every member continues from its weights after the previous training (its inputs on the
+/// scale the first training standardised them by); a member that diverged starts afresh. The
+/// optimiser starts afresh at every training (Adam's moments at zero, its step count at 0).
+impl WarmStart for Ensemble {
+    fn run_warm(
+        &self,
+        task: &Task<'_>,
+        compute: &Compute,
+        keep_samples: bool,
+        from: Option<&WarmState>,
+    ) -> Result<(Vec<Prediction>, WarmState), MethodError> {
+        let resources = &Resources::of(compute)?;
+        self.check_task(task)?;
+        let from = WarmWeights::of(from, &self.name)?;
+        let (out, state) = trainer::train_task_from(
+            task,
+            &self.name,
+            self.config.members,
+            &self.shape(task),
+            self.config.net.standardize,
+            &self.train_settings(task),
+            resources,
+            from,
+        )?;
+        Ok((self.predictions(task, &out, keep_samples), Arc::new(state)))
+    }
+}
+
+impl Ensemble {
+    /// The network on `task`'s inputs (a second output for mean–variance members).
+    fn shape(&self, task: &Task<'_>) -> MlpShape {
+        let het = self.config.heteroscedastic;
+        self.config.net.shape(task.d, if het { 2 } else { 1 })
+    }
+
+    /// The task's checks and this method's own against it.
+    fn check_task(&self, task: &Task<'_>) -> Result<(), MethodError> {
         task.validate()?;
         if task.likelihood == Likelihood::Bernoulli && self.config.heteroscedastic {
             return Err(MethodError::invalid(
@@ -263,20 +321,19 @@ impl Method for Ensemble {
                 "false for a classification problem: labels have no Gaussian noise to estimate",
             ));
         }
+        Ok(())
+    }
+
+    /// One prediction per repetition of `task` from the members' training `out`.
+    fn predictions(
+        &self,
+        task: &Task<'_>,
+        out: &trainer::TrainOutput,
+        keep_samples: bool,
+    ) -> Vec<Prediction> {
         let members = self.config.members;
         let het = self.config.heteroscedastic;
-        let shape = self.config.net.shape(task.d, if het { 2 } else { 1 });
         let reps = task.repetitions.len();
-        let out = trainer::train_task(
-            task,
-            &self.name,
-            members,
-            &shape,
-            self.config.net.standardize,
-            &self.train_settings(task),
-            resources,
-            progress,
-        )?;
         let (mt, n) = (task.n_test(), task.n_train());
         // Per replica, the means `[M]` and (mean–variance members) the variances `[M]`: the
         // outputs are `[R, 1, M, 2]` (mean, log variance) then.
@@ -290,7 +347,7 @@ impl Method for Ensemble {
         } else {
             (out.test_out.clone(), Vec::new())
         };
-        Ok((0..reps)
+        (0..reps)
             .map(|k| {
                 let replicas = k * members..(k + 1) * members;
                 let members: Vec<Member<'_>> = replicas
@@ -364,7 +421,7 @@ impl Method for Ensemble {
                 }
                 o
             })
-            .collect())
+            .collect()
     }
 }
 

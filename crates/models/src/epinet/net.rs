@@ -518,6 +518,7 @@ mod tests {
                 stream_seeds: &[4, 5, 6],
                 replica_ids: &[0, 1, 2],
                 x_test: &x_test,
+                init: None,
             };
             let parts = EpinetParts {
                 epi: MlpShape {
