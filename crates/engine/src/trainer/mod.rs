@@ -123,11 +123,27 @@ pub fn train_task(
     res: &Resources,
     progress: &(dyn Fn(usize) + Sync),
 ) -> Result<TrainOutput, MethodError> {
+    let moments = standardize.then(|| task.input_moments());
+    with_task_job(task, name, members, shape, moments.as_deref(), |job| {
+        train(job, settings, res, progress)
+    })
+}
+
+/// `f` on the job of `members` replicas per repetition of `task` (seeds from `name`), the
+/// network `shape` on the task's inputs standardised by `moments` when given.
+fn with_task_job<T>(
+    task: &Task<'_>,
+    name: &str,
+    members: usize,
+    shape: &MlpShape,
+    moments: Option<&[(f64, f64)]>,
+    f: impl FnOnce(&Job<'_>) -> Result<T, MethodError>,
+) -> Result<T, MethodError> {
     task.validate()?;
     let replicas = task.replicas(name, members);
-    let (x_train, x_test) = task.inputs_f32(standardize);
+    let (x_train, x_test) = task.inputs_f32_by(moments);
     let targets = task.y_train_f32();
-    let job = Job {
+    f(&Job {
         shape,
         x_train: &x_train,
         targets: &targets,
@@ -137,8 +153,7 @@ pub fn train_task(
         replica_ids: &replicas.ids,
         x_test: &x_test,
         init: None,
-    };
-    train(&job, settings, res, progress)
+    })
 }
 
 /// Where a warm-started training of the built-in network begins: every replica's weights
@@ -191,26 +206,13 @@ pub fn train_task_from(
     res: &Resources,
     from: Option<&WarmWeights>,
 ) -> Result<(TrainOutput, WarmWeights), MethodError> {
-    task.validate()?;
-    let replicas = task.replicas(name, members);
     let moments = match from {
         Some(w) => w.moments.clone(),
         None => standardize.then(|| task.input_moments()),
     };
-    let (x_train, x_test) = task.inputs_f32_by(moments.as_deref());
-    let targets = task.y_train_f32();
-    let job = Job {
-        shape,
-        x_train: &x_train,
-        targets: &targets,
-        replica_targets: &replicas.targets,
-        init_seeds: &replicas.init,
-        stream_seeds: &replicas.stream,
-        replica_ids: &replicas.ids,
-        x_test: &x_test,
-        init: None,
-    };
-    let (out, weights) = train_from(&job, settings, res, from.map(|w| &w.weights))?;
+    let (out, weights) = with_task_job(task, name, members, shape, moments.as_deref(), |job| {
+        train_from(job, settings, res, from.map(|w| &w.weights))
+    })?;
     Ok((out, WarmWeights { weights, moments }))
 }
 
