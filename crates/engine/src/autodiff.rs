@@ -128,6 +128,7 @@ pub fn train(
     progress: &(dyn Fn(usize) + Sync),
 ) -> Result<TrainOutput, MethodError> {
     settings.check_job(job)?;
+    job.require_shared_inputs("the autodiff route")?;
     let layer = settings.dropout.clone().ok_or_else(|| {
         MethodError::invalid(
             "autodiff route: stochastic layer",

@@ -124,6 +124,21 @@ impl HostWeights {
         }
     }
 
+    /// `parts`' replicas one after another (every part of one network's layers).
+    pub fn concat(parts: &[HostWeights]) -> HostWeights {
+        let layers = parts.first().map_or(0, |p| p.layers.len());
+        HostWeights {
+            replicas: parts.iter().map(|p| p.replicas).sum(),
+            layers: (0..layers)
+                .map(|l| {
+                    let w = parts.iter().flat_map(|p| p.layers[l].0.iter().copied());
+                    let b = parts.iter().flat_map(|p| p.layers[l].1.iter().copied());
+                    (w.collect(), b.collect())
+                })
+                .collect(),
+        }
+    }
+
     /// The weights of `flats.len()` replicas from each replica's parameters in the layout the
     /// collectors see ([`crate::trainer::collect::Event::Final`]: layer by layer, the weights
     /// `[in, out]` row-major, then the biases): the inverse of reading them back.

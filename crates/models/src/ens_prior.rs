@@ -370,6 +370,7 @@ impl EnsPrior {
             replica_ids: &replicas.ids,
             x_test: &x_test,
             init: None,
+            inputs: None,
         };
         let (out, after) = match warm {
             None => (trainer::train(&job, &settings, resources, progress)?, None),

@@ -51,6 +51,7 @@ impl OwnNetJob {
             replica_ids: &self.replicas.ids,
             x_test: &self.x_test,
             init: None,
+            inputs: None,
         }
     }
 }

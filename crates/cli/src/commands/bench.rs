@@ -158,6 +158,7 @@ fn train(args: &TrainBench) -> Result<()> {
         replica_ids: &ids,
         x_test: &x_test,
         init: None,
+        inputs: None,
     };
     let settings = TrainSettings::paper(args.epochs, args.n);
     let res = resources(args)?;

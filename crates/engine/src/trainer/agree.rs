@@ -47,6 +47,7 @@ pub fn executions_agree(
         replica_ids: &[0, 1, 2],
         x_test: &x_test,
         init: None,
+        inputs: None,
     };
     let device = open_device(BackendKind::Flex, true).map_err(|e| e.to_string())?;
     let mut res = Resources::new(BackendKind::Flex, device);

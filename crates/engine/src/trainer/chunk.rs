@@ -51,6 +51,30 @@ struct ChunkIo {
     reads: Cell<u64>,
 }
 
+/// Inputs on the device: the shared ones `[1, points, d]`, or, when the job's targets have
+/// inputs of their own, each replica's of `range` in a row `[rc, points, d]`; `of(t)` the
+/// inputs of target `t` (training or test).
+fn up_inputs<'j>(
+    job: &'j Job<'_>,
+    range: &Range<usize>,
+    io: &ChunkIo,
+    device: &Device,
+    of: impl Fn(usize) -> &'j [f32],
+) -> Tensor<3> {
+    let d = job.shape.d_in;
+    match job.inputs {
+        None => {
+            let x = of(0);
+            io.up(x.to_vec(), [1, x.len() / d, d], device)
+        }
+        Some(_) => {
+            let rows: Vec<&[f32]> = range.clone().map(|r| of(job.replica_targets[r])).collect();
+            let points = rows[0].len() / d;
+            io.up(rows.concat(), [rows.len(), points, d], device)
+        }
+    }
+}
+
 impl ChunkIo {
     fn up(&self, values: Vec<f32>, shape: [usize; 3], device: &Device) -> Tensor<3> {
         self.uploads.set(self.uploads.get() + 1);
@@ -231,7 +255,8 @@ impl<'a> TensorTrainer<'a> {
             .as_ref()
             .map(|eps| io.up(eps.iter().map(|&e| e as f32).collect(), [1, 1, d], dev));
 
-        // Per-replica targets [rc, N, 1] and the shared inputs [1, N, d].
+        // Per-replica targets [rc, N, 1] and the shared inputs [1, N, d] (each replica's
+        // target's own [rc, N, d] when the targets have inputs of their own).
         let mut y_host = Vec::with_capacity(rc * n);
         for r in range.clone() {
             y_host.extend_from_slice(&job.targets[job.replica_targets[r]]);
@@ -242,12 +267,12 @@ impl<'a> TensorTrainer<'a> {
                 .collect();
             s.update = Some(u.tensor(&keys, &y_host, dev, &mut |v, shape| io.up(v, shape, dev)));
         }
-        let x_full = io.up(job.x_train.to_vec(), [1, n, d], dev);
+        let x_full = up_inputs(job, &range, io, dev, |t| job.x_train_of(t));
         let y_full = io.up(y_host, [rc, n, 1], dev);
         // The replicas' streams, keyed on the device (one upload each): the training noise
         // here, the mini-batch draws and the prediction passes' noise where they are used.
         let seeds = &job.stream_seeds[range.clone()];
-        let ids = &job.replica_ids[range];
+        let ids = &job.replica_ids[range.clone()];
         let noise_rng = self.settings.dropout.as_ref().map(|_| {
             io.uploads.set(io.uploads.get() + 2);
             DeviceRng::new(seeds, ids, PURPOSE_NOISE, dev)
@@ -258,6 +283,7 @@ impl<'a> TensorTrainer<'a> {
         });
         let data = ChunkData {
             rc,
+            range: range.clone(),
             x_full,
             y_full,
             eps,
@@ -285,20 +311,23 @@ impl<'a> TensorTrainer<'a> {
             io.uploads.set(io.uploads.get() + 2);
             DeviceRng::new(data.seeds, data.ids, PURPOSE_BATCH, dev)
         });
-        let x_rows = x_full.clone().reshape([n, d]);
+        let own_x = self.job.inputs.is_some();
+        let x_rows = x_full.clone().reshape([x_full.dims()[0] * n, d]);
         let y_flat = y_full.clone().reshape([rc * n]);
-        // Row offsets of the replicas in `y_flat`, `[rc, 1]`.
+        // Row offsets of the replicas in `y_flat` (and in `x_rows` with inputs per target),
+        // `[rc, 1]`.
         let offsets = Tensor::<1, Int>::arange(0..rc as i64, dev)
             .mul_scalar(n as i64)
             .reshape([rc, 1]);
         // A batch from per-replica indices `[rc, b]`, gathered on the device.
         let gather = |idx: Tensor<2, Int>| -> (Tensor<3>, Tensor<3>) {
             let b = idx.dims()[1];
-            let xb = x_rows.clone().select(0, idx.clone().reshape([rc * b]));
-            let yb = y_flat.clone().select(
-                0,
-                (offsets.clone().cast(idx.dtype()) + idx).reshape([rc * b]),
-            );
+            let rows = (offsets.clone().cast(idx.dtype()) + idx.clone()).reshape([rc * b]);
+            let xb = match own_x {
+                true => x_rows.clone().select(0, rows.clone()),
+                false => x_rows.clone().select(0, idx.reshape([rc * b])),
+            };
+            let yb = y_flat.clone().select(0, rows);
             (xb.reshape([rc, b, d]), yb.reshape([rc, b, 1]))
         };
         // The classic bootstrap's resample, per replica: indices into the N points `[rc, N]`
@@ -384,9 +413,10 @@ impl<'a> TensorTrainer<'a> {
     /// T passes at the test inputs: the hidden layers once, then the (stochastic) last
     /// layer, from a prediction stream of each replica's own. `[rc, T, M, d_out]`.
     fn predict(&self, s: &State, data: &ChunkData<'_>, io: &ChunkIo) -> Vec<f32> {
-        let (rc, m, d) = (data.rc, self.job.n_test(), self.job.shape.d_in);
+        let (rc, m) = (data.rc, self.job.n_test());
         let dev = &self.device;
-        let x_test = io.up(self.job.x_test.to_vec(), [1, m, d], dev);
+        let job = self.job;
+        let x_test = up_inputs(job, &data.range, io, dev, |t| job.x_test_of(t));
         let passes = self.settings.mc_passes;
         let dout = self.job.shape.d_out;
         let mut pred = vec![0.0f32; rc * passes * m * dout];
@@ -449,7 +479,9 @@ impl<'a> TensorTrainer<'a> {
 struct ChunkData<'a> {
     /// Replicas in the chunk.
     rc: usize,
-    /// The shared training inputs `[1, N, d]`.
+    /// Their indices in the job.
+    range: Range<usize>,
+    /// The shared training inputs `[1, N, d]`, or each replica's own `[rc, N, d]`.
     x_full: Tensor<3>,
     /// The replicas' targets `[rc, N, 1]`.
     y_full: Tensor<3>,

@@ -93,7 +93,11 @@ impl HostTrainer<'_> {
         let (d, n, m) = (job.shape.d_in, job.n_train(), job.n_test());
         let (passes, o) = (self.settings.mc_passes, job.shape.d_out);
         let rc = range.len();
-        let (xt, xt_test) = (feature_major(job.x_train, d), feature_major(job.x_test, d));
+        // The inputs feature-major: once, or once per target whose replicas are in the chunk
+        // when the targets have inputs of their own (`Job::inputs`).
+        let group = |at: usize| job.inputs.map_or(0, |_| job.replica_targets[at]);
+        let mut inputs: Vec<Option<(Vec<f32>, Vec<f32>)>> =
+            vec![None; job.inputs.map_or(1, |i| i.len())];
         let init = job.initial_weights(range.clone());
         let collectors = &self.settings.collectors;
         let mut out = ChunkOut {
@@ -115,12 +119,19 @@ impl HostTrainer<'_> {
             let mut replica = Replica::new(self, &mut net, &init, r, (seed, id));
             replica.level = self.level;
             let y = &job.targets[job.replica_targets[at]];
+            let (xt, xt_test) = &*inputs[group(at)].get_or_insert_with(|| {
+                let t = job.replica_targets[at];
+                (
+                    feature_major(job.x_train_of(t), d),
+                    feature_major(job.x_test_of(t), d),
+                )
+            });
             let states: Vec<&mut Box<dyn Collected>> =
                 out.collected.iter_mut().map(|c| &mut c[r]).collect();
             let result = RunReplica {
                 replica: &mut replica,
-                data: (&xt, y),
-                x_test: &xt_test,
+                data: (xt, y),
+                x_test: xt_test,
                 pred: &mut out.pred[r * passes * m * o..(r + 1) * passes * m * o],
                 train: &mut out.train_pred[r * n..(r + 1) * n],
                 states,

@@ -216,6 +216,7 @@ fn compare(shape: &MlpShape, settings: &TrainSettings) -> (TrainOutput, TrainOut
         replica_ids: &[0, 1, 2],
         x_test: &x_test,
         init: None,
+        inputs: None,
     };
     settings.validate(n, shape).expect("valid settings");
     let dev = Device::flex();

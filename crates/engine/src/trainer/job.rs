@@ -1,4 +1,5 @@
-//! A training job: shared inputs, per-repetition targets and the replicas' seeds.
+//! A training job: shared inputs (or inputs per target), per-repetition targets and the
+//! replicas' seeds.
 
 use crate::mlp::{xavier_init, HostWeights, MlpShape};
 use uqbench_core::MethodError;
@@ -31,6 +32,22 @@ pub struct Job<'a> {
     /// the built-in network's executions ([`super::train`]) through
     /// [`Job::initial_weights`]; a method's own network starts from its own seeds.
     pub init: Option<&'a HostWeights>,
+    /// The inputs of every entry of `targets` where they differ between targets (the
+    /// decision track's repetitions, each agent with the inputs it pulled, trained as one
+    /// job: `crate::trainer::train_tasks`), one per target, each of `x_train`'s and
+    /// `x_test`'s lengths; `None`: every target's inputs are `x_train` and `x_test`. Read
+    /// through [`Job::x_train_of`] and [`Job::x_test_of`] by the built-in network's
+    /// executions; a method's own network refuses them.
+    pub inputs: Option<&'a [Inputs]>,
+}
+
+/// One target's own inputs, row-major (see [`Job::inputs`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Inputs {
+    /// Training inputs `[N, d]`.
+    pub x_train: Vec<f32>,
+    /// Test inputs `[M, d]`.
+    pub x_test: Vec<f32>,
 }
 
 impl Job<'_> {
@@ -45,6 +62,37 @@ impl Job<'_> {
         match self.init {
             Some(w) => w.select(range),
             None => xavier_init(self.shape, &self.init_seeds[range]),
+        }
+    }
+
+    /// The training inputs of `targets[t]`, `[N, d]`: its own ([`Job::inputs`]) or the
+    /// shared ones.
+    pub fn x_train_of(&self, t: usize) -> &[f32] {
+        match self.inputs {
+            Some(inputs) => &inputs[t].x_train,
+            None => self.x_train,
+        }
+    }
+
+    /// The test inputs of `targets[t]`, `[M, d]`: its own ([`Job::inputs`]) or the shared
+    /// ones.
+    pub fn x_test_of(&self, t: usize) -> &[f32] {
+        match self.inputs {
+            Some(inputs) => &inputs[t].x_test,
+            None => self.x_test,
+        }
+    }
+
+    /// An error naming `who` when the job's targets have inputs of their own, which `who`
+    /// (a network that takes one set of inputs) cannot train on.
+    pub fn require_shared_inputs(&self, who: &str) -> Result<(), MethodError> {
+        match self.inputs {
+            None => Ok(()),
+            Some(_) => Err(MethodError::invalid(
+                format!("{who}'s training inputs"),
+                "inputs of their own per target",
+                "one set of inputs shared by every replica (Job::inputs = None)",
+            )),
         }
     }
 
@@ -160,11 +208,40 @@ impl Job<'_> {
         if let Some(w) = self.init {
             w.validate(self.shape, r)?;
         }
-        for (name, v) in [
-            ("training inputs", self.x_train),
-            ("test inputs", self.x_test),
-        ] {
+        if let Some(inputs) = self.inputs {
+            if inputs.len() != self.targets.len() {
+                return Err(MethodError::invalid(
+                    "inputs per target",
+                    inputs.len(),
+                    format!("one per target ({})", self.targets.len()),
+                ));
+            }
+            let (nx, mx) = (self.x_train.len(), self.x_test.len());
+            if let Some((t, i)) = (inputs.iter().enumerate())
+                .find(|(_, i)| i.x_train.len() != nx || i.x_test.len() != mx)
+            {
+                return Err(MethodError::invalid(
+                    format!("inputs of target {t}"),
+                    format!(
+                        "{} training and {} test values",
+                        i.x_train.len(),
+                        i.x_test.len()
+                    ),
+                    format!("{nx} and {mx}: every target's N·d and M·d, as x_train's and x_test's"),
+                ));
+            }
+        }
+        let own = self.inputs.unwrap_or_default();
+        let all = [self.x_train, self.x_test]
+            .into_iter()
+            .chain(own.iter().flat_map(|i| [&i.x_train[..], &i.x_test[..]]));
+        for (k, v) in all.enumerate() {
             if v.iter().any(|x| !x.is_finite()) {
+                let name = if k % 2 == 0 {
+                    "training inputs"
+                } else {
+                    "test inputs"
+                };
                 return Err(MethodError::invalid(
                     name,
                     "a non-finite value",

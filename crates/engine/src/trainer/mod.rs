@@ -10,6 +10,8 @@
 //! One concern per file:
 //! - [`settings`]: the optimiser, batching and stochastic-layer settings of a job;
 //! - [`job`]: the job's data and the replicas' seeds;
+//! - `tasks`: several tasks' trainings, each with its own inputs, as one job
+//!   ([`train_tasks`]: the decision track's repetitions batched);
 //! - [`memory`]: the resources, and the memory plan that cuts replicas into chunks;
 //! - [`pool`]: the trainer's schedule for any model ([`ChunkTrainer`], its [`Layout`]):
 //!   chunks on worker threads, progress, divergence per replica; burn-autodiff modules and the
@@ -50,11 +52,12 @@ pub mod pool;
 #[cfg(test)]
 mod probe;
 pub mod settings;
+mod tasks;
 pub mod update;
 
 pub use chunk::{PURPOSE_FIT, PURPOSE_NOISE, PURPOSE_PREDICT};
 pub use head::{BernoulliLogit, GaussianNll, HalfMse, Head};
-pub use job::Job;
+pub use job::{Inputs, Job};
 pub use memory::{
     bytes_per_replica, chunk_size, largest_tensor_per_replica, Resources, CPU_CHUNK_BYTES,
     DEVICE_MEMORY_FRACTION, WGPU_MAX_BINDING,
@@ -65,6 +68,7 @@ pub use pool::{
     host_chunk, run_chunks, ChunkOut, ChunkTrainer, HostChunk, Layout, TrainOutput, Transfers,
 };
 pub use settings::{Batching, LrSwitch, TrainSettings};
+pub use tasks::train_tasks;
 pub use update::{HostSlot, HostSlots, HostUpdate, TensorSlot, TensorUpdate, Update};
 
 use crate::mlp::{HostWeights, MlpShape};
@@ -153,6 +157,7 @@ fn with_task_job<T>(
         replica_ids: &replicas.ids,
         x_test: &x_test,
         init: None,
+        inputs: None,
     })
 }
 

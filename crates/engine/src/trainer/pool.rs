@@ -61,6 +61,35 @@ impl TrainOutput {
             .collect()
     }
 
+    /// The output cut into consecutive parts of `counts` replicas each (summing to R), each
+    /// the output of its replicas alone; `chunk` and `transfers` stay the whole job's in
+    /// every part.
+    pub fn split(mut self, counts: &[usize]) -> Vec<TrainOutput> {
+        let r = self.diverged.len().max(1);
+        let (per_test, per_train) = (self.test_out.len() / r, self.train_pred.len() / r);
+        let mut start = 0;
+        let mut out = Vec::with_capacity(counts.len());
+        for &c in counts {
+            let span = start..start + c;
+            out.push(TrainOutput {
+                test_out: self.test_out[span.start * per_test..span.end * per_test].to_vec(),
+                passes: self.passes,
+                train_pred: self.train_pred[span.start * per_train..span.end * per_train].to_vec(),
+                rates: self.rates.as_ref().map(|v| v[span.clone()].to_vec()),
+                final_objective: self.final_objective[span.clone()].to_vec(),
+                diverged: self.diverged[span].to_vec(),
+                chunk: self.chunk,
+                transfers: self.transfers,
+                // Each collector's states from the front: the parts come in replica order.
+                collected: (self.collected.iter_mut())
+                    .map(|states| states.drain(..c).collect())
+                    .collect(),
+            });
+            start += c;
+        }
+        out
+    }
+
     /// Replica `replica` as an ensemble member, for one output per point (`d_out` = 1): its
     /// T passes at the `m` test inputs, its fit at the `n` training inputs, its objective and
     /// whether it diverged.

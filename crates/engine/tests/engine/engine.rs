@@ -85,6 +85,7 @@ fn run_on(
         replica_ids: &ids,
         x_test: &d.x_test,
         init: None,
+        inputs: None,
     };
     // CI's wgpu adapter is lavapipe, a software rasterizer: allowed here on purpose.
     let mut res = Resources::new(backend, open_device(backend, true).unwrap());
@@ -254,6 +255,7 @@ fn divergence_is_reported_per_replica_and_does_not_leak() {
         replica_ids: &ids,
         x_test: &d.x_test,
         init: None,
+        inputs: None,
     };
     let res = Resources::new(
         BackendKind::Flex,
@@ -291,6 +293,7 @@ fn bad_settings_are_clear_errors() {
         replica_ids: &[0],
         x_test: &d.x_test,
         init: None,
+        inputs: None,
     };
     let mut res = Resources::new(
         BackendKind::Flex,
@@ -470,6 +473,7 @@ fn given_initial_weights_replace_the_seeds_on_both_executions() {
                 replica_ids: &ids,
                 x_test: &d.x_test,
                 init,
+                inputs: None,
             };
             trainer::train(&job, &settings, &res, &|_| {})
         };

@@ -3,4 +3,5 @@
 
 mod backends;
 mod engine;
+mod tasks;
 mod util;

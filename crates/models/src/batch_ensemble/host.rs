@@ -56,6 +56,7 @@ pub fn train_rank1_host(
     progress: &(dyn Fn(usize) + Sync),
 ) -> Result<TrainOutput, MethodError> {
     settings.check_job(job)?;
+    job.require_shared_inputs("a rank-1 ensemble")?;
     settings.check_plain(job.shape, "a rank-1 ensemble")?;
     if parts.members == 0 {
         return Err(MethodError::invalid("members", 0, "at least 1"));

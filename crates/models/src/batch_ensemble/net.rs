@@ -196,6 +196,7 @@ pub fn train(
     res: &Resources,
     progress: &(dyn Fn(usize) + Sync),
 ) -> Result<TrainOutput, MethodError> {
+    job.require_shared_inputs("a rank-1 ensemble")?;
     if trains_on_host(res) {
         // The CPU's host loops: each member through an ensemble member's passes.
         let fast = |r: usize| {
@@ -434,6 +435,7 @@ mod tests {
                 replica_ids: &[0, 1, 2],
                 x_test: &x_test,
                 init: None,
+                inputs: None,
             };
             let settings = TrainSettings::paper(8, n);
             let parts = BatchParts {

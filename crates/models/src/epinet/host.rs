@@ -57,6 +57,7 @@ pub fn train_epinet_host(
     progress: &(dyn Fn(usize) + Sync),
 ) -> Result<TrainOutput, MethodError> {
     settings.check_job(job)?;
+    job.require_shared_inputs("an epinet")?;
     settings.check_plain(job.shape, "an epinet")?;
     if job.shape.hidden.is_empty() || parts.index_samples == 0 || parts.passes == 0 {
         return Err(MethodError::Failed(

@@ -184,6 +184,7 @@ pub fn train(
     res: &Resources,
     progress: &(dyn Fn(usize) + Sync),
 ) -> Result<TrainOutput, MethodError> {
+    job.require_shared_inputs("an epinet")?;
     if trains_on_host(res) {
         // The CPU's host loops (`super::host`).
         return train_epinet_host(job, parts, settings, res, progress);
@@ -519,6 +520,7 @@ mod tests {
                 replica_ids: &[0, 1, 2],
                 x_test: &x_test,
                 init: None,
+                inputs: None,
             };
             let parts = EpinetParts {
                 epi: MlpShape {
