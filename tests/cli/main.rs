@@ -15,6 +15,7 @@ mod export_and_score;
 mod gpu_check;
 mod host;
 mod limits;
+mod lockstep;
 mod metrics_command;
 mod one_rep;
 mod parts;

@@ -36,6 +36,6 @@ pub use prediction::{
 };
 pub use seed::{Rng, SeedPath};
 pub use task::{
-    Compute, Features, Likelihood, Method, NoiseInfo, Replicas, SeedBase, SimdCap, Task, WarmStart,
-    WarmState,
+    run_each, run_warm_each, Compute, Features, Likelihood, Method, NoiseInfo, Replicas, SeedBase,
+    SimdCap, Task, WarmStart, WarmState,
 };

@@ -365,6 +365,14 @@ impl std::fmt::Debug for Compute {
 }
 
 impl Compute {
+    /// The same compute on one worker thread (a task of several trained side by side).
+    pub fn one_thread(&self) -> Compute {
+        Compute {
+            threads: 1,
+            ..self.clone()
+        }
+    }
+
     /// The host only: all cores, no device (what methods without burn need; the tests of
     /// such methods use it).
     pub fn host() -> Compute {
@@ -436,6 +444,60 @@ pub trait Method: Send + Sync {
         keep_samples: bool,
         progress: &(dyn Fn(usize) + Sync),
     ) -> Result<Vec<Prediction>, MethodError>;
+
+    /// Trains and predicts several tasks (the decision track's repetitions at one step, each
+    /// with the data its agent gathered): one prediction list per task, in order, each what
+    /// `run` gives on that task alone. By default `run` on every task, the tasks spread over
+    /// the cores (each task's training on one thread); a method whose trainings can share one
+    /// engine job (the ensembles on the built-in network) trains them as one, batched across
+    /// tasks × members, which a GPU runs in one program per step.
+    fn run_tasks(
+        &self,
+        tasks: &[Task<'_>],
+        compute: &Compute,
+        keep_samples: bool,
+    ) -> Result<Vec<Vec<Prediction>>, MethodError> {
+        run_each(self, tasks, compute, keep_samples)
+    }
+}
+
+/// [`Method::run_tasks`]'s default: `run` on every task, the tasks spread over the cores
+/// (for a method whose override trains some sets of tasks as one job and the rest alone).
+pub fn run_each(
+    method: &(impl Method + ?Sized),
+    tasks: &[Task<'_>],
+    compute: &Compute,
+    keep_samples: bool,
+) -> Result<Vec<Vec<Prediction>>, MethodError> {
+    let one = compute.one_thread();
+    crate::par_map(tasks.len(), |k| {
+        method.run(&tasks[k], &one, keep_samples, &|_| {})
+    })
+    .into_iter()
+    .collect()
+}
+
+/// [`WarmStart::run_warm_tasks`]'s default (see [`run_each`]).
+pub fn run_warm_each(
+    warm: &(impl WarmStart + ?Sized),
+    tasks: &[Task<'_>],
+    compute: &Compute,
+    keep_samples: bool,
+    from: &[Option<&WarmState>],
+) -> Result<Vec<(Vec<Prediction>, WarmState)>, MethodError> {
+    if from.len() != tasks.len() {
+        return Err(MethodError::invalid(
+            "warm states",
+            from.len(),
+            format!("one per task ({})", tasks.len()),
+        ));
+    }
+    let one = compute.one_thread();
+    crate::par_map(tasks.len(), |k| {
+        warm.run_warm(&tasks[k], &one, keep_samples, from[k])
+    })
+    .into_iter()
+    .collect()
 }
 
 /// A method's state after a training, opaque (the method's own: a network's weights and the
@@ -457,4 +519,17 @@ pub trait WarmStart: Send + Sync {
         keep_samples: bool,
         from: Option<&WarmState>,
     ) -> Result<(Vec<Prediction>, WarmState), MethodError>;
+
+    /// [`WarmStart::run_warm`] on several tasks, task `k` from `from[k]` (as
+    /// [`Method::run_tasks`]: by default each task in turn, spread over the cores; the
+    /// ensembles train them as one job).
+    fn run_warm_tasks(
+        &self,
+        tasks: &[Task<'_>],
+        compute: &Compute,
+        keep_samples: bool,
+        from: &[Option<&WarmState>],
+    ) -> Result<Vec<(Vec<Prediction>, WarmState)>, MethodError> {
+        run_warm_each(self, tasks, compute, keep_samples, from)
+    }
 }

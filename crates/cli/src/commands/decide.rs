@@ -11,8 +11,8 @@ use uqbench_anchor::{Problem, Setting};
 use uqbench_core::{par_map, Compute, Method};
 use uqbench_engine::{open_device, BackendKind, Resources};
 use uqbench_experiment::decision::agent::MethodAgent;
-use uqbench_experiment::decision::bandit::Policy;
 use uqbench_experiment::decision::env::{initial_actions, History};
+use uqbench_experiment::decision::lockstep;
 use uqbench_experiment::decision::results::{self, Row};
 use uqbench_experiment::decision::{
     env::Environment, run_spec_repetition, DecisionKind, DecisionSpec, PolicyResult, Update,
@@ -38,6 +38,10 @@ pub struct DecideArgs {
     /// Backend of the method agents ([decision] methods): flex (default), ndarray or wgpu.
     #[arg(long, default_value = "flex")]
     pub backend: BackendKind,
+    /// Let --backend wgpu run on a software adapter (lavapipe, llvmpipe, SwiftShader); tests
+    /// use it. Without it (or UQBENCH_ALLOW_SOFTWARE_GPU=1) a software adapter is an error.
+    #[arg(long, env = "UQBENCH_ALLOW_SOFTWARE_GPU", value_parser = clap::builder::FalseyValueParser::new())]
+    pub allow_software_gpu: bool,
 }
 
 /// Every setting's problem, with the `[decision]` section and its method agents checked
@@ -124,8 +128,10 @@ fn agents(
         .collect()
 }
 
-/// Every repetition of `problem`: the baselines and the method agents `methods`, the
-/// repetitions spread over the cores.
+/// Every repetition of `problem`: the baselines on each (the repetitions spread over the
+/// cores), then each method agent on all of them stepped together
+/// ([`lockstep::run_agents`]: one training call per step for every repetition, one engine job
+/// for the ensembles), its results after the baselines' as `run_spec_repetition` orders them.
 fn repetitions(
     spec: &ExperimentSpec,
     decision: &DecisionSpec,
@@ -133,30 +139,20 @@ fn repetitions(
     methods: &[Box<dyn Method>],
     compute: &Compute,
 ) -> Result<Vec<Vec<PolicyResult>>> {
-    let label = problem.setting.label();
-    par_map(decision.repetitions as usize, |r| {
-        let own = (methods.iter())
-            .map(|m| {
-                Box::new(MethodAgent::of(
-                    m.as_ref(),
-                    compute,
-                    decision,
-                    (spec.seed, &spec.name),
-                    &label,
-                    r as u64,
-                )) as Box<dyn Policy + '_>
-            })
-            .collect();
-        Ok::<_, anyhow::Error>(run_spec_repetition(
-            (spec.seed, &spec.name),
-            decision,
-            problem,
-            r as u64,
-            own,
-        )?)
+    let experiment = (spec.seed, spec.name.as_str());
+    let mut per_rep = par_map(decision.repetitions as usize, |r| {
+        run_spec_repetition(experiment, decision, problem, r as u64, Vec::new())
     })
     .into_iter()
-    .collect()
+    .collect::<Result<Vec<_>, _>>()?;
+    for m in methods {
+        let results = lockstep::run_agents(decision, problem, experiment, m.as_ref(), compute)
+            .with_context(|| format!("agent {}", m.name()))?;
+        for (rep, result) in per_rep.iter_mut().zip(results) {
+            rep.push(result);
+        }
+    }
+    Ok(per_rep)
 }
 
 /// Runs `uqbench decide`.
@@ -182,9 +178,10 @@ pub fn run(args: &DecideArgs) -> Result<()> {
         &dir.join("spec.resolved.toml"),
         spec.resolved_toml()?.as_bytes(),
     )?;
-    // The agents train one repetition at a time, the repetitions spread over the cores.
-    let mut resources = Resources::new(args.backend, open_device(args.backend, false)?);
-    resources.threads = 1;
+    // A method agent's trainings of every repetition at a step go to the method at once
+    // (`Method::run_tasks`), which spreads them over all the cores or trains them as one job.
+    let device = open_device(args.backend, args.allow_software_gpu)?;
+    let resources = Resources::new(args.backend, device);
     let compute = resources.compute();
     let (mut rows, mut curves): (Vec<Row>, Vec<results::Curve>) = (Vec::new(), Vec::new());
     for (problem, setting) in problems.iter().zip(spec.settings()) {

@@ -275,6 +275,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
             out: args.out.clone(),
             quiet: args.quiet,
             backend: args.backend,
+            allow_software_gpu: args.allow_software_gpu,
         });
     }
     let s = RunSettings::from_args(args)?;

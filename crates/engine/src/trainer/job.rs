@@ -137,6 +137,35 @@ impl Job<'_> {
         }
     }
 
+    /// Checks the targets' own inputs ([`Job::inputs`]): one per target, each of `x_train`'s
+    /// and `x_test`'s lengths.
+    fn validate_own_inputs(&self) -> Result<(), MethodError> {
+        if let Some(inputs) = self.inputs {
+            if inputs.len() != self.targets.len() {
+                return Err(MethodError::invalid(
+                    "inputs per target",
+                    inputs.len(),
+                    format!("one per target ({})", self.targets.len()),
+                ));
+            }
+            let (nx, mx) = (self.x_train.len(), self.x_test.len());
+            if let Some((t, i)) = (inputs.iter().enumerate())
+                .find(|(_, i)| i.x_train.len() != nx || i.x_test.len() != mx)
+            {
+                return Err(MethodError::invalid(
+                    format!("inputs of target {t}"),
+                    format!(
+                        "{} training and {} test values",
+                        i.x_train.len(),
+                        i.x_test.len()
+                    ),
+                    format!("{nx} and {mx}: every target's N·d and M·d, as x_train's and x_test's"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Checks the job's shapes: inputs, targets and seeds against the network and replicas.
     pub fn validate(&self) -> Result<(), MethodError> {
         self.shape.validate()?;
@@ -208,29 +237,7 @@ impl Job<'_> {
         if let Some(w) = self.init {
             w.validate(self.shape, r)?;
         }
-        if let Some(inputs) = self.inputs {
-            if inputs.len() != self.targets.len() {
-                return Err(MethodError::invalid(
-                    "inputs per target",
-                    inputs.len(),
-                    format!("one per target ({})", self.targets.len()),
-                ));
-            }
-            let (nx, mx) = (self.x_train.len(), self.x_test.len());
-            if let Some((t, i)) = (inputs.iter().enumerate())
-                .find(|(_, i)| i.x_train.len() != nx || i.x_test.len() != mx)
-            {
-                return Err(MethodError::invalid(
-                    format!("inputs of target {t}"),
-                    format!(
-                        "{} training and {} test values",
-                        i.x_train.len(),
-                        i.x_test.len()
-                    ),
-                    format!("{nx} and {mx}: every target's N·d and M·d, as x_train's and x_test's"),
-                ));
-            }
-        }
+        self.validate_own_inputs()?;
         let own = self.inputs.unwrap_or_default();
         let all = [self.x_train, self.x_test]
             .into_iter()

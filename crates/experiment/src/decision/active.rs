@@ -117,11 +117,18 @@ pub fn run(
         nll: Vec::with_capacity(schedule.steps),
     };
     let (_, history) = play(env, schedule, initial, learner, seed, &mut |h| {
-        let post = ExactPosterior::fit(&env.actions, h, "the active learner's predictions")?;
-        let (rmse, nll) = score(&post, &env.truth);
-        learning.rmse.push(rmse);
-        learning.nll.push(nll);
-        Ok(())
+        learning.add(env, h)
     })?;
     Ok((history, learning))
+}
+
+impl Learning {
+    /// The scores after a step whose labels are `history`: the exact posterior's given them.
+    pub(crate) fn add(&mut self, env: &Environment, history: &History) -> Result<()> {
+        let post = ExactPosterior::fit(&env.actions, history, "the active learner's predictions")?;
+        let (rmse, nll) = score(&post, &env.truth);
+        self.rmse.push(rmse);
+        self.nll.push(nll);
+        Ok(())
+    }
 }

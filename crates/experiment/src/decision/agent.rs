@@ -113,32 +113,33 @@ impl<'a> MethodAgent<'a> {
         }
     }
 
-    /// `f` on the method's task for `history`: the pulled actions' inputs (and features, σ)
-    /// as training data, their rewards as the one repetition's targets, the action set as
-    /// test inputs, [`MethodAgent::next_epochs`] of training.
+    /// `f` on the method's task for `history` ([`MethodAgent::data`]).
     pub fn with_task<T>(
         &self,
         actions: &Actions,
         history: &History,
         f: impl FnOnce(&Task<'_>) -> T,
     ) -> T {
+        f(&self.data(actions, history).task(actions))
+    }
+
+    /// The agent's training data for `history`: the pulled actions' inputs (and features, σ)
+    /// as training data, their rewards as the one repetition's targets, the action set as
+    /// test inputs, [`MethodAgent::next_epochs`] of training.
+    pub fn data(&self, actions: &Actions, history: &History) -> AgentData {
         let (d, p) = (actions.d, actions.p);
         let rows = |v: &[f64], w: usize| -> Vec<f64> {
             (history.actions.iter())
                 .flat_map(|&a| v[a * w..(a + 1) * w].iter().copied())
                 .collect()
         };
-        let (x_train, g_train) = (rows(&actions.x, d), rows(&actions.g, p));
-        let sigma_train = rows(&actions.sigma, 1);
-        let y = vec![history.rewards.clone()];
-        let reps = [self.seeds.repetition];
         let constant = actions.sigma.windows(2).all(|w| w[0] == w[1]);
-        f(&Task {
-            d,
-            x_train: &x_train,
-            y_train: &y,
-            repetitions: &reps,
-            x_test: &actions.x,
+        AgentData {
+            x_train: rows(&actions.x, d),
+            g_train: rows(&actions.g, p),
+            sigma_train: rows(&actions.sigma, 1),
+            y: vec![history.rewards.clone()],
+            repetition: [self.seeds.repetition],
             epochs: self.next_epochs(),
             known_sigma: (actions.sigma_known && constant).then(|| actions.sigma[0]),
             seeds: SeedBase {
@@ -151,50 +152,124 @@ impl<'a> MethodAgent<'a> {
                     history.len()
                 ),
             },
-            features: Some(Features {
-                p,
-                train: &g_train,
-                test: &actions.g,
-            }),
-            noise: NoiseInfo {
-                train: &sigma_train,
-                test: &actions.sigma,
-                known: actions.sigma_known,
-            },
-            likelihood: Likelihood::Gaussian,
-        })
+        }
     }
 
     /// The method trained on `history` (from scratch, or from the last training's state with
     /// `update = "warm"`): its prediction of f at every action, `None` when the training
     /// diverged (non-finite predictions).
     pub fn fit(&mut self, actions: &Actions, history: &History) -> Result<Option<Prediction>> {
-        let name = self.method.name();
-        let mut out = match &self.warm {
+        let out = match &self.warm {
             None => self.with_task(actions, history, |t| {
                 self.method.run(t, self.compute, true, &|_| {})
             })?,
             Some((_, from)) => {
-                let Some(warm) = self.method.warm_start() else {
-                    bail!(
-                        "agent {name}: update = \"warm\", but the method has no warm start; \
-                         valid: update = \"retrain\""
-                    );
-                };
+                let warm = self.warm_start()?;
                 let (out, state) = self.with_task(actions, history, |t| {
                     warm.run_warm(t, self.compute, true, from.as_ref())
                 })?;
-                if let Some((_, from)) = &mut self.warm {
-                    *from = Some(state);
-                }
+                self.keep_state(state);
                 out
             }
         };
+        self.accept(out)
+    }
+
+    /// The method's warm start, or the error that it has none.
+    pub fn warm_start(&self) -> Result<&'a dyn uqbench_core::WarmStart> {
+        match self.method.warm_start() {
+            Some(w) => Ok(w),
+            None => bail!(
+                "agent {}: update = \"warm\", but the method has no warm start; valid: update = \
+                 \"retrain\"",
+                self.method.name()
+            ),
+        }
+    }
+
+    /// The state a warm-started training left, for the next to continue from.
+    pub fn keep_state(&mut self, state: WarmState) {
+        if let Some((_, from)) = &mut self.warm {
+            *from = Some(state);
+        }
+    }
+
+    /// The repetition's prediction from a training's output `out`, `None` when it diverged.
+    pub fn accept(&self, mut out: Vec<Prediction>) -> Result<Option<Prediction>> {
         let Some(pred) = out.pop() else {
-            bail!("agent {name}: its method returned no prediction for the repetition");
+            bail!(
+                "agent {}: its method returned no prediction for the repetition",
+                self.method.name()
+            );
         };
         let finite = pred.mean.iter().chain(&pred.std).all(|v| v.is_finite());
         Ok((!pred.diverged && finite).then_some(pred))
+    }
+
+    /// The batch the agent chooses on its prediction `pred` (`None`: its training diverged,
+    /// and from then on it stops: module docs).
+    pub fn decide(
+        &mut self,
+        pred: Option<&Prediction>,
+        actions: &Actions,
+        batch: usize,
+        rng: &mut Rng,
+    ) -> Vec<usize> {
+        let Some(pred) = pred else {
+            self.diverged = true;
+            // Its results are left out: any valid action keeps the loop's bookkeeping.
+            return vec![0; batch];
+        };
+        match self.kind {
+            DecisionKind::Bandit => (0..batch)
+                .map(|_| argmax(&thompson_draw(pred, rng)))
+                .collect(),
+            DecisionKind::Active => {
+                let cov = Covariance::of(pred);
+                let noise = noise_sd(pred, actions);
+                greedy_logdet(actions.len(), |a, b| cov.at(a, b), &noise, batch)
+            }
+        }
+    }
+}
+
+/// An agent's training data at one step, owned ([`MethodAgent::data`]).
+#[derive(Debug, Clone)]
+pub struct AgentData {
+    x_train: Vec<f64>,
+    g_train: Vec<f64>,
+    sigma_train: Vec<f64>,
+    y: Vec<Vec<f64>>,
+    repetition: [u64; 1],
+    epochs: usize,
+    known_sigma: Option<f64>,
+    seeds: SeedBase,
+}
+
+impl AgentData {
+    /// The method's task on the data, the action set `actions` as its test inputs.
+    pub fn task<'s>(&'s self, actions: &'s Actions) -> Task<'s> {
+        Task {
+            d: actions.d,
+            x_train: &self.x_train,
+            y_train: &self.y,
+            repetitions: &self.repetition,
+            x_test: &actions.x,
+            epochs: self.epochs,
+            known_sigma: self.known_sigma,
+            seeds: self.seeds.clone(),
+            features: Some(Features {
+                p: actions.p,
+                train: &self.g_train,
+                test: &actions.g,
+            }),
+            noise: NoiseInfo {
+                train: &self.sigma_train,
+                test: &actions.sigma,
+                known: actions.sigma_known,
+            },
+            likelihood: Likelihood::Gaussian,
+        }
     }
 }
 
@@ -218,20 +293,8 @@ impl Policy for MethodAgent<'_> {
             // Its results are left out: any valid action keeps the loop's bookkeeping.
             return Ok(vec![0; batch]);
         }
-        let Some(pred) = self.fit(actions, history)? else {
-            self.diverged = true;
-            return Ok(vec![0; batch]);
-        };
-        Ok(match self.kind {
-            DecisionKind::Bandit => (0..batch)
-                .map(|_| argmax(&thompson_draw(&pred, rng)))
-                .collect(),
-            DecisionKind::Active => {
-                let cov = Covariance::of(&pred);
-                let noise = noise_sd(&pred, actions);
-                greedy_logdet(actions.len(), |a, b| cov.at(a, b), &noise, batch)
-            }
-        })
+        let pred = self.fit(actions, history)?;
+        Ok(self.decide(pred.as_ref(), actions, batch, rng))
     }
 }
 

@@ -170,28 +170,66 @@ pub(crate) fn play(
     policy_seed: u64,
     after_step: &mut dyn FnMut(&History) -> Result<()>,
 ) -> Result<(Vec<Vec<usize>>, History)> {
-    let mut history = History::default();
-    for (j, &a) in initial.iter().enumerate() {
-        history.push(a, env.reward(0, j, a));
+    let mut game = Play::new(env, schedule, initial, policy_seed);
+    for _ in 1..=schedule.steps {
+        let batch = policy.choose(&env.actions, &game.history, schedule.batch, &mut game.rng)?;
+        game.step(batch, policy.name())?;
+        after_step(&game.history)?;
     }
-    let mut rng = Rng::new(policy_seed);
-    let mut batches = Vec::with_capacity(schedule.steps);
-    for t in 1..=schedule.steps {
-        let batch = policy.choose(&env.actions, &history, schedule.batch, &mut rng)?;
-        if batch.len() != schedule.batch {
+    Ok((game.batches, game.history))
+}
+
+/// One policy's game on one repetition, step by step ([`play`] runs it to the horizon; the
+/// lockstep driver of the method agents steps every repetition's together).
+pub(crate) struct Play<'e> {
+    env: &'e Environment,
+    schedule: Schedule,
+    /// The data so far (the initial pulls first).
+    pub history: History,
+    /// The policy's own stream.
+    pub rng: Rng,
+    /// Every step's batch so far.
+    pub batches: Vec<Vec<usize>>,
+}
+
+impl<'e> Play<'e> {
+    /// The game after the shared `initial` pulls (step 0), the policy's stream from
+    /// `policy_seed`.
+    pub fn new(
+        env: &'e Environment,
+        schedule: Schedule,
+        initial: &[usize],
+        policy_seed: u64,
+    ) -> Play<'e> {
+        let mut history = History::default();
+        for (j, &a) in initial.iter().enumerate() {
+            history.push(a, env.reward(0, j, a));
+        }
+        Play {
+            env,
+            schedule,
+            history,
+            rng: Rng::new(policy_seed),
+            batches: Vec::with_capacity(schedule.steps),
+        }
+    }
+
+    /// The next step: `batch` (chosen by the policy `name` on the data so far) checked and
+    /// rewarded.
+    pub fn step(&mut self, batch: Vec<usize>, name: &str) -> Result<()> {
+        let t = self.batches.len() + 1;
+        if batch.len() != self.schedule.batch {
             crate::bail!(
-                "policy {} chose {} actions at step {t}; valid: batch = {}",
-                policy.name(),
+                "policy {name} chose {} actions at step {t}; valid: batch = {}",
                 batch.len(),
-                schedule.batch
+                self.schedule.batch
             );
         }
         for (j, &a) in batch.iter().enumerate() {
-            let a = check_action(&env.actions, a, policy.name())?;
-            history.push(a, env.reward(t, j, a));
+            let a = check_action(&self.env.actions, a, name)?;
+            self.history.push(a, self.env.reward(t, j, a));
         }
-        batches.push(batch);
-        after_step(&history)?;
+        self.batches.push(batch);
+        Ok(())
     }
-    Ok((batches, history))
 }

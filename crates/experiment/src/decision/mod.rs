@@ -14,6 +14,8 @@
 //! - [`agent`]: a method of uqbench as an agent ([`agent::MethodAgent`]): retrained from
 //!   scratch on its data at every step (or warm-started), Thompson sampling from its own joint or its log-det
 //!   batch on its covariance;
+//! - [`lockstep`]: a method's agents of every repetition stepped together, each step's
+//!   trainings through one `run_tasks` (one engine job for the ensembles);
 //! - [`results`]: the rows (`regret`, `regret_ratio`, `optimal_fraction`; `al_auc`,
 //!   `al_auc_ratio`, `nll`), their means with standard errors, the mean curves, the files.
 //!
@@ -26,6 +28,7 @@ pub mod agent;
 pub mod bandit;
 pub mod env;
 pub mod exact;
+pub mod lockstep;
 pub mod results;
 
 use serde::{Deserialize, Serialize};
@@ -282,19 +285,31 @@ pub fn run_repetition(
                 (learning.rmse, nll)
             }
         };
-        out.push(if policy.diverged() {
-            PolicyResult {
-                policy: policy.name().to_string(),
-                curve: vec![f64::NAN; curve.len()],
-                extra: f64::NAN,
-            }
-        } else {
-            PolicyResult {
-                policy: policy.name().to_string(),
-                curve,
-                extra,
-            }
-        });
+        out.push(PolicyResult::of(
+            policy.name(),
+            policy.diverged(),
+            curve,
+            extra,
+        ));
     }
     Ok(out)
+}
+
+impl PolicyResult {
+    /// The result of policy `name` (NaN where it diverged: left out of its means).
+    pub(crate) fn of(name: &str, diverged: bool, curve: Vec<f64>, extra: f64) -> PolicyResult {
+        let policy = name.to_string();
+        match diverged {
+            true => PolicyResult {
+                policy,
+                curve: vec![f64::NAN; curve.len()],
+                extra: f64::NAN,
+            },
+            false => PolicyResult {
+                policy,
+                curve,
+                extra,
+            },
+        }
+    }
 }

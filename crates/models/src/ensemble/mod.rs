@@ -274,6 +274,25 @@ impl Method for Ensemble {
     fn warm_start(&self) -> Option<&dyn WarmStart> {
         Some(self)
     }
+
+    /// The tasks as one engine job when they can share it ([`Ensemble::batchable`]), else
+    /// each in turn as the default does.
+    fn run_tasks(
+        &self,
+        tasks: &[Task<'_>],
+        compute: &Compute,
+        keep_samples: bool,
+    ) -> Result<Vec<Vec<Prediction>>, MethodError> {
+        if !self.batchable(tasks) {
+            return uqbench_core::run_each(self, tasks, compute, keep_samples);
+        }
+        Ok(self
+            .train_tasks(tasks, compute, None)?
+            .into_iter()
+            .zip(tasks)
+            .map(|((out, _), t)| self.predictions(t, &out, keep_samples))
+            .collect())
+    }
 }
 
 /// Every member continues from its weights after the previous training (its inputs on the
@@ -302,9 +321,71 @@ impl WarmStart for Ensemble {
         )?;
         Ok((self.predictions(task, &out, keep_samples), Arc::new(state)))
     }
+
+    /// The tasks as one engine job when they can share it ([`Ensemble::batchable`]).
+    fn run_warm_tasks(
+        &self,
+        tasks: &[Task<'_>],
+        compute: &Compute,
+        keep_samples: bool,
+        from: &[Option<&WarmState>],
+    ) -> Result<Vec<(Vec<Prediction>, WarmState)>, MethodError> {
+        if !self.batchable(tasks) || from.len() != tasks.len() {
+            return uqbench_core::run_warm_each(self, tasks, compute, keep_samples, from);
+        }
+        let weights = (from.iter())
+            .map(|f| WarmWeights::of(*f, &self.name))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(self
+            .train_tasks(tasks, compute, Some(&weights))?
+            .into_iter()
+            .zip(tasks)
+            .map(|((out, state), t)| {
+                let state = state.expect("a warm training returns its weights");
+                (
+                    self.predictions(t, &out, keep_samples),
+                    Arc::new(state) as WarmState,
+                )
+            })
+            .collect())
+    }
 }
 
 impl Ensemble {
+    /// Whether `tasks` can train as one job: their optimiser settings are the same (the same
+    /// numbers of points, epochs and likelihood; [`Ensemble::train_settings`] reads nothing
+    /// else of a task but the adversarial step, which scales with each task's input range, so
+    /// adversarial ensembles train each task on its own).
+    fn batchable(&self, tasks: &[Task<'_>]) -> bool {
+        let key = |t: &Task<'_>| (t.d, t.n_train(), t.n_test(), t.epochs, t.likelihood);
+        tasks.len() > 1
+            && self.kind != EnsembleKind::Adversarial
+            && tasks.iter().all(|t| key(t) == key(&tasks[0]))
+    }
+
+    /// `tasks` trained as one job (`from`: one warm start per task, or fresh starts).
+    fn train_tasks(
+        &self,
+        tasks: &[Task<'_>],
+        compute: &Compute,
+        from: Option<&[Option<&WarmWeights>]>,
+    ) -> Result<Vec<(trainer::TrainOutput, Option<WarmWeights>)>, MethodError> {
+        let resources = &Resources::of(compute)?;
+        for t in tasks {
+            self.check_task(t)?;
+        }
+        trainer::train_tasks(
+            tasks,
+            from,
+            &self.name,
+            self.config.members,
+            &self.shape(&tasks[0]),
+            self.config.net.standardize,
+            &self.train_settings(&tasks[0]),
+            resources,
+        )
+    }
+
     /// The network on `task`'s inputs (a second output for mean–variance members).
     fn shape(&self, task: &Task<'_>) -> MlpShape {
         let het = self.config.heteroscedastic;
