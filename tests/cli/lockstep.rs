@@ -1,7 +1,7 @@
 //! The method agents of every repetition stepped together (`decision::lockstep`, what
 //! `uqbench decide` runs): each repetition's result is the one the agent gets on that
-//! repetition alone, for the ensembles (one engine job per step) and a method trained task by
-//! task, retrained and warm-started, bandit and active learning.
+//! repetition alone, for the ensembles and the dropout family (one engine job per step) and
+//! methods trained task by task, retrained and warm-started, bandit and active learning.
 
 use uqbench_core::Compute;
 use uqbench_engine::{open_device, BackendKind, Resources};

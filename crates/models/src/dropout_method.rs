@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::batched;
 use uqbench_core::noise::Tau;
 use uqbench_core::MethodError;
 use uqbench_core::{
@@ -264,6 +265,23 @@ impl Method for DropoutMethod {
         Ok(self.predictions(task, &out, &settings, keep_samples))
     }
 
+    /// The tasks as one engine job when they can share it ([`DropoutMethod::batchable`]),
+    /// else side by side as the default does.
+    fn run_tasks(
+        &self,
+        tasks: &[Task<'_>],
+        compute: &Compute,
+        keep_samples: bool,
+    ) -> Result<Vec<Vec<Prediction>>, MethodError> {
+        if !self.batchable(tasks) {
+            return uqbench_core::run_each(self, tasks, compute, keep_samples);
+        }
+        let shared = self.shared(tasks)?;
+        batched::fresh(tasks, compute, &shared, |t, out| {
+            self.predictions(t, out, &shared.settings, keep_samples)
+        })
+    }
+
     fn warm_start(&self) -> Option<&dyn WarmStart> {
         // A learned rate (CD's p, VD's α) is a parameter slot of the layer, which the warm
         // start does not carry: only Bernoulli dropout's network is all weights.
@@ -306,9 +324,48 @@ impl WarmStart for DropoutMethod {
         let predictions = self.predictions(task, &out, &settings, keep_samples);
         Ok((predictions, Arc::new(state)))
     }
+
+    /// The tasks as one engine job when they can share it ([`DropoutMethod::batchable`]).
+    fn run_warm_tasks(
+        &self,
+        tasks: &[Task<'_>],
+        compute: &Compute,
+        keep_samples: bool,
+        from: &[Option<&WarmState>],
+    ) -> Result<Vec<(Vec<Prediction>, WarmState)>, MethodError> {
+        let bernoulli = self.kind == DropoutKind::Bernoulli;
+        if !bernoulli || !self.batchable(tasks) || from.len() != tasks.len() {
+            return uqbench_core::run_warm_each(self, tasks, compute, keep_samples, from);
+        }
+        let shared = self.shared(tasks)?;
+        batched::warm(tasks, compute, &shared, from, |t, out| {
+            self.predictions(t, out, &shared.settings, keep_samples)
+        })
+    }
 }
 
 impl DropoutMethod {
+    /// Whether `tasks` can train as one job: [`DropoutMethod::train_settings`] reads of a task
+    /// its points, epochs, likelihood and noise precision τ (a known σ's), so tasks that agree
+    /// in those share its settings.
+    fn batchable(&self, tasks: &[Task<'_>]) -> bool {
+        batched::same_shape(tasks, |t| self.tau(t).ok().map(f64::to_bits))
+    }
+
+    /// The job `tasks` share, each task checked.
+    fn shared(&self, tasks: &[Task<'_>]) -> Result<batched::Shared<'_>, MethodError> {
+        for t in tasks {
+            t.validate()?;
+        }
+        Ok(batched::Shared {
+            name: &self.name,
+            members: 1,
+            shape: self.shape(&tasks[0]),
+            standardize: self.config.net.standardize,
+            settings: self.train_settings(&tasks[0])?,
+        })
+    }
+
     /// The network on `task`'s inputs (a second output for the heteroscedastic head).
     fn shape(&self, task: &Task<'_>) -> MlpShape {
         let d_out = if self.config.heteroscedastic { 2 } else { 1 };

@@ -7,6 +7,7 @@
 //! per-point predictions as host arrays.
 
 pub mod batch_ensemble;
+pub mod batched;
 pub mod der;
 pub mod dropout_method;
 pub mod ens_mcd;

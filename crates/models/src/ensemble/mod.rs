@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::batched;
 use crate::jackknife::{jackknife_plus, BagMember};
 use beta_nll::BetaNll;
 use uqbench_core::MethodError;
@@ -276,7 +277,7 @@ impl Method for Ensemble {
     }
 
     /// The tasks as one engine job when they can share it ([`Ensemble::batchable`]), else
-    /// each in turn as the default does.
+    /// side by side as the default does.
     fn run_tasks(
         &self,
         tasks: &[Task<'_>],
@@ -286,12 +287,10 @@ impl Method for Ensemble {
         if !self.batchable(tasks) {
             return uqbench_core::run_each(self, tasks, compute, keep_samples);
         }
-        Ok(self
-            .train_tasks(tasks, compute, None)?
-            .into_iter()
-            .zip(tasks)
-            .map(|((out, _), t)| self.predictions(t, &out, keep_samples))
-            .collect())
+        let shared = self.shared(tasks)?;
+        batched::fresh(tasks, compute, &shared, |t, out| {
+            self.predictions(t, out, keep_samples)
+        })
     }
 }
 
@@ -333,21 +332,10 @@ impl WarmStart for Ensemble {
         if !self.batchable(tasks) || from.len() != tasks.len() {
             return uqbench_core::run_warm_each(self, tasks, compute, keep_samples, from);
         }
-        let weights = (from.iter())
-            .map(|f| WarmWeights::of(*f, &self.name))
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(self
-            .train_tasks(tasks, compute, Some(&weights))?
-            .into_iter()
-            .zip(tasks)
-            .map(|((out, state), t)| {
-                let state = state.expect("a warm training returns its weights");
-                (
-                    self.predictions(t, &out, keep_samples),
-                    Arc::new(state) as WarmState,
-                )
-            })
-            .collect())
+        let shared = self.shared(tasks)?;
+        batched::warm(tasks, compute, &shared, from, |t, out| {
+            self.predictions(t, out, keep_samples)
+        })
     }
 }
 
@@ -357,33 +345,21 @@ impl Ensemble {
     /// else of a task but the adversarial step, which scales with each task's input range, so
     /// adversarial ensembles train each task on its own).
     fn batchable(&self, tasks: &[Task<'_>]) -> bool {
-        let key = |t: &Task<'_>| (t.d, t.n_train(), t.n_test(), t.epochs, t.likelihood);
-        tasks.len() > 1
-            && self.kind != EnsembleKind::Adversarial
-            && tasks.iter().all(|t| key(t) == key(&tasks[0]))
+        self.kind != EnsembleKind::Adversarial && batched::same_shape(tasks, |_| ())
     }
 
-    /// `tasks` trained as one job (`from`: one warm start per task, or fresh starts).
-    fn train_tasks(
-        &self,
-        tasks: &[Task<'_>],
-        compute: &Compute,
-        from: Option<&[Option<&WarmWeights>]>,
-    ) -> Result<Vec<(trainer::TrainOutput, Option<WarmWeights>)>, MethodError> {
-        let resources = &Resources::of(compute)?;
+    /// The job `tasks` share, each task checked.
+    fn shared(&self, tasks: &[Task<'_>]) -> Result<batched::Shared<'_>, MethodError> {
         for t in tasks {
             self.check_task(t)?;
         }
-        trainer::train_tasks(
-            tasks,
-            from,
-            &self.name,
-            self.config.members,
-            &self.shape(&tasks[0]),
-            self.config.net.standardize,
-            &self.train_settings(&tasks[0]),
-            resources,
-        )
+        Ok(batched::Shared {
+            name: &self.name,
+            members: self.config.members,
+            shape: self.shape(&tasks[0]),
+            standardize: self.config.net.standardize,
+            settings: self.train_settings(&tasks[0]),
+        })
     }
 
     /// The network on `task`'s inputs (a second output for mean–variance members).
