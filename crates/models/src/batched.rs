@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use uqbench_core::{Compute, MethodError, Prediction, Task, WarmState};
+use uqbench_core::{Compute, Method, MethodError, Prediction, Task, WarmStart, WarmState};
 use uqbench_engine::mlp::MlpShape;
 use uqbench_engine::trainer::{self, Resources, TrainOutput, TrainSettings, WarmWeights};
 
@@ -26,39 +26,54 @@ pub struct Shared<'m> {
     pub settings: TrainSettings,
 }
 
-/// Every task trained afresh as one job; `predict` turns a task's output into its
-/// predictions.
-pub fn fresh(
+/// [`uqbench_core::Method::run_tasks`] of a method on the built-in network: every task
+/// trained afresh as one job with `shared` (the method's [`Shared`] for the tasks, `None`
+/// where they cannot share one: then each task's own `run`, side by side over the cores);
+/// `predict` turns a task's output (trained with the given settings) into its predictions.
+pub fn run_tasks(
+    method: &(impl Method + ?Sized),
     tasks: &[Task<'_>],
     compute: &Compute,
-    shared: &Shared<'_>,
-    predict: impl Fn(&Task<'_>, &TrainOutput) -> Vec<Prediction>,
+    keep_samples: bool,
+    shared: Option<Shared<'_>>,
+    predict: impl Fn(&Task<'_>, &TrainOutput, &TrainSettings) -> Vec<Prediction>,
 ) -> Result<Vec<Vec<Prediction>>, MethodError> {
-    Ok(train(tasks, compute, shared, None)?
+    let Some(shared) = shared else {
+        return uqbench_core::run_each(method, tasks, compute, keep_samples);
+    };
+    Ok(train(tasks, compute, &shared, None)?
         .into_iter()
         .zip(tasks)
-        .map(|((out, _), t)| predict(t, &out))
+        .map(|((out, _), t)| predict(t, &out, &shared.settings))
         .collect())
 }
 
-/// Every task trained as one job from its warm state (`from[k]`, `None`: afresh), each with
-/// its state after the training.
-pub fn warm(
+/// [`uqbench_core::WarmStart::run_warm_tasks`] likewise: every task from its warm state
+/// (`from[k]`, `None`: afresh) as one job, each with its state after the training.
+pub fn run_warm_tasks(
+    warm: &(impl WarmStart + ?Sized),
     tasks: &[Task<'_>],
     compute: &Compute,
-    shared: &Shared<'_>,
+    keep_samples: bool,
     from: &[Option<&WarmState>],
-    predict: impl Fn(&Task<'_>, &TrainOutput) -> Vec<Prediction>,
+    shared: Option<Shared<'_>>,
+    predict: impl Fn(&Task<'_>, &TrainOutput, &TrainSettings) -> Vec<Prediction>,
 ) -> Result<Vec<(Vec<Prediction>, WarmState)>, MethodError> {
+    let Some(shared) = shared.filter(|_| from.len() == tasks.len()) else {
+        return uqbench_core::run_warm_each(warm, tasks, compute, keep_samples, from);
+    };
     let weights = (from.iter())
         .map(|f| WarmWeights::of(*f, shared.name))
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(train(tasks, compute, shared, Some(&weights))?
+    Ok(train(tasks, compute, &shared, Some(&weights))?
         .into_iter()
         .zip(tasks)
         .map(|((out, state), t)| {
             let state = state.expect("a warm training returns its weights");
-            (predict(t, &out), Arc::new(state) as WarmState)
+            (
+                predict(t, &out, &shared.settings),
+                Arc::new(state) as WarmState,
+            )
         })
         .collect())
 }

@@ -265,7 +265,7 @@ impl Method for DropoutMethod {
         Ok(self.predictions(task, &out, &settings, keep_samples))
     }
 
-    /// The tasks as one engine job when they can share it ([`DropoutMethod::batchable`]),
+    /// The tasks as one engine job when they can share it ([`DropoutMethod::shared`]),
     /// else side by side as the default does.
     fn run_tasks(
         &self,
@@ -273,13 +273,15 @@ impl Method for DropoutMethod {
         compute: &Compute,
         keep_samples: bool,
     ) -> Result<Vec<Vec<Prediction>>, MethodError> {
-        if !self.batchable(tasks) {
-            return uqbench_core::run_each(self, tasks, compute, keep_samples);
-        }
         let shared = self.shared(tasks)?;
-        batched::fresh(tasks, compute, &shared, |t, out| {
-            self.predictions(t, out, &shared.settings, keep_samples)
-        })
+        batched::run_tasks(
+            self,
+            tasks,
+            compute,
+            keep_samples,
+            shared,
+            |t, out, settings| self.predictions(t, out, settings, keep_samples),
+        )
     }
 
     fn warm_start(&self) -> Option<&dyn WarmStart> {
@@ -325,7 +327,8 @@ impl WarmStart for DropoutMethod {
         Ok((predictions, Arc::new(state)))
     }
 
-    /// The tasks as one engine job when they can share it ([`DropoutMethod::batchable`]).
+    /// The tasks as one engine job when they can share it ([`DropoutMethod::shared`]; only
+    /// BD warm-starts, and `run_warm` gives the others' error task by task).
     fn run_warm_tasks(
         &self,
         tasks: &[Task<'_>],
@@ -334,36 +337,35 @@ impl WarmStart for DropoutMethod {
         from: &[Option<&WarmState>],
     ) -> Result<Vec<(Vec<Prediction>, WarmState)>, MethodError> {
         let bernoulli = self.kind == DropoutKind::Bernoulli;
-        if !bernoulli || !self.batchable(tasks) || from.len() != tasks.len() {
-            return uqbench_core::run_warm_each(self, tasks, compute, keep_samples, from);
-        }
-        let shared = self.shared(tasks)?;
-        batched::warm(tasks, compute, &shared, from, |t, out| {
-            self.predictions(t, out, &shared.settings, keep_samples)
-        })
+        let shared = if bernoulli { self.shared(tasks)? } else { None };
+        batched::run_warm_tasks(
+            self,
+            tasks,
+            compute,
+            keep_samples,
+            from,
+            shared,
+            |t, out, s| self.predictions(t, out, s, keep_samples),
+        )
     }
 }
 
 impl DropoutMethod {
-    /// Whether `tasks` can train as one job: [`DropoutMethod::train_settings`] reads of a task
-    /// its points, epochs, likelihood and noise precision τ (a known σ's), so tasks that agree
-    /// in those share its settings.
-    fn batchable(&self, tasks: &[Task<'_>]) -> bool {
-        batched::same_shape(tasks, |t| self.tau(t).ok().map(f64::to_bits))
-    }
-
-    /// The job `tasks` share, each task checked.
-    fn shared(&self, tasks: &[Task<'_>]) -> Result<batched::Shared<'_>, MethodError> {
-        for t in tasks {
-            t.validate()?;
+    /// The job `tasks` share when they can train as one (`None` otherwise):
+    /// [`DropoutMethod::train_settings`] reads of a task its points, epochs, likelihood and
+    /// noise precision τ (a known σ's), so tasks that agree in those share its settings (the
+    /// joint job validates every task).
+    fn shared(&self, tasks: &[Task<'_>]) -> Result<Option<batched::Shared<'_>>, MethodError> {
+        if !batched::same_shape(tasks, |t| self.tau(t).ok().map(f64::to_bits)) {
+            return Ok(None);
         }
-        Ok(batched::Shared {
+        Ok(Some(batched::Shared {
             name: &self.name,
             members: 1,
             shape: self.shape(&tasks[0]),
             standardize: self.config.net.standardize,
             settings: self.train_settings(&tasks[0])?,
-        })
+        }))
     }
 
     /// The network on `task`'s inputs (a second output for the heteroscedastic head).

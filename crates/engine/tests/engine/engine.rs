@@ -33,7 +33,8 @@ fn data() -> Data {
     Data { x, targets, x_test }
 }
 
-fn shape() -> MlpShape {
+/// The 1-16-8-1 network of this binary's tests.
+pub fn shape() -> MlpShape {
     MlpShape {
         d_in: 1,
         hidden: vec![16, 8],

@@ -5,7 +5,9 @@
 use uqbench_anchor::Rng;
 use uqbench_core::{Likelihood, NoiseInfo, SeedBase, Task};
 use uqbench_engine::trainer::{self, Batching, Resources, TrainOutput, TrainSettings, WarmWeights};
-use uqbench_engine::{open_device, xavier_init, BackendKind, MlpShape};
+use uqbench_engine::{open_device, xavier_init, BackendKind};
+
+use crate::engine::shape;
 
 /// One task's data: its own inputs (drawn from `seed`) and one target per repetition.
 struct Data {
@@ -47,15 +49,6 @@ fn task(d: &Data) -> Task<'_> {
         features: None,
         noise: NoiseInfo::default(),
         likelihood: Likelihood::Gaussian,
-    }
-}
-
-fn shape() -> MlpShape {
-    MlpShape {
-        d_in: 1,
-        hidden: vec![16, 8],
-        d_out: 1,
-        negative_slope: 0.01,
     }
 }
 

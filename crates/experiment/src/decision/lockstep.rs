@@ -12,17 +12,10 @@ use uqbench_core::{Compute, Method, Prediction, SeedPath, WarmState};
 
 use super::active::Learning;
 use super::agent::{AgentData, MethodAgent};
-use super::bandit::{Play, Schedule};
-use super::env::{initial_actions, Environment, Regret};
-use super::{DecisionKind, DecisionSpec, PolicyResult, Update};
+use super::bandit::Play;
+use super::env::Regret;
+use super::{DecisionKind, DecisionSpec, Game, PolicyResult, Update};
 use crate::error::Result;
-
-/// One repetition's game: its environment, shared initial pulls and the agent's stream seed.
-struct Repetition {
-    env: Environment,
-    initial: Vec<usize>,
-    own: u64,
-}
 
 /// `method` as the agent of every repetition of `problem` (one setting of the experiment
 /// `(base seed, name)`) under `spec`: one result per repetition, in order, each what
@@ -45,30 +38,19 @@ pub fn run_agents(
                 member: 0,
                 purpose: "",
             };
-            let seed = |purpose: &str| {
-                SeedPath {
-                    purpose,
-                    ..path.clone()
-                }
-                .seed()
-            };
             // As `run_spec_repetition`: a random design's repetition has its own actions.
-            let problem = problem.at_repetition(r)?;
-            let env = Environment::from_problem(&problem, spec.actions, seed("decision/rewards"))?;
-            let pulls = spec.initial_pulls(env.actions.p);
-            Ok(Repetition {
-                initial: initial_actions(env.actions.len(), pulls, seed("decision/initial")),
-                own: seed(&format!("decision/{}", method.name())),
-                env,
-            })
+            Game::new(spec, &*problem.at_repetition(r)?, &path)
         })
         .collect::<Result<Vec<_>>>()?;
-    let schedule = Schedule {
-        steps: spec.steps,
-        batch: spec.batch,
-    };
     let mut games: Vec<Play<'_>> = (reps.iter())
-        .map(|r| Play::new(&r.env, schedule, &r.initial, r.own))
+        .map(|g| {
+            Play::new(
+                &g.env,
+                spec.schedule(),
+                &g.initial,
+                g.policy_seed(method.name()),
+            )
+        })
         .collect();
     let mut agents: Vec<MethodAgent<'_>> = (0..spec.repetitions)
         .map(|r| MethodAgent::of(method, compute, spec, (base, experiment), &label, r))
@@ -120,7 +102,7 @@ fn fit_all(
     spec: &DecisionSpec,
     method: &dyn Method,
     compute: &Compute,
-    reps: &[Repetition],
+    reps: &[Game],
     games: &[Play<'_>],
     agents: &mut [MethodAgent<'_>],
 ) -> Result<Vec<Option<Option<Prediction>>>> {

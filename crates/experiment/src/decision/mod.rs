@@ -123,6 +123,14 @@ impl DecisionSpec {
         self.initial.unwrap_or(2 * p)
     }
 
+    /// The steps and actions per step.
+    pub fn schedule(&self) -> Schedule {
+        Schedule {
+            steps: self.steps,
+            batch: self.batch,
+        }
+    }
+
     /// The epochs of an agent's first training (on the initial pulls).
     pub fn first_epochs(&self) -> usize {
         self.initial_epochs.unwrap_or(self.update_epochs)
@@ -254,33 +262,18 @@ pub fn run_repetition(
     seeds: &SeedPath<'_>,
     policies: &mut [Box<dyn Policy + '_>],
 ) -> Result<Vec<PolicyResult>> {
-    let seed = |purpose: &str| {
-        SeedPath {
-            purpose,
-            ..seeds.clone()
-        }
-        .seed()
-    };
-    let env = Environment::from_problem(problem, spec.actions, seed("decision/rewards"))?;
-    let initial = initial_actions(
-        env.actions.len(),
-        spec.initial_pulls(env.actions.p),
-        seed("decision/initial"),
-    );
-    let schedule = Schedule {
-        steps: spec.steps,
-        batch: spec.batch,
-    };
+    let game = Game::new(spec, problem, seeds)?;
+    let (env, initial, schedule) = (&game.env, &game.initial, spec.schedule());
     let mut out = Vec::with_capacity(policies.len());
     for policy in policies.iter_mut() {
-        let own = seed(&format!("decision/{}", policy.name()));
+        let own = game.policy_seed(policy.name());
         let (curve, extra) = match spec.kind {
             DecisionKind::Bandit => {
-                let trace = bandit::run(&env, schedule, &initial, policy.as_mut(), own)?;
+                let trace = bandit::run(env, schedule, initial, policy.as_mut(), own)?;
                 (trace.regret.curve, trace.regret.optimal_fraction)
             }
             DecisionKind::Active => {
-                let (_, learning) = active::run(&env, schedule, &initial, policy.as_mut(), own)?;
+                let (_, learning) = active::run(env, schedule, initial, policy.as_mut(), own)?;
                 let nll = learning.nll.last().copied().unwrap_or(f64::NAN);
                 (learning.rmse, nll)
             }
@@ -293,6 +286,56 @@ pub fn run_repetition(
         ));
     }
     Ok(out)
+}
+
+/// One repetition's game as every policy meets it: the environment (its actions, truth and
+/// reward stream, seed `decision/rewards`) and the initial pulls (`decision/initial`), and
+/// each policy's own stream (`decision/<policy>`).
+pub(crate) struct Game {
+    /// The environment.
+    pub env: Environment,
+    /// The initial pulls every policy shares.
+    pub initial: Vec<usize>,
+    /// The repetition's seed path (its purpose left empty).
+    path: OwnedPath,
+}
+
+/// A [`SeedPath`] that owns its names.
+struct OwnedPath(u64, String, String, u64);
+
+impl OwnedPath {
+    fn seed(&self, purpose: &str) -> u64 {
+        SeedPath {
+            base: self.0,
+            experiment: &self.1,
+            setting: &self.2,
+            repetition: self.3,
+            member: 0,
+            purpose,
+        }
+        .seed()
+    }
+}
+
+impl Game {
+    /// Repetition `seeds.repetition` of `problem` (already at that repetition) under `spec`.
+    pub fn new(spec: &DecisionSpec, problem: &Problem, seeds: &SeedPath<'_>) -> Result<Game> {
+        let path = OwnedPath(
+            seeds.base,
+            seeds.experiment.to_string(),
+            seeds.setting.to_string(),
+            seeds.repetition,
+        );
+        let env = Environment::from_problem(problem, spec.actions, path.seed("decision/rewards"))?;
+        let (k, pulls) = (env.actions.len(), spec.initial_pulls(env.actions.p));
+        let initial = initial_actions(k, pulls, path.seed("decision/initial"));
+        Ok(Game { env, initial, path })
+    }
+
+    /// Policy `name`'s own stream on this repetition.
+    pub fn policy_seed(&self, name: &str) -> u64 {
+        self.path.seed(&format!("decision/{name}"))
+    }
 }
 
 impl PolicyResult {

@@ -276,7 +276,7 @@ impl Method for Ensemble {
         Some(self)
     }
 
-    /// The tasks as one engine job when they can share it ([`Ensemble::batchable`]), else
+    /// The tasks as one engine job when they can share it ([`Ensemble::shared`]), else
     /// side by side as the default does.
     fn run_tasks(
         &self,
@@ -284,11 +284,8 @@ impl Method for Ensemble {
         compute: &Compute,
         keep_samples: bool,
     ) -> Result<Vec<Vec<Prediction>>, MethodError> {
-        if !self.batchable(tasks) {
-            return uqbench_core::run_each(self, tasks, compute, keep_samples);
-        }
         let shared = self.shared(tasks)?;
-        batched::fresh(tasks, compute, &shared, |t, out| {
+        batched::run_tasks(self, tasks, compute, keep_samples, shared, |t, out, _| {
             self.predictions(t, out, keep_samples)
         })
     }
@@ -321,7 +318,7 @@ impl WarmStart for Ensemble {
         Ok((self.predictions(task, &out, keep_samples), Arc::new(state)))
     }
 
-    /// The tasks as one engine job when they can share it ([`Ensemble::batchable`]).
+    /// The tasks as one engine job when they can share it ([`Ensemble::shared`]).
     fn run_warm_tasks(
         &self,
         tasks: &[Task<'_>],
@@ -329,37 +326,39 @@ impl WarmStart for Ensemble {
         keep_samples: bool,
         from: &[Option<&WarmState>],
     ) -> Result<Vec<(Vec<Prediction>, WarmState)>, MethodError> {
-        if !self.batchable(tasks) || from.len() != tasks.len() {
-            return uqbench_core::run_warm_each(self, tasks, compute, keep_samples, from);
-        }
         let shared = self.shared(tasks)?;
-        batched::warm(tasks, compute, &shared, from, |t, out| {
-            self.predictions(t, out, keep_samples)
-        })
+        batched::run_warm_tasks(
+            self,
+            tasks,
+            compute,
+            keep_samples,
+            from,
+            shared,
+            |t, out, _| self.predictions(t, out, keep_samples),
+        )
     }
 }
 
 impl Ensemble {
-    /// Whether `tasks` can train as one job: their optimiser settings are the same (the same
-    /// numbers of points, epochs and likelihood; [`Ensemble::train_settings`] reads nothing
-    /// else of a task but the adversarial step, which scales with each task's input range, so
-    /// adversarial ensembles train each task on its own).
-    fn batchable(&self, tasks: &[Task<'_>]) -> bool {
-        self.kind != EnsembleKind::Adversarial && batched::same_shape(tasks, |_| ())
-    }
-
-    /// The job `tasks` share, each task checked.
-    fn shared(&self, tasks: &[Task<'_>]) -> Result<batched::Shared<'_>, MethodError> {
+    /// The job `tasks` share, each task checked, when they can train as one: their optimiser
+    /// settings are the same (the same numbers of points, epochs and likelihood;
+    /// [`Ensemble::train_settings`] reads nothing else of a task but the adversarial step,
+    /// which scales with each task's input range, so adversarial ensembles train each task on
+    /// its own: `None`).
+    fn shared(&self, tasks: &[Task<'_>]) -> Result<Option<batched::Shared<'_>>, MethodError> {
+        if self.kind == EnsembleKind::Adversarial || !batched::same_shape(tasks, |_| ()) {
+            return Ok(None);
+        }
         for t in tasks {
             self.check_task(t)?;
         }
-        Ok(batched::Shared {
+        Ok(Some(batched::Shared {
             name: &self.name,
             members: self.config.members,
             shape: self.shape(&tasks[0]),
             standardize: self.config.net.standardize,
             settings: self.train_settings(&tasks[0]),
-        })
+        }))
     }
 
     /// The network on `task`'s inputs (a second output for mean–variance members).
