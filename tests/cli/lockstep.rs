@@ -1,6 +1,6 @@
 //! The method agents of every repetition stepped together (`decision::lockstep`, what
 //! `uqbench decide` runs): each repetition's result is the one the agent gets on that
-//! repetition alone, for the ensembles and the dropout family (one engine job per step) and
+//! repetition alone, for the ensembles, ensemble+ and the dropout family (one engine job per step) and
 //! methods trained task by task, retrained and warm-started, bandit and active learning.
 
 use uqbench_core::Compute;
@@ -71,15 +71,21 @@ fn same_alone_and_together(file: &str, methods: &[&str], update: Update, backend
 
 #[test]
 fn agents_stepped_together_give_each_repetition_s_own_results() {
-    // Ens trains as one job per step; SGLD task by task (the default `run_tasks`).
+    // Ens and EnsPrior (each member on its own shifted targets) train as one job per step;
+    // SGLD task by task (the default `run_tasks`).
     let flex = BackendKind::Flex;
     same_alone_and_together(
         "experiments/bandit.toml",
-        &["Ens", "SGLD"],
+        &["Ens", "EnsPrior", "SGLD"],
         Update::Retrain,
         flex,
     );
-    same_alone_and_together("experiments/bandit.toml", &["Ens"], Update::Warm, flex);
+    same_alone_and_together(
+        "experiments/bandit.toml",
+        &["Ens", "EnsPrior"],
+        Update::Warm,
+        flex,
+    );
     same_alone_and_together("experiments/active.toml", &["Ens"], Update::Retrain, flex);
 }
 

@@ -88,6 +88,7 @@ fn train(
     trainer::train_tasks(
         tasks,
         from,
+        None,
         shared.name,
         shared.members,
         &shared.shape,

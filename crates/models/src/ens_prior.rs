@@ -9,6 +9,9 @@
 //! y + σ̃ε_m − β·p_m(x): every member trains as a plain ensemble member on its own targets
 //! (the engine's per-replica targets), on the host loops on a CPU and as tensors on a GPU, and
 //! β·p_m is added back to its predictions. The prior function is evaluated once, on the host.
+//! The decision track's repetitions at a step (`run_tasks`, `run_warm_tasks`) train as one
+//! engine job the same way ([`trainer::train_tasks`] with each task's shifted targets as its
+//! replicas' own), when they share the optimiser settings (points, epochs, L2 factor).
 //!
 //! **The reference implementation's convention, and the exact limit.** Osband et al.'s code
 //! (the `enn` library's ensemble+, as in the Neural Testbed) regularises the trainable
@@ -39,14 +42,15 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::batched;
 use crate::host_net::{self, TrainedNet};
 use uqbench_core::{
-    combine_members, par_map, Compute, IntervalSetting, Member, Method, MethodError, Prediction,
-    Rng, Task, WarmStart, WarmState,
+    combine_members, par_map, run_each, run_warm_each, Compute, IntervalSetting, Member, Method,
+    MethodError, Prediction, Replicas, Rng, Task, WarmStart, WarmState,
 };
 use uqbench_engine::config::MethodConfig;
 use uqbench_engine::mlp::{xavier_init, MlpShape};
-use uqbench_engine::trainer::{self, Job, Resources, WarmWeights};
+use uqbench_engine::trainer::{self, Job, Resources, TrainOutput, WarmWeights};
 
 /// Each member's target noise σ̃ (spec §11).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -245,6 +249,19 @@ impl Method for EnsPrior {
     fn warm_start(&self) -> Option<&dyn WarmStart> {
         Some(self)
     }
+
+    /// The tasks as one engine job when they share their settings, else side by side.
+    fn run_tasks(
+        &self,
+        tasks: &[Task<'_>],
+        compute: &Compute,
+        keep_samples: bool,
+    ) -> Result<Vec<Vec<Prediction>>, MethodError> {
+        match self.train_together(tasks, compute, keep_samples, None)? {
+            Some(trained) => Ok(trained.into_iter().map(|(p, _)| p).collect()),
+            None => run_each(self, tasks, compute, keep_samples),
+        }
+    }
 }
 
 /// Every member's trained network continues from its weights after the previous training (its
@@ -264,6 +281,25 @@ impl WarmStart for EnsPrior {
         let (pred, state) = self.train(task, compute, keep_samples, &|_| {}, Some(from))?;
         let state = state.expect("a warm start's weights");
         Ok((pred, Arc::new(state)))
+    }
+
+    /// The tasks as one engine job when they share their settings, else side by side.
+    fn run_warm_tasks(
+        &self,
+        tasks: &[Task<'_>],
+        compute: &Compute,
+        keep_samples: bool,
+        from: &[Option<&WarmState>],
+    ) -> Result<Vec<(Vec<Prediction>, WarmState)>, MethodError> {
+        match self.train_together(tasks, compute, keep_samples, Some(from))? {
+            Some(trained) => Ok((trained.into_iter())
+                .map(|(p, state)| {
+                    let state = state.expect("a warm training returns its weights");
+                    (p, Arc::new(state) as WarmState)
+                })
+                .collect()),
+            None => run_warm_each(self, tasks, compute, keep_samples, from),
+        }
     }
 }
 
@@ -302,21 +338,18 @@ impl EnsPrior {
         })
     }
 
-    /// Trains and predicts; `warm`: a warm start (from the given weights, or from scratch
-    /// when `Some(None)`), returning the weights after it.
-    fn train(
+    /// A task's training: its settings, standardisation (`warm`'s, else its own when the
+    /// network standardises), inputs, replicas, and per replica (repetition k, member j) its
+    /// prior function and targets y + σ̃ε − β·p_m(x), from seeds of their own purposes.
+    fn prepare(
         &self,
         task: &Task<'_>,
-        compute: &Compute,
-        keep_samples: bool,
-        progress: &(dyn Fn(usize) + Sync),
-        warm: Option<Option<&WarmWeights>>,
-    ) -> Result<(Vec<Prediction>, Option<WarmWeights>), MethodError> {
+        warm: Option<&WarmWeights>,
+    ) -> Result<Prepared, MethodError> {
         task.validate()?;
         task.require_gaussian(&self.name)?;
         let c = &self.config;
-        let resources = &Resources::of(compute)?;
-        let (n, mt, members) = (task.n_train(), task.n_test(), c.members);
+        let (n, members) = (task.n_train(), c.members);
         let shape = c.net.shape(task.d, 1);
         let target_sd = self.target_sd(task)?;
         let settings = trainer::TrainSettings {
@@ -325,13 +358,8 @@ impl EnsPrior {
             ..c.optim.settings(task.epochs, n)
         };
         let replicas = task.replicas(&self.name, members);
-        let moments = match warm {
-            Some(Some(w)) => w.moments.clone(),
-            _ => c.net.standardize.then(|| task.input_moments()),
-        };
+        let moments = WarmWeights::moments_for(warm, c.net.standardize, task);
         let (x_train, x_test) = task.inputs_f32_by(moments.as_deref());
-        // Per replica (repetition k, member j): its prior function and its targets, from
-        // seeds of their own purposes.
         let pairs: Vec<(u64, u64)> = task
             .repetitions
             .iter()
@@ -359,42 +387,82 @@ impl EnsPrior {
                     .collect()
             })
             .collect();
-        let own: Vec<usize> = (0..targets.len()).collect();
+        Ok(Prepared {
+            settings,
+            shape,
+            moments,
+            x_train,
+            x_test,
+            replicas,
+            priors,
+            targets,
+        })
+    }
+
+    /// Trains and predicts; `warm`: a warm start (from the given weights, or from scratch
+    /// when `Some(None)`), returning the weights after it.
+    fn train(
+        &self,
+        task: &Task<'_>,
+        compute: &Compute,
+        keep_samples: bool,
+        progress: &(dyn Fn(usize) + Sync),
+        warm: Option<Option<&WarmWeights>>,
+    ) -> Result<(Vec<Prediction>, Option<WarmWeights>), MethodError> {
+        let resources = &Resources::of(compute)?;
+        let p = self.prepare(task, warm.flatten())?;
+        let own: Vec<usize> = (0..p.targets.len()).collect();
         let job = Job {
-            shape: &shape,
-            x_train: &x_train,
-            targets: &targets,
+            shape: &p.shape,
+            x_train: &p.x_train,
+            targets: &p.targets,
             replica_targets: &own,
-            init_seeds: &replicas.init,
-            stream_seeds: &replicas.stream,
-            replica_ids: &replicas.ids,
-            x_test: &x_test,
+            init_seeds: &p.replicas.init,
+            stream_seeds: &p.replicas.stream,
+            replica_ids: &p.replicas.ids,
+            x_test: &p.x_test,
             init: None,
             inputs: None,
         };
         let (out, after) = match warm {
-            None => (trainer::train(&job, &settings, resources, progress)?, None),
+            None => (
+                trainer::train(&job, &p.settings, resources, progress)?,
+                None,
+            ),
             Some(from) => {
                 let (out, weights) =
-                    trainer::train_from(&job, &settings, resources, from.map(|w| &w.weights))?;
+                    trainer::train_from(&job, &p.settings, resources, from.map(|w| &w.weights))?;
+                let moments = p.moments.clone();
                 (out, Some(WarmWeights { weights, moments }))
             }
         };
-        // β·p_m added back: the members' functions f_θm + β·p_m at the test and training
-        // inputs.
+        Ok((self.predictions(task, &p, &out, keep_samples), after))
+    }
+
+    /// A task's predictions from its training's output: β·p_m added back, the members'
+    /// functions f_θm + β·p_m at the test and training inputs.
+    fn predictions(
+        &self,
+        task: &Task<'_>,
+        p: &Prepared,
+        out: &TrainOutput,
+        keep_samples: bool,
+    ) -> Vec<Prediction> {
+        let (n, mt, members) = (task.n_train(), task.n_test(), self.config.members);
         let add = |at: &[f32], prior: &[f64]| -> Vec<f32> {
             at.iter()
                 .zip(prior)
                 .map(|(&f, &p)| (f64::from(f) + p) as f32)
                 .collect()
         };
-        let test: Vec<Vec<f32>> = (0..targets.len())
-            .map(|r| add(&out.test_out[r * mt..(r + 1) * mt], &priors[r].test))
+        let replicas = p.targets.len();
+        let test: Vec<Vec<f32>> = (0..replicas)
+            .map(|r| add(&out.test_out[r * mt..(r + 1) * mt], &p.priors[r].test))
             .collect();
-        let train: Vec<Vec<f32>> = (0..targets.len())
-            .map(|r| add(&out.train_pred[r * n..(r + 1) * n], &priors[r].train))
+        let train: Vec<Vec<f32>> = (0..replicas)
+            .map(|r| add(&out.train_pred[r * n..(r + 1) * n], &p.priors[r].train))
             .collect();
-        let predictions = (0..task.repetitions.len())
+        (0..task.repetitions.len())
             .map(|k| {
                 let members: Vec<Member<'_>> = (k * members..(k + 1) * members)
                     .map(|r| Member {
@@ -404,11 +472,68 @@ impl EnsPrior {
                         diverged: out.diverged[r],
                     })
                     .collect();
-                let mut o = combine_members(&members, c.intervals.family(), keep_samples);
-                o.scalars.insert("l2_factor".into(), settings.weight_decay);
+                let family = self.config.intervals.family();
+                let mut o = combine_members(&members, family, keep_samples);
+                o.scalars
+                    .insert("l2_factor".into(), p.settings.weight_decay);
                 o
             })
-            .collect();
-        Ok((predictions, after))
+            .collect()
     }
+
+    /// Several tasks trained as one engine job (each task's shifted targets its replicas' own,
+    /// [`trainer::train_tasks`]), fresh (`from` = `None`) or from every task's warm state,
+    /// when they can share one: the same settings (points, epochs, likelihood and L2 factor);
+    /// `None` when they cannot.
+    #[allow(clippy::type_complexity)]
+    fn train_together(
+        &self,
+        tasks: &[Task<'_>],
+        compute: &Compute,
+        keep_samples: bool,
+        from: Option<&[Option<&WarmState>]>,
+    ) -> Result<Option<Vec<(Vec<Prediction>, Option<WarmWeights>)>>, MethodError> {
+        let lambda = |t: &Task<'_>| self.lambda(t).ok().map(f64::to_bits);
+        let counted = from.is_none_or(|f| f.len() == tasks.len());
+        if !(counted && batched::same_shape(tasks, lambda)) {
+            return Ok(None);
+        }
+        let warm = (from.into_iter().flatten())
+            .map(|f| WarmWeights::of(*f, &self.name))
+            .collect::<Result<Vec<_>, _>>()?;
+        let warm = from.map(|_| warm);
+        let prepared = (tasks.iter().enumerate())
+            .map(|(k, t)| self.prepare(t, warm.as_ref().and_then(|w| w[k])))
+            .collect::<Result<Vec<_>, _>>()?;
+        let targets: Vec<Vec<Vec<f32>>> = prepared.iter().map(|p| p.targets.clone()).collect();
+        let first = &prepared[0];
+        let trained = trainer::train_tasks(
+            tasks,
+            warm.as_deref(),
+            Some(&targets),
+            &self.name,
+            self.config.members,
+            &first.shape,
+            self.config.net.standardize,
+            &first.settings,
+            &Resources::of(compute)?,
+        )?;
+        Ok(Some(
+            (trained.into_iter().zip(tasks).zip(&prepared))
+                .map(|(((out, after), t), p)| (self.predictions(t, p, &out, keep_samples), after))
+                .collect(),
+        ))
+    }
+}
+
+/// One task's training of ensemble+ ([`EnsPrior::prepare`]).
+struct Prepared {
+    settings: trainer::TrainSettings,
+    shape: MlpShape,
+    moments: Option<Vec<(f64, f64)>>,
+    x_train: Vec<f32>,
+    x_test: Vec<f32>,
+    replicas: Replicas,
+    priors: Vec<PriorValues>,
+    targets: Vec<Vec<f32>>,
 }

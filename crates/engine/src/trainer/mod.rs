@@ -174,6 +174,19 @@ pub struct WarmWeights {
 }
 
 impl WarmWeights {
+    /// The standardisation a training of `task` from `warm` uses: the warm state's (the scale
+    /// its weights learned), else the task's own moments when `standardize`.
+    pub fn moments_for(
+        warm: Option<&WarmWeights>,
+        standardize: bool,
+        task: &Task<'_>,
+    ) -> Option<Vec<(f64, f64)>> {
+        match warm {
+            Some(w) => w.moments.clone(),
+            None => standardize.then(|| task.input_moments()),
+        }
+    }
+
     /// The weights in a method's warm state (`None` for a fresh start): an error naming
     /// `method` when the state is another method's.
     pub fn of<'s>(
@@ -211,10 +224,7 @@ pub fn train_task_from(
     res: &Resources,
     from: Option<&WarmWeights>,
 ) -> Result<(TrainOutput, WarmWeights), MethodError> {
-    let moments = match from {
-        Some(w) => w.moments.clone(),
-        None => standardize.then(|| task.input_moments()),
-    };
+    let moments = WarmWeights::moments_for(from, standardize, task);
     let (out, weights) = with_task_job(task, name, members, shape, moments.as_deref(), |job| {
         train_from(job, settings, res, from.map(|w| &w.weights))
     })?;

@@ -21,11 +21,14 @@ use uqbench_core::{MethodError, Task};
 /// one warm state per task (`None` entries start afresh; as [`super::train_task_from`]), and
 /// then every task's weights after the training come back beside its output. The tasks must
 /// have the same numbers of training and test points and input dimensions, and distinct
-/// repetitions (the replicas' identifiers key their device streams).
+/// repetitions (the replicas' identifiers key their device streams). `own_targets`: each
+/// task's targets per replica in place of its data's (one per replica, in the task's replica
+/// order: ensemble+'s targets shifted by each member's prior function), or `None`.
 #[allow(clippy::too_many_arguments)]
 pub fn train_tasks(
     tasks: &[Task<'_>],
     from: Option<&[Option<&WarmWeights>]>,
+    own_targets: Option<&[Vec<Vec<f32>>]>,
     name: &str,
     members: usize,
     shape: &MlpShape,
@@ -36,11 +39,18 @@ pub fn train_tasks(
     let Some(first) = tasks.first() else {
         return Ok(Vec::new());
     };
-    if let Some(from) = from {
-        if from.len() != tasks.len() {
+    let counts = [
+        ("warm states of a batched training", from.map(|f| f.len())),
+        (
+            "targets of a batched training",
+            own_targets.map(|t| t.len()),
+        ),
+    ];
+    for (what, count) in counts {
+        if let Some(count) = count.filter(|&c| c != tasks.len()) {
             return Err(MethodError::invalid(
-                "warm states of a batched training",
-                from.len(),
+                what,
+                count,
                 format!("one per task ({})", tasks.len()),
             ));
         }
@@ -68,7 +78,8 @@ pub fn train_tasks(
             ));
         }
         let warm = from.and_then(|f| f[k]);
-        parts.add(task, name, members, shape, standardize, warm)?;
+        let own = own_targets.map(|t| &t[k][..]);
+        parts.add(task, (name, members), shape, standardize, warm, own)?;
     }
     let job = Job {
         shape,
@@ -121,22 +132,20 @@ struct Parts {
 }
 
 impl Parts {
-    /// Task `task`'s targets, inputs and replicas appended (`warm`: its warm state).
+    /// Task `task`'s targets, inputs and replicas (`members` per repetition, seeds from
+    /// `name`) appended (`warm`: its warm state; `own`: its targets per replica).
     fn add(
         &mut self,
         task: &Task<'_>,
-        name: &str,
-        members: usize,
+        (name, members): (&str, usize),
         shape: &MlpShape,
         standardize: bool,
         warm: Option<&WarmWeights>,
+        own: Option<&[Vec<f32>]>,
     ) -> Result<(), MethodError> {
-        let moments = match warm {
-            Some(w) => w.moments.clone(),
-            None => standardize.then(|| task.input_moments()),
-        };
+        let moments = WarmWeights::moments_for(warm, standardize, task);
         let (x_train, x_test) = task.inputs_f32_by(moments.as_deref());
-        let replicas = task.replicas(name, members);
+        let mut replicas = task.replicas(name, members);
         if let Some(&id) = replicas.ids.iter().find(|id| !self.seen.insert(**id)) {
             return Err(MethodError::invalid(
                 "replica identifier of a batched training",
@@ -145,7 +154,15 @@ impl Parts {
             ));
         }
         let offset = self.targets.len();
-        for y in task.y_train_f32() {
+        let targets = match own {
+            None => task.y_train_f32(),
+            Some(own) => {
+                check_own_targets(own, replicas.ids.len(), task.n_train())?;
+                replicas.targets = (0..own.len()).collect();
+                own.to_vec()
+            }
+        };
+        for y in targets {
             self.targets.push(y);
             self.inputs.push(Inputs {
                 x_train: x_train.clone(),
@@ -168,4 +185,30 @@ impl Parts {
         self.moments.push(moments);
         Ok(())
     }
+}
+
+/// A task's own targets: one per replica, each of the task's N points, finite.
+fn check_own_targets(own: &[Vec<f32>], replicas: usize, n: usize) -> Result<(), MethodError> {
+    if own.len() != replicas {
+        return Err(MethodError::invalid(
+            "targets per replica of a batched task",
+            own.len(),
+            format!("one per replica ({replicas})"),
+        ));
+    }
+    if let Some(t) = own.iter().find(|t| t.len() != n) {
+        return Err(MethodError::invalid(
+            "points of a replica's targets",
+            t.len(),
+            format!("the task's N = {n}"),
+        ));
+    }
+    if own.iter().flatten().any(|v| !v.is_finite()) {
+        return Err(MethodError::invalid(
+            "a replica's targets",
+            "a value that is not finite",
+            "finite numbers",
+        ));
+    }
+    Ok(())
 }

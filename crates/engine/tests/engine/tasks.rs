@@ -4,7 +4,9 @@
 
 use uqbench_anchor::Rng;
 use uqbench_core::{Likelihood, NoiseInfo, SeedBase, Task};
-use uqbench_engine::trainer::{self, Batching, Resources, TrainOutput, TrainSettings, WarmWeights};
+use uqbench_engine::trainer::{
+    self, Batching, Job, Resources, TrainOutput, TrainSettings, WarmWeights,
+};
 use uqbench_engine::{open_device, xavier_init, BackendKind};
 
 use crate::engine::shape;
@@ -79,8 +81,8 @@ fn tasks_trained_as_one_job_are_each_tasks_own_training() {
             );
             res.host_loops = host_loops;
             let at = format!("{batching:?}, host loops {host_loops}");
-            let joint =
-                trainer::train_tasks(&tasks, None, "M", 2, &s, true, &settings, &res).unwrap();
+            let joint = trainer::train_tasks(&tasks, None, None, "M", 2, &s, true, &settings, &res)
+                .unwrap();
             assert_eq!(joint.len(), 3);
             for (t, (out, weights)) in tasks.iter().zip(&joint) {
                 let alone =
@@ -99,7 +101,7 @@ fn tasks_trained_as_one_job_are_each_tasks_own_training() {
                 .collect();
             let from = [Some(&starts[0]), None, Some(&starts[1])];
             let joint =
-                trainer::train_tasks(&tasks, Some(&from), "M", 2, &s, true, &settings, &res)
+                trainer::train_tasks(&tasks, Some(&from), None, "M", 2, &s, true, &settings, &res)
                     .unwrap();
             for ((t, (out, weights)), start) in tasks.iter().zip(&joint).zip(from) {
                 let (alone, after) =
@@ -109,6 +111,103 @@ fn tasks_trained_as_one_job_are_each_tasks_own_training() {
             }
         }
     }
+}
+
+/// Targets of the caller's own per replica (ensemble+'s shifted targets): each task's
+/// replicas in the joint job train as a job of that task alone with those targets (each
+/// replica its own), to the bit, fresh and warm, on the host loops and the tensor program;
+/// a wrong count of targets is refused.
+#[test]
+fn tasks_with_targets_of_their_own_train_as_each_tasks_own_job() {
+    let all = [data(1, &[0]), data(2, &[1, 2])];
+    let tasks: Vec<Task<'_>> = all.iter().map(task).collect();
+    let s = shape();
+    let settings = TrainSettings::paper(15, 30);
+    // Replica r of a task: its repetition's targets shifted by 0.3·sin(r + x).
+    let own: Vec<Vec<Vec<f32>>> = (tasks.iter())
+        .map(|t| {
+            let reps = t.replicas("M", 2).targets;
+            (reps.iter().enumerate())
+                .map(|(r, &k)| {
+                    (t.y_train[k].iter().zip(t.x_train))
+                        .map(|(y, x)| (y + 0.3 * (r as f64 + x).sin()) as f32)
+                        .collect()
+                })
+                .collect()
+        })
+        .collect();
+    for host_loops in [true, false] {
+        let mut res = Resources::new(
+            BackendKind::Flex,
+            open_device(BackendKind::Flex, true).unwrap(),
+        );
+        res.host_loops = host_loops;
+        let start = WarmWeights {
+            weights: xavier_init(&s, &tasks[1].replicas("Other", 2).init),
+            moments: Some(vec![(0.5, 2.0)]),
+        };
+        let from = [None, Some(&start)];
+        let fresh =
+            trainer::train_tasks(&tasks, None, Some(&own), "M", 2, &s, true, &settings, &res)
+                .unwrap();
+        let warm = (trainer::train_tasks(
+            &tasks,
+            Some(&from),
+            Some(&own),
+            "M",
+            2,
+            &s,
+            true,
+            &settings,
+            &res,
+        ))
+        .unwrap();
+        for (k, t) in tasks.iter().enumerate() {
+            let alone = |warm: Option<&WarmWeights>| {
+                let moments = WarmWeights::moments_for(warm, true, t);
+                let (x_train, x_test) = t.inputs_f32_by(moments.as_deref());
+                let replicas = t.replicas("M", 2);
+                let identity: Vec<usize> = (0..own[k].len()).collect();
+                let job = Job {
+                    shape: &s,
+                    x_train: &x_train,
+                    targets: &own[k],
+                    replica_targets: &identity,
+                    init_seeds: &replicas.init,
+                    stream_seeds: &replicas.stream,
+                    replica_ids: &replicas.ids,
+                    x_test: &x_test,
+                    init: None,
+                    inputs: None,
+                };
+                trainer::train_from(&job, &settings, &res, warm.map(|w| &w.weights)).unwrap()
+            };
+            let at = format!("task {k}, host loops {host_loops}");
+            let (out, _) = alone(None);
+            assert_eq!(outputs(&fresh[k].0), outputs(&out), "{at}");
+            let (out, weights) = alone(from[k]);
+            assert_eq!(outputs(&warm[k].0), outputs(&out), "{at}");
+            assert_eq!(
+                warm[k].1.as_ref().map(|w| &w.weights),
+                Some(&weights),
+                "{at}"
+            );
+        }
+    }
+    let short = [own[0].clone(), own[1][..1].to_vec()];
+    let e = trainer::train_tasks(&tasks, None, Some(&short), "M", 2, &s, true, &settings, &{
+        Resources::new(
+            BackendKind::Flex,
+            open_device(BackendKind::Flex, true).unwrap(),
+        )
+    })
+    .map(|_| ())
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("targets per replica") && e.contains("(4)"),
+        "{e}"
+    );
 }
 
 /// Tasks a joint job cannot hold are refused with the reason: other numbers of points, and
@@ -128,7 +227,7 @@ fn tasks_that_cannot_share_a_job_are_refused() {
     short.y[0].truncate(20);
     let run = |ds: [&Data; 2]| {
         let tasks: Vec<Task<'_>> = ds.iter().map(|d| task(d)).collect();
-        trainer::train_tasks(&tasks, None, "M", 2, &s, true, &settings, &res)
+        trainer::train_tasks(&tasks, None, None, "M", 2, &s, true, &settings, &res)
             .map(|_| ())
             .unwrap_err()
             .to_string()
