@@ -1,7 +1,7 @@
 //! The method agents of every repetition stepped together (`decision::lockstep`, what
 //! `uqbench decide` runs): each repetition's result is the one the agent gets on that
-//! repetition alone, for the ensembles, ensemble+ and the dropout family (one engine job per step) and
-//! methods trained task by task, retrained and warm-started, bandit and active learning.
+//! repetition alone, for the ensembles, ensemble+ and SGLD (one engine job per step),
+//! retrained and warm-started, bandit and active learning.
 
 use uqbench_core::Compute;
 use uqbench_engine::{open_device, BackendKind, Resources};
@@ -71,8 +71,8 @@ fn same_alone_and_together(file: &str, methods: &[&str], update: Update, backend
 
 #[test]
 fn agents_stepped_together_give_each_repetition_s_own_results() {
-    // Ens and EnsPrior (each member on its own shifted targets) train as one job per step;
-    // SGLD task by task (the default `run_tasks`).
+    // Ens, EnsPrior (each member on its own shifted targets) and SGLD (each task's draws at
+    // its own test inputs) train as one job per step.
     let flex = BackendKind::Flex;
     same_alone_and_together(
         "experiments/bandit.toml",
@@ -86,7 +86,13 @@ fn agents_stepped_together_give_each_repetition_s_own_results() {
         Update::Warm,
         flex,
     );
-    same_alone_and_together("experiments/active.toml", &["Ens"], Update::Retrain, flex);
+    // SGLD learns σ on active.toml (each chain's Gibbs step in the joint job).
+    same_alone_and_together(
+        "experiments/active.toml",
+        &["Ens", "SGLD"],
+        Update::Retrain,
+        flex,
+    );
 }
 
 #[test]

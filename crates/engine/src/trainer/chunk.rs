@@ -153,7 +153,7 @@ impl<'a> TensorTrainer<'a> {
     fn run_chunk(&self, range: Range<usize>) -> ChunkOut {
         let io = ChunkIo::default();
         let (mut s, data) = self.prepare(range, &io);
-        let mut collected = collect::start_all(&self.settings.collectors, data.rc);
+        let mut collected = collect::start_all(&self.settings.collectors, data.range.clone());
         let steps = self.train_steps(&mut s, &data, &io, &mut collected);
 
         // Final objective on all N points with the dropout layer at its expectation, on the

@@ -51,8 +51,9 @@ pub enum Want {
 pub trait Collector: Debug + Send + Sync {
     /// Whether the collector wants to see `event`.
     fn wants(&self, event: Want) -> bool;
-    /// A fresh state for one replica.
-    fn start(&self) -> Box<dyn Collected>;
+    /// A fresh state for replica `replica` (its index in the job: a collector of several
+    /// tasks' replicas, `super::train_tasks`, tells them apart by it).
+    fn start(&self, replica: usize) -> Box<dyn Collected>;
 }
 
 /// One replica's collected state.
@@ -68,14 +69,14 @@ pub(crate) fn any_wants(collectors: &[std::sync::Arc<dyn Collector>], event: Wan
     collectors.iter().any(|c| c.wants(event))
 }
 
-/// Fresh states, `[collector][replica]`, for `replicas` replicas.
+/// Fresh states, `[collector][replica]`, for the job's replicas `replicas`.
 pub(crate) fn start_all(
     collectors: &[std::sync::Arc<dyn Collector>],
-    replicas: usize,
+    replicas: std::ops::Range<usize>,
 ) -> Vec<Vec<Box<dyn Collected>>> {
     collectors
         .iter()
-        .map(|c| (0..replicas).map(|_| c.start()).collect())
+        .map(|c| replicas.clone().map(|r| c.start(r)).collect())
         .collect()
 }
 
@@ -107,7 +108,7 @@ impl Collector for FinalWeights {
         event == Want::Final
     }
 
-    fn start(&self) -> Box<dyn Collected> {
+    fn start(&self, _replica: usize) -> Box<dyn Collected> {
         Box::new(Weights::default())
     }
 }
@@ -138,7 +139,7 @@ impl Collector for Resamples {
         event == Want::Resample
     }
 
-    fn start(&self) -> Box<dyn Collected> {
+    fn start(&self, _replica: usize) -> Box<dyn Collected> {
         Box::new(Resample::default())
     }
 }

@@ -110,7 +110,7 @@ impl HostTrainer<'_> {
                 Vec::new()
             },
             steps: (self.settings.epochs * self.settings.steps_per_epoch(n)) as u64,
-            collected: collect::start_all(collectors, rc),
+            collected: collect::start_all(collectors, range.clone()),
             ..ChunkOut::default()
         };
         for r in 0..rc {

@@ -269,7 +269,7 @@ impl collect::Collector for Snapshots {
         matches!(event, collect::Want::Epoch(e) if e >= self.start)
     }
 
-    fn start(&self) -> Box<dyn collect::Collected> {
+    fn start(&self, _replica: usize) -> Box<dyn collect::Collected> {
         Box::new(Snaps::default())
     }
 }

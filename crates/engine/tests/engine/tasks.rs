@@ -5,7 +5,7 @@
 use uqbench_anchor::Rng;
 use uqbench_core::{Likelihood, NoiseInfo, SeedBase, Task};
 use uqbench_engine::trainer::{
-    self, Batching, Job, Resources, TrainOutput, TrainSettings, WarmWeights,
+    self, collect, Batching, Job, Resources, TrainOutput, TrainSettings, WarmWeights,
 };
 use uqbench_engine::{open_device, xavier_init, BackendKind};
 
@@ -208,6 +208,76 @@ fn tasks_with_targets_of_their_own_train_as_each_tasks_own_job() {
         e.contains("targets per replica") && e.contains("(4)"),
         "{e}"
     );
+}
+
+/// A collector that records which replica of the job each state is and the epochs it saw.
+#[derive(Debug)]
+struct Which;
+
+#[derive(Debug)]
+struct Seen {
+    replica: usize,
+    epochs: Vec<usize>,
+}
+
+impl collect::Collector for Which {
+    fn wants(&self, event: collect::Want) -> bool {
+        matches!(event, collect::Want::Epoch(e) if e % 5 == 4)
+    }
+
+    fn start(&self, replica: usize) -> Box<dyn collect::Collected> {
+        Box::new(Seen {
+            replica,
+            epochs: Vec::new(),
+        })
+    }
+}
+
+impl collect::Collected for Seen {
+    fn observe(&mut self, event: &collect::Event<'_>) {
+        if let collect::Event::Epoch { epoch, .. } = event {
+            self.epochs.push(*epoch);
+        }
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+/// A collector's states in a joint job (SG-MCMC's draws, each task's at its own test
+/// inputs): each starts with its replica's index in the job, so that task k's states, split
+/// back, are replicas of its span, in order, with every wanted epoch; in chunks of 3
+/// replicas (the tasks have 2, 4 and 2: chunks start inside a task), on the host loops and
+/// the tensor program.
+#[test]
+fn a_collector_s_states_know_their_replica_in_a_joint_job() {
+    let all = [data(1, &[0]), data(2, &[1, 2]), data(3, &[5])];
+    let tasks: Vec<Task<'_>> = all.iter().map(task).collect();
+    let s = shape();
+    let settings = TrainSettings {
+        collectors: vec![std::sync::Arc::new(Which)],
+        ..TrainSettings::paper(15, 30)
+    };
+    for host_loops in [true, false] {
+        let mut res = Resources::new(
+            BackendKind::Flex,
+            open_device(BackendKind::Flex, true).unwrap(),
+        );
+        res.host_loops = host_loops;
+        res.chunk = Some(3);
+        let joint =
+            (trainer::train_tasks(&tasks, None, None, "M", 2, &s, true, &settings, &res)).unwrap();
+        let mut first = 0;
+        for (k, (out, _)) in joint.iter().enumerate() {
+            let seen: Vec<&Seen> = out.collected(0);
+            let replicas: Vec<usize> = seen.iter().map(|s| s.replica).collect();
+            let span: Vec<usize> = (first..first + 2 * tasks[k].repetitions.len()).collect();
+            assert_eq!(replicas, span, "task {k}, host loops {host_loops}");
+            assert!(seen.iter().all(|s| s.epochs == [4, 9, 14]), "{seen:?}");
+            first += span.len();
+        }
+    }
 }
 
 /// Tasks a joint job cannot hold are refused with the reason: other numbers of points, and

@@ -128,7 +128,7 @@ impl collect::Collector for NoiseSds {
         matches!(event, collect::Want::Epoch(_))
     }
 
-    fn start(&self) -> Box<dyn collect::Collected> {
+    fn start(&self, _replica: usize) -> Box<dyn collect::Collected> {
         Box::new(Sds::default())
     }
 }

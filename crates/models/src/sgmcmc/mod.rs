@@ -34,10 +34,11 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::batched;
 use crate::host_net::{self, TrainedNet};
 use uqbench_core::noise::{fixed_noise_sd, Tau};
 use uqbench_core::{
-    par_map, Compute, Extra, Family, Likelihood, Method, MethodError, Prediction, Task,
+    par_map, run_each, Compute, Extra, Family, Likelihood, Method, MethodError, Prediction, Task,
 };
 use uqbench_engine::config::MethodConfig;
 use uqbench_engine::trainer::collect::{Collected, Collector, Event, Want};
@@ -445,18 +446,23 @@ struct ChainDraws {
     sigmas: Vec<f64>,
 }
 
-/// The [`Collector`] of [`Draws`] (an `Arc` of them, which each chain's state shares).
+/// The [`Collector`] of [`Draws`]: per task of the job, its replicas (from the first, in
+/// order) and its [`Draws`] (an `Arc`, which each of its chains' states shares); the tasks'
+/// draw epochs are the same.
 #[derive(Debug)]
-struct DrawCollector(Arc<Draws>);
+struct DrawCollector(Vec<(std::ops::Range<usize>, Arc<Draws>)>);
 
 impl Collector for DrawCollector {
     fn wants(&self, event: Want) -> bool {
-        matches!(event, Want::Epoch(e) if self.0.epochs.contains(&e))
+        matches!(event, Want::Epoch(e) if self.0[0].1.epochs.contains(&e))
     }
 
-    fn start(&self) -> Box<dyn Collected> {
+    fn start(&self, replica: usize) -> Box<dyn Collected> {
+        let (_, of) = (self.0.iter())
+            .find(|(span, _)| span.contains(&replica))
+            .expect("every replica of the job is in one task's span");
         Box::new(ChainDraws {
-            of: self.0.clone(),
+            of: of.clone(),
             rows: Vec::new(),
             sigmas: Vec::new(),
         })
@@ -511,39 +517,102 @@ impl Method for SgMcmc {
     ) -> Result<Vec<Prediction>, MethodError> {
         let c = &self.config;
         let resources = &Resources::of(compute)?;
-        let Prepared {
-            learn,
-            bernoulli,
-            sigma,
-            n,
-            mut settings,
-            langevin,
-            epochs,
-        } = self.prepare(task)?;
-        let prepared_step = langevin.step_size;
-        let (_, x_test) = task.inputs_f32(c.net.standardize);
-        let x_test = host_net::inputs(&x_test, task.d);
-        let shape = c.net.shape(task.d, 1);
-        let dims = shape.widths();
-        settings.collectors = vec![Arc::new(DrawCollector(Arc::new(Draws {
-            epochs: epochs.into_iter().collect(),
-            x_test: Arc::new(x_test),
-            dims,
-            slope: c.net.negative_slope,
-        })))];
+        let prepared = self.prepare(task)?;
+        let settings = self.collecting(&prepared, &[task]);
         let out = trainer::train_task(
             task,
             &self.name,
             c.chains,
-            &shape,
+            &c.net.shape(task.d, 1),
             c.net.standardize,
             &settings,
             resources,
             progress,
         )?;
+        Ok(self.predictions(task, &prepared, &out))
+    }
+
+    /// The tasks' chains as one engine job ([`trainer::train_tasks`], each task's draws
+    /// evaluated at its own test inputs) when they agree in what [`SgMcmc::prepare`] decides
+    /// (points, epochs, likelihood, σ and its treatment, hence the step and the draw epochs),
+    /// else side by side.
+    fn run_tasks(
+        &self,
+        tasks: &[Task<'_>],
+        compute: &Compute,
+        keep_samples: bool,
+    ) -> Result<Vec<Vec<Prediction>>, MethodError> {
+        let prepared = (tasks.iter())
+            .map(|t| self.prepare(t))
+            .collect::<Result<Vec<_>, _>>()?;
+        let key = |p: &Prepared| {
+            (
+                p.learn,
+                p.bernoulli,
+                p.sigma.to_bits(),
+                p.n,
+                p.epochs.clone(),
+            )
+        };
+        let agree = prepared.iter().all(|p| key(p) == key(&prepared[0]));
+        if !(agree && batched::same_shape(tasks, |_| ())) {
+            return run_each(self, tasks, compute, keep_samples);
+        }
+        let c = &self.config;
+        let task_refs: Vec<&Task<'_>> = tasks.iter().collect();
+        let trained = trainer::train_tasks(
+            tasks,
+            None,
+            None,
+            &self.name,
+            c.chains,
+            &c.net.shape(tasks[0].d, 1),
+            c.net.standardize,
+            &self.collecting(&prepared[0], &task_refs),
+            &Resources::of(compute)?,
+        )?;
+        Ok((trained.into_iter().zip(tasks).zip(&prepared))
+            .map(|(((out, _), t), p)| self.predictions(t, p, &out))
+            .collect())
+    }
+}
+
+impl SgMcmc {
+    /// `prepared`'s settings with the draws' collector of `tasks` (their chains in order, one
+    /// job): each task's network evaluated at its test inputs as it sees them.
+    fn collecting(&self, prepared: &Prepared, tasks: &[&Task<'_>]) -> trainer::TrainSettings {
+        let c = &self.config;
+        let mut first = 0;
+        let spans = (tasks.iter())
+            .map(|task| {
+                let (_, x_test) = task.inputs_f32(c.net.standardize);
+                let chains = task.repetitions.len() * c.chains;
+                let draws = Draws {
+                    epochs: prepared.epochs.iter().copied().collect(),
+                    x_test: Arc::new(host_net::inputs(&x_test, task.d)),
+                    dims: c.net.shape(task.d, 1).widths(),
+                    slope: c.net.negative_slope,
+                };
+                first += chains;
+                (first - chains..first, Arc::new(draws))
+            })
+            .collect();
+        let mut settings = prepared.settings.clone();
+        settings.collectors = vec![Arc::new(DrawCollector(spans))];
+        settings
+    }
+
+    /// A task's predictions from its chains' output (their draws, σ's when learned).
+    fn predictions(
+        &self,
+        task: &Task<'_>,
+        prepared: &Prepared,
+        out: &trainer::TrainOutput,
+    ) -> Vec<Prediction> {
+        let p = prepared;
         let draws: Vec<&ChainDraws> = out.collected(0);
-        let chains = c.chains;
-        Ok(par_map(task.repetitions.len(), |k| {
+        let chains = self.config.chains;
+        par_map(task.repetitions.len(), |k| {
             let reps = k * chains..(k + 1) * chains;
             // Chain-major rows: chain c's draws, in order.
             let rows: Vec<Vec<f64>> = reps
@@ -552,15 +621,16 @@ impl Method for SgMcmc {
                 .collect();
             let diverged = reps.clone().any(|r| out.diverged[r])
                 || rows.iter().flatten().any(|v| !v.is_finite());
-            let noise = match learn {
+            let noise = match p.learn {
                 true => Noise::Draws(reps.clone().flat_map(|r| draws[r].sigmas.clone()).collect()),
-                false => Noise::Fixed((!bernoulli).then_some(sigma)),
+                false => Noise::Fixed((!p.bernoulli).then_some(p.sigma)),
             };
-            let mut p = self.repetition(rows, diverged, noise, &out, reps, n);
+            let mut pred = self.repetition(rows, diverged, noise, out, reps, p.n);
             // The step the chains took (per unit σ² where σ is learned).
-            p.scalars.insert("step_size".into(), prepared_step);
-            p
-        }))
+            pred.scalars
+                .insert("step_size".into(), p.langevin.step_size);
+            pred
+        })
     }
 }
 

@@ -40,7 +40,7 @@ impl Collector for Swa {
         matches!(event, Want::Epoch(e) if e >= self.start)
     }
 
-    fn start(&self) -> Box<dyn Collected> {
+    fn start(&self, _replica: usize) -> Box<dyn Collected> {
         Box::new(SwaMoments {
             rank: self.rank,
             ..SwaMoments::default()
