@@ -1,7 +1,7 @@
 //! The method agents of every repetition stepped together (`decision::lockstep`, what
 //! `uqbench decide` runs): each repetition's result is the one the agent gets on that
-//! repetition alone, for the ensembles, ensemble+ and SGLD (one engine job per step),
-//! retrained and warm-started, bandit and active learning.
+//! repetition alone, for the ensembles, ensemble+, SGLD, the epinet and BatchEnsemble (one
+//! engine job per step), retrained and warm-started, bandit and active learning.
 
 use uqbench_core::Compute;
 use uqbench_engine::{open_device, BackendKind, Resources};
@@ -71,12 +71,13 @@ fn same_alone_and_together(file: &str, methods: &[&str], update: Update, backend
 
 #[test]
 fn agents_stepped_together_give_each_repetition_s_own_results() {
-    // Ens, EnsPrior (each member on its own shifted targets) and SGLD (each task's draws at
-    // its own test inputs) train as one job per step.
+    // Ens, EnsPrior (each member on its own shifted targets), SGLD (each task's draws at its
+    // own test inputs), Epinet and BatchEnsemble (networks of their own, each replica on its
+    // task's inputs) train as one job per step.
     let flex = BackendKind::Flex;
     same_alone_and_together(
         "experiments/bandit.toml",
-        &["Ens", "EnsPrior", "SGLD"],
+        &["Ens", "EnsPrior", "SGLD", "Epinet", "BatchEnsemble"],
         Update::Retrain,
         flex,
     );
@@ -106,6 +107,14 @@ fn agents_stepped_together_on_wgpu_give_each_repetition_s_own_results() {
         "experiments/bandit.toml",
         &["Ens"],
         Update::Warm,
+        BackendKind::Wgpu,
+    );
+    // The epinet's and BatchEnsemble's own tensor programs, each replica's inputs uploaded
+    // `[R, n, d]`.
+    same_alone_and_together(
+        "experiments/bandit.toml",
+        &["Epinet", "BatchEnsemble"],
+        Update::Retrain,
         BackendKind::Wgpu,
     );
 }

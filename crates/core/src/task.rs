@@ -449,9 +449,9 @@ pub trait Method: Send + Sync {
     /// with the data its agent gathered): one prediction list per task, in order, each what
     /// `run` gives on that task alone. By default `run` on every task, the tasks spread over
     /// the cores (each task's training on one thread); a method whose trainings can share one
-    /// engine job (the ensembles, ensemble+ and the dropout family on the built-in network)
-    /// trains them as one, batched across tasks × members, which a GPU runs in one program
-    /// per step.
+    /// engine job (the ensembles, ensemble+, SG-MCMC and the dropout family on the built-in
+    /// network) trains them as one, batched across tasks × members, which a GPU runs in one
+    /// program per step.
     fn run_tasks(
         &self,
         tasks: &[Task<'_>],

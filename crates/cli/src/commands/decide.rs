@@ -129,9 +129,10 @@ fn agents(
 }
 
 /// Every repetition of `problem`: the baselines on each (the repetitions spread over the
-/// cores), then each method agent on all of them stepped together
-/// ([`lockstep::run_agents`]: one training call per step for every repetition, one engine job
-/// for the ensembles, ensemble+ and the dropout family), its results after the baselines' as `run_spec_repetition` orders them.
+/// cores), then each method agent on all of them stepped together ([`lockstep::run_agents`]:
+/// one training call per step for every repetition, one engine job for the ensembles,
+/// ensemble+, SG-MCMC and the dropout family), its results after the baselines' as
+/// `run_spec_repetition` orders them.
 fn repetitions(
     spec: &ExperimentSpec,
     decision: &DecisionSpec,

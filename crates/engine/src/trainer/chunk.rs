@@ -51,31 +51,19 @@ struct ChunkIo {
     reads: Cell<u64>,
 }
 
-/// Inputs on the device: the shared ones `[1, points, d]`, or, when the job's targets have
-/// inputs of their own, each replica's of `range` in a row `[rc, points, d]`; `of(t)` the
-/// inputs of target `t` (training or test).
-fn up_inputs<'j>(
-    job: &'j Job<'_>,
-    range: &Range<usize>,
-    io: &ChunkIo,
-    device: &Device,
-    of: impl Fn(usize) -> &'j [f32],
-) -> Tensor<3> {
-    let d = job.shape.d_in;
-    match job.inputs {
-        None => {
-            let x = of(0);
-            io.up(x.to_vec(), [1, x.len() / d, d], device)
-        }
-        Some(_) => {
-            let rows: Vec<&[f32]> = range.clone().map(|r| of(job.replica_targets[r])).collect();
-            let points = rows[0].len() / d;
-            io.up(rows.concat(), [rows.len(), points, d], device)
-        }
-    }
-}
-
 impl ChunkIo {
+    /// Replicas `range`'s training (or `test`) inputs on the device ([`Job::chunk_inputs`]).
+    fn up_inputs(
+        &self,
+        job: &Job<'_>,
+        range: &Range<usize>,
+        test: bool,
+        device: &Device,
+    ) -> Tensor<3> {
+        let (values, shape) = job.chunk_inputs(range, test);
+        self.up(values, shape, device)
+    }
+
     fn up(&self, values: Vec<f32>, shape: [usize; 3], device: &Device) -> Tensor<3> {
         self.uploads.set(self.uploads.get() + 1);
         upload(values, shape, device)
@@ -267,7 +255,7 @@ impl<'a> TensorTrainer<'a> {
                 .collect();
             s.update = Some(u.tensor(&keys, &y_host, dev, &mut |v, shape| io.up(v, shape, dev)));
         }
-        let x_full = up_inputs(job, &range, io, dev, |t| job.x_train_of(t));
+        let x_full = io.up_inputs(job, &range, false, dev);
         let y_full = io.up(y_host, [rc, n, 1], dev);
         // The replicas' streams, keyed on the device (one upload each): the training noise
         // here, the mini-batch draws and the prediction passes' noise where they are used.
@@ -416,7 +404,7 @@ impl<'a> TensorTrainer<'a> {
         let (rc, m) = (data.rc, self.job.n_test());
         let dev = &self.device;
         let job = self.job;
-        let x_test = up_inputs(job, &data.range, io, dev, |t| job.x_test_of(t));
+        let x_test = io.up_inputs(job, &data.range, true, dev);
         let passes = self.settings.mc_passes;
         let dout = self.job.shape.d_out;
         let mut pred = vec![0.0f32; rc * passes * m * dout];

@@ -36,8 +36,9 @@ pub struct Job<'a> {
     /// decision track's repetitions, each agent with the inputs it pulled, trained as one
     /// job: `crate::trainer::train_tasks`), one per target, each of `x_train`'s and
     /// `x_test`'s lengths; `None`: every target's inputs are `x_train` and `x_test`. Read
-    /// through [`Job::x_train_of`] and [`Job::x_test_of`] by the built-in network's
-    /// executions; a method's own network refuses them.
+    /// through [`Job::x_train_of`] and [`Job::x_test_of`] (host loops, per replica) and
+    /// [`Job::chunk_inputs`] (tensor programs) by the built-in network's executions and by
+    /// the networks of their own (the epinet, BatchEnsemble); the autodiff route refuses them.
     pub inputs: Option<&'a [Inputs]>,
 }
 
@@ -80,6 +81,36 @@ impl Job<'_> {
         match self.inputs {
             Some(inputs) => &inputs[t].x_test,
             None => self.x_test,
+        }
+    }
+
+    /// Replicas `range`'s training inputs (the test inputs when `test`) as one block for a
+    /// tensor program: the shared ones `[1, points, d]` (broadcast over the replicas), or
+    /// each replica's own ([`Job::inputs`]) stacked `[replicas, points, d]`.
+    pub fn chunk_inputs(
+        &self,
+        range: &std::ops::Range<usize>,
+        test: bool,
+    ) -> (Vec<f32>, [usize; 3]) {
+        let d = self.shape.d_in;
+        let of = |t: usize| {
+            if test {
+                self.x_test_of(t)
+            } else {
+                self.x_train_of(t)
+            }
+        };
+        match self.inputs {
+            None => {
+                let x = of(0);
+                (x.to_vec(), [1, x.len() / d, d])
+            }
+            Some(_) => {
+                let rows: Vec<&[f32]> =
+                    range.clone().map(|r| of(self.replica_targets[r])).collect();
+                let points = rows[0].len() / d;
+                (rows.concat(), [rows.len(), points, d])
+            }
         }
     }
 

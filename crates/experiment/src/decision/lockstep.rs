@@ -1,11 +1,12 @@
 //! A method's agents on every repetition of a setting, stepped together: at each step every
 //! repetition's agent is trained on its own data, all of them through one call of the method's
 //! [`Method::run_tasks`] (or [`uqbench_core::WarmStart::run_warm_tasks`]): one engine job for
-//! the ensembles, ensemble+ and the dropout family on the built-in network, batched across
-//! repetitions × members, which a GPU runs as one program per step instead of one per
-//! repetition; the other methods' trainings spread over the cores as the repetitions did. Each agent then decides on its own
-//! prediction with its own stream, so each repetition's result is the one
-//! [`super::run_repetition`] gives it alone (tested), whichever other repetitions ran.
+//! the ensembles, ensemble+, SG-MCMC and the dropout family on the built-in network, batched
+//! across repetitions × members, which a GPU runs as one program per step instead of one per
+//! repetition; the other methods' trainings spread over the cores as the repetitions did. Each
+//! agent then decides on its own prediction with its own stream, so each repetition's result
+//! is the one [`super::run_repetition`] gives it alone (tested), whichever other repetitions
+//! ran.
 
 use uqbench_anchor::Problem;
 use uqbench_core::{Compute, Method, Prediction, SeedPath, WarmState};

@@ -15,7 +15,8 @@
 //!   scratch on its data at every step (or warm-started), Thompson sampling from its own joint or its log-det
 //!   batch on its covariance;
 //! - [`lockstep`]: a method's agents of every repetition stepped together, each step's
-//!   trainings through one `run_tasks` (one engine job for the ensembles, ensemble+ and the dropout family);
+//!   trainings through one `run_tasks` (one engine job for the ensembles, ensemble+,
+//!   SG-MCMC and the dropout family);
 //! - [`results`]: the rows (`regret`, `regret_ratio`, `optimal_fraction`; `al_auc`,
 //!   `al_auc_ratio`, `nll`), their means with standard errors, the mean curves, the files.
 //!

@@ -56,7 +56,6 @@ pub fn train_rank1_host(
     progress: &(dyn Fn(usize) + Sync),
 ) -> Result<TrainOutput, MethodError> {
     settings.check_job(job)?;
-    job.require_shared_inputs("a rank-1 ensemble")?;
     settings.check_plain(job.shape, "a rank-1 ensemble")?;
     if parts.members == 0 {
         return Err(MethodError::invalid("members", 0, "at least 1"));
@@ -121,7 +120,6 @@ impl HostChunk for Rank1Host<'_> {
             self.parts.members,
         );
         let rc = range.len();
-        let (xt, xt_test) = (feature_major(job.x_train, d), feature_major(job.x_test, d));
         let init = xavier_init(job.shape, &job.init_seeds[range.clone()]);
         let mut out = ChunkOut {
             pred: vec![0.0; rc * members * mt],
@@ -132,6 +130,12 @@ impl HostChunk for Rank1Host<'_> {
         };
         for r in 0..rc {
             let at = range.start + r;
+            // The replica's inputs feature-major: the job's, or its target's own.
+            let own = job.replica_targets[at];
+            let (xt, xt_test) = (
+                feature_major(job.x_train_of(own), d),
+                feature_major(job.x_test_of(own), d),
+            );
             let mut replica = Replica::new(self, &init, r, (self.parts.fast)(at));
             let y = &job.targets[job.replica_targets[at]];
             for epoch in 0..st.epochs {

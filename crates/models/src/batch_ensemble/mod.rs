@@ -35,7 +35,7 @@ pub mod net;
 
 use serde::{Deserialize, Serialize};
 
-use crate::own_net::{per_repetition, repetition_seeds, OwnNetJob};
+use crate::own_net::{per_task, repetition_seeds, run_one, run_together, OwnNetJob};
 use net::BatchParts;
 use uqbench_core::{Compute, IntervalSetting, Method, MethodError, Prediction, Task};
 use uqbench_engine::config::MethodConfig;
@@ -135,20 +135,50 @@ impl Method for BatchEnsemble {
         keep_samples: bool,
         progress: &(dyn Fn(usize) + Sync),
     ) -> Result<Vec<Prediction>, MethodError> {
-        task.validate()?;
+        run_one(task, |tasks| {
+            self.train(tasks, compute, keep_samples, progress)
+        })
+    }
+
+    /// The tasks as one engine job when they can share one, else side by side.
+    fn run_tasks(
+        &self,
+        tasks: &[Task<'_>],
+        compute: &Compute,
+        keep_samples: bool,
+    ) -> Result<Vec<Vec<Prediction>>, MethodError> {
+        run_together(self, tasks, compute, keep_samples, |tasks| {
+            self.train(tasks, compute, keep_samples, &|_| {})
+        })
+    }
+}
+
+impl BatchEnsemble {
+    /// Every task's repetitions trained as one job ([`OwnNetJob::of_tasks`]; the caller
+    /// validated the tasks and checked that they can share one).
+    fn train(
+        &self,
+        tasks: &[Task<'_>],
+        compute: &Compute,
+        keep_samples: bool,
+        progress: &(dyn Fn(usize) + Sync),
+    ) -> Result<Vec<Vec<Prediction>>, MethodError> {
         let c = &self.config;
         let resources = &Resources::of(compute)?;
-        let data = OwnNetJob::new(task, &self.name, c);
-        let fast_seeds = repetition_seeds(task, &format!("{}/fast", self.name));
+        let data = OwnNetJob::of_tasks(tasks, &self.name, c);
+        let fast_seeds: Vec<u64> = (tasks.iter())
+            .flat_map(|task| repetition_seeds(task, &format!("{}/fast", self.name)))
+            .collect();
         let parts = BatchParts {
             members: c.members,
             fast_seeds: &fast_seeds,
             fast_init_sd: c.fast_init_sd,
         };
         let out = net::train(&data.job(), &parts, &data.settings, resources, progress)?;
-        Ok(per_repetition(
-            &out,
-            task,
+        Ok(per_task(
+            out,
+            tasks,
+            &data.counts,
             c.intervals.family(),
             keep_samples,
         ))

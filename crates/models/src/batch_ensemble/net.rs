@@ -196,7 +196,6 @@ pub fn train(
     res: &Resources,
     progress: &(dyn Fn(usize) + Sync),
 ) -> Result<TrainOutput, MethodError> {
-    job.require_shared_inputs("a rank-1 ensemble")?;
     if trains_on_host(res) {
         // The CPU's host loops: each member through an ensemble member's passes.
         let fast = |r: usize| {
@@ -262,8 +261,8 @@ impl ChunkTrainer for BatchTrainer<'_> {
     fn train_chunk(&self, range: Range<usize>) -> Result<ChunkOut, MethodError> {
         let (job, st, parts) = (self.job, self.settings, self.parts);
         let rc = range.len();
-        let (n, mt) = self.points();
-        let (d, m) = (job.shape.d_in, parts.members);
+        let (n, _) = self.points();
+        let m = parts.members;
         let device = self.device.clone().autodiff();
         let mut model = BatchEnsembleNet::init(
             job.shape,
@@ -276,7 +275,8 @@ impl ChunkTrainer for BatchTrainer<'_> {
         let decay = model.decay_mask();
         let adam = st.adam();
         let mut optim = AdamState::new();
-        let x = upload(job.x_train.to_vec(), [1, n, d], &device);
+        let (values, shape) = job.chunk_inputs(&range, false);
+        let x = upload(values, shape, &device);
         let y = self.targets(&range, &device);
         let head = st.head();
         for _ in 0..st.epochs {
@@ -291,7 +291,8 @@ impl ChunkTrainer for BatchTrainer<'_> {
         // members as the passes. At the training inputs, the members' mean and the objective.
         let model = model.valid();
         let plain = self.device.clone();
-        let x_test = upload(job.x_test.to_vec(), [1, mt, d], &plain);
+        let (values, shape) = job.chunk_inputs(&range, true);
+        let x_test = upload(values, shape, &plain);
         let pred = try_download(model.forward(x_test), "prediction")?;
         let out = model.forward(x.inner());
         let y = y.inner();

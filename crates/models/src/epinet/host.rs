@@ -57,7 +57,6 @@ pub fn train_epinet_host(
     progress: &(dyn Fn(usize) + Sync),
 ) -> Result<TrainOutput, MethodError> {
     settings.check_job(job)?;
-    job.require_shared_inputs("an epinet")?;
     settings.check_plain(job.shape, "an epinet")?;
     if job.shape.hidden.is_empty() || parts.index_samples == 0 || parts.passes == 0 {
         return Err(MethodError::Failed(
@@ -128,7 +127,6 @@ impl HostChunk for EpinetHost<'_> {
         let (d, n, m, t) = (job.shape.d_in, job.n_train(), job.n_test(), parts.passes);
         let (_, dz) = self.widths();
         let rc = range.len();
-        let (xt, xt_test) = (feature_major(job.x_train, d), feature_major(job.x_test, d));
         let init = (
             xavier_init(job.shape, &job.init_seeds[range.clone()]),
             xavier_init(&parts.epi, &parts.epi_seeds[range.clone()]),
@@ -147,6 +145,12 @@ impl HostChunk for EpinetHost<'_> {
         );
         for r in 0..rc {
             let at = range.start + r;
+            // The replica's inputs feature-major: the job's, or its target's own.
+            let own = job.replica_targets[at];
+            let (xt, xt_test) = (
+                feature_major(job.x_train_of(own), d),
+                feature_major(job.x_test_of(own), d),
+            );
             let mut replica = Replica::new(self, &init, r, at);
             let y = &job.targets[job.replica_targets[at]];
             let prior = &parts.prior_train[at * n * dz..(at + 1) * n * dz];

@@ -36,12 +36,12 @@ pub mod net;
 use serde::{Deserialize, Serialize};
 
 use crate::host_net::{self, TrainedNet};
-use crate::own_net::{per_repetition, repetition_seeds, OwnNetJob};
+use crate::own_net::{per_task, repetition_seeds, run_one, run_together, OwnNetJob};
 use net::EpinetParts;
 use uqbench_core::{par_map, Compute, IntervalSetting, Method, MethodError, Prediction, Task};
 use uqbench_engine::config::MethodConfig;
 use uqbench_engine::mlp::MlpShape;
-use uqbench_engine::trainer::Resources;
+use uqbench_engine::trainer::{Inputs, Resources};
 
 /// The epinet's own settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -191,20 +191,75 @@ impl Method for Epinet {
         keep_samples: bool,
         progress: &(dyn Fn(usize) + Sync),
     ) -> Result<Vec<Prediction>, MethodError> {
-        task.validate()?;
+        run_one(task, |tasks| {
+            self.train(tasks, compute, keep_samples, progress)
+        })
+    }
+
+    /// The tasks as one engine job when they can share one, else side by side.
+    fn run_tasks(
+        &self,
+        tasks: &[Task<'_>],
+        compute: &Compute,
+        keep_samples: bool,
+    ) -> Result<Vec<Vec<Prediction>>, MethodError> {
+        run_together(self, tasks, compute, keep_samples, |tasks| {
+            self.train(tasks, compute, keep_samples, &|_| {})
+        })
+    }
+}
+
+impl Epinet {
+    /// Every task's repetitions trained as one job ([`OwnNetJob::of_tasks`]; the caller
+    /// validated the tasks and checked that they can share one).
+    fn train(
+        &self,
+        tasks: &[Task<'_>],
+        compute: &Compute,
+        keep_samples: bool,
+        progress: &(dyn Fn(usize) + Sync),
+    ) -> Result<Vec<Vec<Prediction>>, MethodError> {
         let c = &self.config;
         let resources = &Resources::of(compute)?;
+        let data = OwnNetJob::of_tasks(tasks, &self.name, c);
+        let (mut epi_seeds, mut prior_train, mut prior_test) = (Vec::new(), Vec::new(), Vec::new());
+        for (task, inputs) in tasks.iter().zip(&data.inputs) {
+            epi_seeds.extend(repetition_seeds(task, &format!("{}/epinet", self.name)));
+            for (train, test) in self.priors(task, inputs) {
+                prior_train.extend(train);
+                prior_test.extend(test);
+            }
+        }
+        let parts = EpinetParts {
+            epi: self.epi_shape(tasks[0].d),
+            epi_seeds: &epi_seeds,
+            prior_train: &prior_train,
+            prior_test: &prior_test,
+            prior_scale: c.prior_scale,
+            index_samples: c.index_samples.unwrap_or(c.index_dim),
+            passes: c.passes,
+        };
+        let out = net::train(&data.job(), &parts, &data.settings, resources, progress)?;
+        Ok(per_task(
+            out,
+            tasks,
+            &data.counts,
+            c.intervals.family(),
+            keep_samples,
+        ))
+    }
+
+    /// Per repetition of `task`: the D prior functions at its (standardised) training and
+    /// test inputs, `[points, D]` row-major each (zeros without a prior).
+    fn priors(&self, task: &Task<'_>, inputs: &Inputs) -> Vec<(Vec<f32>, Vec<f32>)> {
+        let c = &self.config;
         let (n, mt, dz) = (task.n_train(), task.n_test(), c.index_dim);
-        let data = OwnNetJob::new(task, &self.name, c);
         let (rows_train, rows_test) = (
-            host_net::inputs(&data.x_train, task.d),
-            host_net::inputs(&data.x_test, task.d),
+            host_net::inputs(&inputs.x_train, task.d),
+            host_net::inputs(&inputs.x_test, task.d),
         );
-        // Per repetition: the epinet's seed and the D prior functions at the training and
-        // test inputs, `[points, D]` row-major.
-        let epi_seeds = repetition_seeds(task, &format!("{}/epinet", self.name));
         let prior_purpose = format!("{}/prior", self.name);
-        let priors: Vec<(Vec<f32>, Vec<f32>)> = par_map(task.repetitions.len(), |k| {
+        par_map(task.repetitions.len(), |k| {
             let rep = task.repetitions[k];
             let (mut train, mut test) = (vec![0.0f32; n * dz], vec![0.0f32; mt * dz]);
             if c.prior_scale > 0.0 {
@@ -219,24 +274,6 @@ impl Method for Epinet {
                 }
             }
             (train, test)
-        });
-        let prior_train: Vec<f32> = priors.iter().flat_map(|p| p.0.iter().copied()).collect();
-        let prior_test: Vec<f32> = priors.iter().flat_map(|p| p.1.iter().copied()).collect();
-        let parts = EpinetParts {
-            epi: self.epi_shape(task.d),
-            epi_seeds: &epi_seeds,
-            prior_train: &prior_train,
-            prior_test: &prior_test,
-            prior_scale: c.prior_scale,
-            index_samples: c.index_samples.unwrap_or(dz),
-            passes: c.passes,
-        };
-        let out = net::train(&data.job(), &parts, &data.settings, resources, progress)?;
-        Ok(per_repetition(
-            &out,
-            task,
-            c.intervals.family(),
-            keep_samples,
-        ))
+        })
     }
 }

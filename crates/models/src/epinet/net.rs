@@ -110,7 +110,7 @@ impl EpinetNet {
     /// `[R, n, d + H]`.
     ///
     /// # Shapes
-    /// - `x`: `[1, n, d]`
+    /// - `x`: `[1, n, d]` (shared by the replicas) or `[R, n, d]` (each replica's own)
     pub fn base(&self, x: Tensor<3>) -> (Tensor<3>, Tensor<3>) {
         let w: Vec<Tensor<3>> = self
             .base
@@ -184,7 +184,6 @@ pub fn train(
     res: &Resources,
     progress: &(dyn Fn(usize) + Sync),
 ) -> Result<TrainOutput, MethodError> {
-    job.require_shared_inputs("an epinet")?;
     if trains_on_host(res) {
         // The CPU's host loops (`super::host`).
         return train_epinet_host(job, parts, settings, res, progress);
@@ -280,7 +279,6 @@ impl ChunkTrainer for EpinetTrainer<'_> {
         let (job, st, parts) = (self.job, self.settings, self.parts);
         let rc = range.len();
         let (n, m) = self.points();
-        let d = job.shape.d_in;
         let (k, dz) = (parts.index_samples, self.dz());
         let device = self.device.clone().autodiff();
         let plain = self.device.clone();
@@ -299,7 +297,8 @@ impl ChunkTrainer for EpinetTrainer<'_> {
         let decay = model.decay_mask();
         let adam = st.adam();
         let mut optim = AdamState::new();
-        let x = upload(job.x_train.to_vec(), [1, n, d], &device);
+        let (values, shape) = job.chunk_inputs(&range, false);
+        let x = upload(values, shape, &device);
         let y = self.targets(&range, k, &device);
         let prior = self.prior(parts.prior_train, n, &range, &device);
         let head = st.head();
@@ -319,7 +318,8 @@ impl ChunkTrainer for EpinetTrainer<'_> {
         // their own; the objective per replica is the loss over the latter's indices.
         let model = model.valid();
         let x = x.inner();
-        let x_test = upload(job.x_test.to_vec(), [1, m, d], &plain);
+        let (values, shape) = job.chunk_inputs(&range, true);
+        let x_test = upload(values, shape, &plain);
         let prior_test = self.prior(parts.prior_test, m, &range, &plain);
         let prior = prior.inner();
         let t = parts.passes;

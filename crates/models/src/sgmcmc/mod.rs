@@ -1,11 +1,12 @@
-//! Stochastic-gradient MCMC (spec §11): SGLD (Welling & Teh 2011), SGHMC (Chen, Fox &
-//! Guestrin 2014) and cyclical SG-MCMC (Zhang et al. 2020), the samplers Izmailov et al. (2021)
-//! held against full-batch HMC. Each chain is one replica of the engine (repetitions × chains
-//! trained as one job, on the host loops on a CPU and as tensors on a GPU) whose Adam step is
-//! replaced by the dynamics' update ([`langevin`], the engine's `Update`, where the updates, the
-//! scaling of the mini-batch gradient by N/B and the O(ε) bias are derived); a collector
-//! evaluates the network in f64 at the test inputs at each draw epoch, so a chain keeps its
-//! draws of f(x*), not its parameters.
+//! Stochastic-gradient MCMC (spec §11): SGLD (Welling & Teh 2011), SGHMC (Chen, Fox & Guestrin
+//! 2014) and cyclical SG-MCMC (Zhang et al. 2020), the samplers Izmailov et al. (2021) held
+//! against full-batch HMC. Each chain is one replica of the engine (repetitions × chains
+//! trained as one job, on the host loops on a CPU and as tensors on a GPU; the decision
+//! track's repetitions at a step too, `run_tasks`, each task's draws at its own test inputs)
+//! whose Adam step is replaced by the dynamics' update ([`langevin`], the engine's `Update`,
+//! where the updates, the scaling of the mini-batch gradient by N/B and the O(ε) bias are
+//! derived); a collector evaluates the network in f64 at the test inputs at each draw epoch,
+//! so a chain keeps its draws of f(x*), not its parameters.
 //!
 //! Target, per chain: p(θ | y) ∝ Π_n N(y_n | f_θ(x_n), σ²) · N(W | 0, σ_p² I) (labels: the
 //! Bernoulli likelihood), σ known (`noise_sd`: "known" or a number, and the default where the
@@ -26,25 +27,25 @@
 //! ESS at the worst test input (`rhat_max`, `ess_bulk_min`, `ess_tail_min`, `rhat_flagged`,
 //! `reference_grade`; no divergences to count: nothing is rejected).
 
+mod draws;
 pub mod langevin;
 
-use std::any::Any;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 use crate::batched;
-use crate::host_net::{self, TrainedNet};
+use crate::host_net;
 use uqbench_core::noise::{fixed_noise_sd, Tau};
 use uqbench_core::{
     par_map, run_each, Compute, Extra, Family, Likelihood, Method, MethodError, Prediction, Task,
 };
 use uqbench_engine::config::MethodConfig;
-use uqbench_engine::trainer::collect::{Collected, Collector, Event, Want};
 use uqbench_engine::trainer::{self, Batching, Resources};
 use uqbench_metrics::mcmc;
 
+use draws::{ChainDraws, DrawCollector, Draws};
 use langevin::{Dynamics, Langevin, LearnedNoise, StepSchedule};
 
 /// Which SG-MCMC.
@@ -421,68 +422,6 @@ impl SgMcmc {
         }
         // Evenly spaced, ending at the last eligible epoch.
         Ok((1..=draws).map(|j| eligible[j * k / draws - 1]).collect())
-    }
-}
-
-/// The collector of a chain's draws: at each draw epoch, the network evaluated at the test
-/// inputs (in f64, on the training thread), so that a chain keeps M values per draw, not its
-/// parameters.
-#[derive(Debug)]
-struct Draws {
-    epochs: BTreeSet<usize>,
-    /// The test inputs as the network sees them `[M, d]`.
-    x_test: Arc<nalgebra::DMatrix<f64>>,
-    /// Widths: input, hidden…, 1.
-    dims: Vec<usize>,
-    slope: f64,
-}
-
-/// One chain's draws of f at the test inputs, in order.
-#[derive(Debug)]
-struct ChainDraws {
-    of: Arc<Draws>,
-    rows: Vec<Vec<f64>>,
-    /// With σ learned, the chain's σ at each draw.
-    sigmas: Vec<f64>,
-}
-
-/// The [`Collector`] of [`Draws`]: per task of the job, its replicas (from the first, in
-/// order) and its [`Draws`] (an `Arc`, which each of its chains' states shares); the tasks'
-/// draw epochs are the same.
-#[derive(Debug)]
-struct DrawCollector(Vec<(std::ops::Range<usize>, Arc<Draws>)>);
-
-impl Collector for DrawCollector {
-    fn wants(&self, event: Want) -> bool {
-        matches!(event, Want::Epoch(e) if self.0[0].1.epochs.contains(&e))
-    }
-
-    fn start(&self, replica: usize) -> Box<dyn Collected> {
-        let (_, of) = (self.0.iter())
-            .find(|(span, _)| span.contains(&replica))
-            .expect("every replica of the job is in one task's span");
-        Box::new(ChainDraws {
-            of: of.clone(),
-            rows: Vec::new(),
-            sigmas: Vec::new(),
-        })
-    }
-}
-
-impl Collected for ChainDraws {
-    fn observe(&mut self, event: &Event<'_>) {
-        if let Event::Epoch {
-            params, noise_sd, ..
-        } = event
-        {
-            let net = TrainedNet::from_flat(params, &self.of.dims, self.of.slope);
-            self.rows.push(net.forward_batch(&self.of.x_test));
-            self.sigmas.extend(noise_sd);
-        }
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }
 

@@ -92,7 +92,7 @@ mod tests {
 
     #[test]
     fn moments_are_running_means_and_deviations_are_the_last_rank() {
-        let mut m = Swa { start: 0, rank: 2 }.start();
+        let mut m = Swa { start: 0, rank: 2 }.start(0);
         for (epoch, v) in [1.0f32, 2.0, 3.0, 6.0].into_iter().enumerate() {
             m.observe(&Event::Epoch {
                 epoch,
