@@ -40,7 +40,9 @@ impl OwnNetJob {
     /// The tasks' data as one job: each task's replicas with its own inputs, targets and
     /// seeds, so that a replica trains in the joint job as in its task's own ([`Job::inputs`]
     /// where there are several tasks). The caller checks that the tasks agree in what the
-    /// settings read ([`crate::batched::same_shape`]) and hold distinct repetitions.
+    /// settings read ([`crate::batched::same_shape`], as [`run_together`] does); each
+    /// replica's streams are keyed on its own task's seeds, so its numbers do not depend on
+    /// the other tasks in the job.
     pub fn of_tasks<S>(tasks: &[Task<'_>], name: &str, config: &MethodConfig<S>) -> OwnNetJob {
         let first = &tasks[0];
         let mut replicas = Replicas {
