@@ -77,7 +77,19 @@ pub fn normal_mixture_quantile_sds(locs: &[f64], sds: &[f64], p: f64) -> f64 {
         .sum::<f64>()
         / k;
     let mut x = (mean + z * var.sqrt()).clamp(lo, hi);
-    for _ in 0..200 {
+    // The step before last: from the seventh iteration on, a Halley step that does not at
+    // least halve it is replaced by the bracket's midpoint (the safeguard of Numerical
+    // Recipes' `rtsafe`; the first six are free, so that the mixtures that converged in them
+    // before keep their bits, and a step that grows while it climbs out of a tail is not cut
+    // short). Without it a far component lets an early step overshoot onto F's plateau
+    // between the modes, where F′ is tiny and every Halley step moves by a fraction of the
+    // components' sd: 400 draws within 4σ of their bulk and one 85σ away (a chain's
+    // excursion, 2026-12-04) ran out of the 200 iterations with x far from the root (a
+    // 0.025-quantile above the 0.975-quantile: the test below). With it every two steps at
+    // least halve the bracket or the step, so 200 iterations always reach the tolerance.
+    let mut before_last = hi - lo;
+    let mut last = before_last;
+    for it in 0..200 {
         let (f, d, d2) = cdf_pdf(x);
         if f < p {
             lo = x;
@@ -87,9 +99,13 @@ pub fn normal_mixture_quantile_sds(locs: &[f64], sds: &[f64], p: f64) -> f64 {
         // Halley's step (cubic convergence: about 3 evaluations from the moment-matched start).
         let g = f - p;
         let halley = x - 2.0 * g * d / (2.0 * d * d - g * d2);
-        let is_halley = d > 0.0 && halley > lo && halley < hi;
+        let is_halley = d > 0.0
+            && halley > lo
+            && halley < hi
+            && (it < 6 || 2.0 * (halley - x).abs() <= before_last);
         let next = if is_halley { halley } else { 0.5 * (lo + hi) };
         let (step, tol) = ((next - x).abs(), 1e-12 * (1.0 + x.abs()));
+        (before_last, last) = (last, step);
         // After a Halley step h the error is about A·h³, A = F‴/(6F′) − (F″/(2F′))², whose
         // two terms are of order 1/L² for L the length over which F′ changes: at most the
         // narrowest component's sd, and |F′/F″| where the density bends faster (between
@@ -153,6 +169,62 @@ mod tests {
                 assert!((cdf(q, &swapped) - p).abs() > 1e-3, "p {p}");
             }
         }
+    }
+
+    #[test]
+    fn a_far_component_does_not_strand_the_iteration_on_a_plateau() {
+        // The draws that broke a run (2026-12-04: pSGLD's 400 draws of f at one test input,
+        // σ = 0.75), as stored in 8 bits (code, count; value c + code·h) with a fixed jitter
+        // inside each code's step: a bulk near −0.2, a sparse left tail and one draw 85σ
+        // away. The unguarded iteration overshot onto the plateau F ≈ 1 − 1/400 above the
+        // bulk and ran out of its 200 iterations at x ≈ 16.9 for the 0.025-quantile (above
+        // the 0.975-quantile). Checked: the quantile is where the mixture's CDF is p (to
+        // 1e-9; the iteration's tolerance is 1e-12 relative), both ends inside the bulk.
+        let (c, h) = (28.680_290_222_167_97, 0.266_042_977_571_487_4);
+        let codes: [(i32, usize); 22] = [
+            (-127, 1),
+            (-118, 1),
+            (-117, 1),
+            (-116, 2),
+            (-115, 5),
+            (-114, 2),
+            (-113, 10),
+            (-112, 27),
+            (-111, 41),
+            (-110, 76),
+            (-109, 84),
+            (-108, 62),
+            (-107, 35),
+            (-106, 30),
+            (-105, 9),
+            (-104, 6),
+            (-103, 3),
+            (-102, 1),
+            (-100, 1),
+            (-98, 1),
+            (-95, 1),
+            (127, 1),
+        ];
+        let locs: Vec<f64> = (codes.iter())
+            .flat_map(|&(q, k)| std::iter::repeat_n(q, k))
+            .enumerate()
+            .map(|(i, q)| {
+                let jitter = ((i + 1) as f64 * (2f64.sqrt() - 1.0)).fract() - 0.5;
+                c + (f64::from(q) + jitter) * h
+            })
+            .collect();
+        assert_eq!(locs.len(), 400);
+        let n = Normal::standard();
+        let cdf = |q: f64| locs.iter().map(|m| n.cdf((q - m) / 0.75)).sum::<f64>() / 400.0;
+        let lower = normal_mixture_quantile(&locs, 0.75, 0.025);
+        let upper = normal_mixture_quantile(&locs, 0.75, 0.975);
+        for (q, p) in [(lower, 0.025), (upper, 0.975)] {
+            assert!((cdf(q) - p).abs() < 1e-9, "p {p}: q {q}, CDF {}", cdf(q));
+        }
+        assert!(
+            lower < upper && lower > -4.0 && upper < 3.0,
+            "{lower} {upper}"
+        );
     }
 
     #[test]
