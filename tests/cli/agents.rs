@@ -22,7 +22,7 @@ test = { kind = "grid", n = 21, low = -1.5, high = 1.5 }
 [run]
 repetitions = 2
 epochs = 30
-methods = ["EnsPrior", "EnsBetaNLL", "Epinet", "BatchEnsemble", "DER", "SGLD", "SGHMC", "CyclicalSGMCMC"]
+methods = ["EnsPrior", "EnsBetaNLL", "Epinet", "BatchEnsemble", "DER", "SGLD", "SGHMC", "CyclicalSGMCMC", "pSGLD"]
 
 [methods.EnsPrior]
 members = 3
@@ -72,6 +72,13 @@ epochs = 40
 draws = 4
 cycles = 2
 exploration = 0.5
+
+[methods.pSGLD]
+hidden = [8]
+chains = 2
+epochs = 40
+draws = 8
+rms_decay = 0.9
 "#;
 
 /// Writes `spec` and runs it with `extra` arguments into a fresh directory.
@@ -110,6 +117,7 @@ fn check_run(dir: &Path) {
         "SGLD",
         "SGHMC",
         "CyclicalSGMCMC",
+        "pSGLD",
     ] {
         let method = &s["settings"][0]["methods"][m];
         assert_eq!(method["repetitions"], 2, "{m}");
@@ -118,7 +126,7 @@ fn check_run(dir: &Path) {
             .unwrap();
         assert!(u > 0.0 && u.is_finite(), "{m}: uncertainty {u}");
     }
-    for m in ["SGLD", "SGHMC", "CyclicalSGMCMC"] {
+    for m in ["SGLD", "SGHMC", "CyclicalSGMCMC", "pSGLD"] {
         let r = rep(dir, m, 0);
         assert!(
             r["scalars"]["rhat_max"].as_f64().unwrap() >= 1.0 - 1e-9,
@@ -334,6 +342,18 @@ fn agent_tables_refuse_what_they_cannot_do() {
         &["SGLD.draws", "at most"],
     );
     assert_clean_error(&with("SGHMC", "friction = 1.5"), &["friction", "1.5"]);
+    assert_clean_error(
+        &with("SGLD", "rms_decay = 0.9"),
+        &["SGLD.rms_decay", "only pSGLD"],
+    );
+    assert_clean_error(
+        &replaced("pSGLD", "rms_decay = 0.9", "rms_decay = 1.0"),
+        &["rms_decay", "1", "[0, 1)"],
+    );
+    assert_clean_error(
+        &with("pSGLD", "precond_adapt = \"sometimes\""),
+        &["precond_adapt", "sometimes"],
+    );
     assert_clean_error(
         &replaced("SGHMC", "noise_sd = \"learn\"", "noise_sd = \"lern\""),
         &["noise_sd", "lern", "\"learn\""],

@@ -337,6 +337,7 @@ fn bench_train_runs_every_engine_method_at_its_defaults() {
         "SGLD",
         "SGHMC",
         "CyclicalSGMCMC",
+        "pSGLD",
     ] {
         assert!(kinds.iter().any(|k| k == kind), "{kind} not listed: {text}");
     }

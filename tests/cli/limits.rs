@@ -296,7 +296,7 @@ fn mfvi_reaches_the_mean_field_optimum(dir: &Path, anchor: &[Value]) {
     }
 }
 
-/// SGLD and SGHMC in their exact limit (full batches, a small step; experiments/limits.toml
+/// SGLD, SGHMC and pSGLD in their exact limit (full batches, a small step; experiments/limits.toml
 /// derives the bias): the draws' mean within 5 Monte-Carlo standard errors sd/√ESS of the
 /// anchor's, and their sd between 1 − 5/√(2·ESS) and the largest inflation the O(ε) bias
 /// allows plus 5/√(2·ESS) (ESS: the smallest bulk ESS over the inputs, conservative). Then over
@@ -310,6 +310,14 @@ fn sg_mcmc_samples_the_posterior_up_to_its_bias(dir: &Path, anchor: &[Value]) {
         (
             "SGHMC",
             (1.0 - 1e-4 * lambda / (2.0 * (2.0 - 0.1_f64))).powf(-0.5),
+        ),
+        // pSGLD (G held after the burn-in): G ≈ H_jj^(−½) = 240^(−½) for every parameter,
+        // so the preconditioned precision's largest eigenvalue is at most 3·√240, and with G
+        // up to 15% high (experiments/limits.toml) SGLD's bound at ε = 8e-3:
+        // 1/√(1 − ε·1.15·3·√240/4) = 1.058.
+        (
+            "pSGLD",
+            (1.0 - 8e-3 * 1.15 * 3.0 * 240f64.sqrt() / 4.0).powf(-0.5),
         ),
     ] {
         let draws = reps(dir, method);

@@ -206,6 +206,7 @@ fn every_method_runs_at_its_defaults_on_a_2d_problem_with_sigma_unknown() {
         "SGLD",
         "SGHMC",
         "CyclicalSGMCMC",
+        "pSGLD",
     ];
     let mut spec = PLANE.replace(
         "methods = [\"M\"]",

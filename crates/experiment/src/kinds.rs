@@ -56,6 +56,7 @@ pub const METHOD_KINDS: &[KindInfo] = &[
     kind("SGLD", "sampler", "stochastic-gradient Langevin dynamics, the engine's replicas as chains"),
     kind("SGHMC", "sampler", "stochastic-gradient Hamiltonian Monte Carlo"),
     kind("CyclicalSGMCMC", "sampler", "cyclical SG-MCMC (Zhang et al. 2020)"),
+    kind("pSGLD", "sampler", "preconditioned SGLD (Li et al. 2016): RMSprop's diagonal preconditioner"),
     kind("Conformal", "post-hoc", "split conformal prediction around another table's method"),
     kind("Recalibrated", "post-hoc", "std scaling, isotonic recalibration or temperature scaling on held-out points"),
 ];

@@ -208,6 +208,7 @@ pub const KINDS: &[(&str, Builder)] = &[
     ("SGLD", |n, s| Ok(Box::new(SgMcmc::new(n, SgKind::Sgld, config(n, s)?)?))),
     ("SGHMC", |n, s| Ok(Box::new(SgMcmc::new(n, SgKind::Sghmc, config(n, s)?)?))),
     ("CyclicalSGMCMC", |n, s| Ok(Box::new(SgMcmc::new(n, SgKind::Cyclical, config(n, s)?)?))),
+    ("pSGLD", |n, s| Ok(Box::new(SgMcmc::new(n, SgKind::Psgld, config(n, s)?)?))),
     ("DER", |n, s| Ok(Box::new(uqbench_models::der::Der::new(n, config(n, s)?)?))),
     ("SWAG", |n, s| Ok(Box::new(Swag::new(n, config(n, s)?)?))),
     ("MultiSWAG", multi_swag),

@@ -29,5 +29,5 @@ pub use ensemble::{BootstrapScheme, Ensemble, EnsembleConfig, EnsembleKind, Ense
 pub use epinet::{Epinet, EpinetConfig, EpinetSettings};
 pub use laplace::{Laplace, LaplaceConfig, LaplaceSettings};
 pub use quantile::{QuantileConfig, QuantileNet, QuantileSettings};
-pub use sgmcmc::{CyclicalDynamics, SgKind, SgMcmc, SgMcmcConfig, SgMcmcSettings};
+pub use sgmcmc::{CyclicalDynamics, PrecondAdapt, SgKind, SgMcmc, SgMcmcConfig, SgMcmcSettings};
 pub use swag::{Swag, SwagConfig, SwagSettings};

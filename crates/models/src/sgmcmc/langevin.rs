@@ -13,6 +13,30 @@
 //! - SGLD (Welling & Teh 2011, eq. 4): θ ← θ − (ε/2)·∇U + √ε·ξ, ξ ∼ N(0, I).
 //! - SGHMC (Chen, Fox & Guestrin 2014, eq. 15, with β̂ = 0): v ← (1 − α)·v − η·∇U +
 //!   √(2αη)·ξ, θ ← θ + v; η the learning rate (`step_size`), α the friction (1 − momentum).
+//! - pSGLD (Li, Chen, Carlson & Carin 2016, Algorithm 1, without its Γ term, as their
+//!   experiments run it): V ← a·V + (1 − a)·∇U ⊙ ∇U, G = 1 ⊘ (λ + √V),
+//!   θ ← θ − (ε/2)·G ⊙ ∇U + √ε·√G ⊙ ξ; `rms_decay` a (0.99) and `floor` λ (1e-5) theirs. The
+//!   squares are of ∇U itself, the full-data estimate, as BigBayes' SGMCMC.jl
+//!   (`sgldrmsprop.jl`) squares its gradient of the log posterior, and V starts at the first
+//!   step's ∇U ⊙ ∇U as there (Li et al. start at 0, which makes the first steps' G up to
+//!   1/√(1 − a) = 10 times too large); Li et al. average the squared mean per-datum gradient,
+//!   ∇U/N in effect, which only rescales ε by √N·… against this form. At a Gaussian target of
+//!   precision H with exact gradients a mixing chain has E[∇U ⊙ ∇U] = diag(H·H⁻¹·H) = diag(H),
+//!   so G settles near diag(H)^(−½): the curvatures a plain step must resolve at once,
+//!   [λ_min, λ_max], become G-scaled ones whose spread is about its square root, and the
+//!   weakly identified directions move √(λ_max/λ_min) times faster at the same stability.
+//!   **V adapts during the burn-in only** (`adapt`, SG-MCMC's `burnin` fraction of the
+//!   steps) and G is held after it: a departure from Li et al., who average throughout and
+//!   drop the Γ term (G's dependence on θ) as O(1 − a). Measured, that is not small: where
+//!   the chain relaxes slower than V's window of ~1/(1 − a) steps, V follows the chain, G ≈
+//!   1/|∇U(θ)|, and without Γ the stationary law is p(θ)/G(θ) (the Fokker–Planck equation of
+//!   dθ = −½G∇U dt + √G dW), which on a Gaussian coordinate puts the sd up to √2 times the
+//!   posterior's: a 1-D Gaussian chain (numpy, 64 chains) read sd ratios 1.17–1.40 at
+//!   precision 1 and ε = 1e-3…1.6e-2, a = 0.9 and 0.99; `experiments/limits.toml`'s linear
+//!   network read 1.20 ± 0.04 at ε = 1e-3 and 1.07 ± 0.03 at 4e-3. With G held the chain is
+//!   SGLD's on the fixed metric G, exact up to its O(ε) bias: the variance along an eigenvalue
+//!   μ of G^½·H·G^½ inflated by 1/(1 − ε·μ/4) (the bias test's bound; the same 1-D chains
+//!   read 0.99–1.05 with G held after half the run).
 //! - Cyclical SG-MCMC (Zhang et al. 2020, eq. 1): ε_t = (ε₀/2)·(cos(π·r_t) + 1) with
 //!   r_t = ((t − 1) mod ⌈T/K⌉)/⌈T/K⌉ over T steps and K cycles; steps with r_t below the
 //!   exploration fraction β take no noise (the optimisation stage), the rest sample.
@@ -46,76 +70,12 @@
 
 use burn::tensor::{Device, Tensor};
 
-use uqbench_core::seed::splitmix64;
-use uqbench_core::{start_sigma2, MethodError, Rng, NOISE_PRIOR};
+pub use super::noise::LearnedNoise;
+use super::noise::NoiseChain;
+use uqbench_core::MethodError;
 use uqbench_engine::trainer::{
     HostSlots, HostUpdate, TensorSlot, TensorUpdate, TrainSettings, Update,
 };
-
-/// The purpose that keys a chain's σ² generator (apart from the device streams' 1–5).
-const PURPOSE_SIGMA: u64 = 6;
-
-/// σ² learned by the chains (module docs).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct LearnedNoise {
-    /// N, the training points.
-    pub n: usize,
-    /// The weights' prior precision 1/σ_p².
-    pub prior_precision: f64,
-}
-
-/// One chain's σ² and its epoch's running sum of squared residuals.
-#[derive(Debug, Clone)]
-struct NoiseChain {
-    /// The current σ².
-    pub sigma2: f64,
-    sse: f64,
-    count: usize,
-    rng: Rng,
-}
-
-impl NoiseChain {
-    /// The chain of the replica with this seed and identifier, starting at its targets'
-    /// variance (HMC's start).
-    fn new(seed: u64, id: u64, y: &[f32]) -> NoiseChain {
-        NoiseChain {
-            sigma2: start_sigma2(y),
-            sse: 0.0,
-            count: 0,
-            rng: Rng::new(splitmix64(
-                seed ^ splitmix64(id.wrapping_mul(8).wrapping_add(PURPOSE_SIGMA)),
-            )),
-        }
-    }
-
-    /// Adds a batch's sum of squared residuals over `count` points.
-    fn add(&mut self, sse: f64, count: usize) {
-        self.sse += sse;
-        self.count += count;
-    }
-
-    /// Adds a batch's residuals: its outputs `f` at the step's θ against its targets `y`.
-    fn add_residuals(&mut self, f: &[f32], y: &[f32]) {
-        let sse = f
-            .iter()
-            .zip(y)
-            .map(|(&f, &y)| f64::from(f - y).powi(2))
-            .sum();
-        self.add(sse, y.len());
-    }
-
-    /// The epoch's Gibbs step for N points, then a fresh sum.
-    fn gibbs(&mut self, n: usize) {
-        if self.count > 0 {
-            let (a0, b0) = NOISE_PRIOR;
-            let sse = self.sse * n as f64 / self.count as f64;
-            // InvGamma(shape, rate) = rate / Gamma(shape, 1).
-            self.sigma2 = (b0 + 0.5 * sse) / self.rng.gamma(a0 + 0.5 * n as f64);
-        }
-        self.sse = 0.0;
-        self.count = 0;
-    }
-}
 
 /// The chains' σ² in a chunk of the tensor execution: each chain's [`NoiseChain`], the
 /// epoch's squared residuals summed on the device (`[R, 1, 1]`), and N/σ²_r and
@@ -225,6 +185,16 @@ pub enum Dynamics {
         /// α = 1 − momentum.
         friction: f64,
     },
+    /// Preconditioned SGLD (RMSprop's diagonal preconditioner; module docs).
+    Psgld {
+        /// a, the squared gradients' moving-average factor, in [0, 1).
+        rms_decay: f64,
+        /// λ > 0, added to √V.
+        floor: f64,
+        /// The fraction of the run's steps in which V adapts (the burn-in); G is held fixed
+        /// after it.
+        adapt: f64,
+    },
 }
 
 /// How the step size moves over the T steps of a run.
@@ -240,6 +210,17 @@ pub enum StepSchedule {
         /// β in [0, 1).
         exploration: f64,
     },
+}
+
+/// What a step does to pSGLD's squared-gradient average V.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Adapt {
+    /// The run's first step: V = ∇U ⊙ ∇U.
+    Start,
+    /// A burn-in step: V ← a·V + (1 − a)·∇U ⊙ ∇U.
+    Average,
+    /// After the burn-in (and for the other dynamics): V, hence G, held.
+    Hold,
 }
 
 /// SG-MCMC's settings for a job.
@@ -272,6 +253,18 @@ impl Langevin {
                 let eps = 0.5 * self.step_size * ((std::f64::consts::PI * r).cos() + 1.0);
                 (eps, r >= exploration)
             }
+        }
+    }
+
+    /// What step t (from 1) of `total` does to pSGLD's V: the first starts it, the steps up
+    /// to the adaptation's end (⌊adapt·total⌋) average, the rest hold it.
+    fn adapt(&self, t: u64, total: u64) -> Adapt {
+        match self.dynamics {
+            Dynamics::Psgld { .. } if t <= 1 => Adapt::Start,
+            Dynamics::Psgld { adapt, .. } if (t as f64) <= (adapt * total as f64).floor() => {
+                Adapt::Average
+            }
+            _ => Adapt::Hold,
         }
     }
 
@@ -309,6 +302,28 @@ impl Langevin {
                 ));
             }
         }
+        if let Dynamics::Psgld {
+            rms_decay,
+            floor,
+            adapt,
+        } = self.dynamics
+        {
+            if !(0.0..=1.0).contains(&adapt) {
+                return Err(MethodError::invalid(
+                    "the preconditioner's adaptation (burnin)",
+                    adapt,
+                    "a fraction in [0, 1]",
+                ));
+            }
+            if !(0.0..1.0).contains(&rms_decay) {
+                return Err(MethodError::invalid(
+                    "rms_decay",
+                    rms_decay,
+                    "a fraction in [0, 1)",
+                ));
+            }
+            MethodError::positive("floor", floor)?;
+        }
         if let StepSchedule::Cyclical {
             cycles,
             exploration,
@@ -328,9 +343,11 @@ impl Langevin {
         Ok(())
     }
 
-    /// One slot's update on the host: parameters `p`, momenta `v` (SGHMC), the engine's
-    /// gradient `g` without the pull, the chain's factors with the slot's L2 factor `decay`
-    /// ([`Langevin::factors`]), and the step's normals (`None` in an exploration step).
+    /// One slot's update on the host: parameters `p`, momenta `v` (SGHMC; pSGLD's V), the
+    /// engine's gradient `g` without the pull, the chain's factors with the slot's L2 factor
+    /// `decay` ([`Langevin::factors`]), what the step does to pSGLD's V ([`Adapt`]), and the
+    /// step's normals (`None` in an exploration step).
+    #[allow(clippy::too_many_arguments)]
     fn update_host(
         &self,
         p: &mut [f32],
@@ -338,6 +355,7 @@ impl Langevin {
         g: &[f32],
         f: ChainFactors,
         eps: f64,
+        adapt: Adapt,
         noise: Option<&[f32]>,
     ) {
         let (scale, decay) = (f.scale as f32, f.decay as f32);
@@ -359,10 +377,31 @@ impl Langevin {
                     *p += *v;
                 }
             }
+            Dynamics::Psgld {
+                rms_decay, floor, ..
+            } => {
+                // With σ learned, `grad_u` is σ²·∇U and the normals' factor σ (`factors`):
+                // G computed from it is G/σ², so the drift (ε/2)·G·∇U and the noise
+                // √(ε·G)·ξ are the chain's at its σ² exactly (module docs).
+                let (half, sd) = ((0.5 * eps) as f32, (eps.sqrt() * f.noise) as f32);
+                let (a, b, floor) = (rms_decay as f32, (1.0 - rms_decay) as f32, floor as f32);
+                for (i, ((p, v), &g)) in p.iter_mut().zip(v.iter_mut()).zip(g).enumerate() {
+                    let grad_u = scale * (g + decay * *p);
+                    let sq = grad_u * grad_u;
+                    match adapt {
+                        Adapt::Start => *v = sq,
+                        Adapt::Average => *v = a * *v + b * sq,
+                        Adapt::Hold => {}
+                    }
+                    let pre = 1.0 / (v.sqrt() + floor);
+                    *p += -half * (grad_u * pre) + sd * (xi(i) * pre.sqrt());
+                }
+            }
         }
     }
 
     /// The same update on tensors: the new parameters and momenta.
+    #[allow(clippy::too_many_arguments)]
     fn update_tensor(
         &self,
         p: Tensor<3>,
@@ -370,6 +409,7 @@ impl Langevin {
         g: Tensor<3>,
         factors: Factors<'_>,
         eps: f64,
+        adapt: Adapt,
         noise: Option<Tensor<3>>,
     ) -> (Tensor<3>, Tensor<3>) {
         let (grad_u, sigma) = match factors {
@@ -406,6 +446,22 @@ impl Langevin {
                     next_v = next_v + scaled(z, (2.0 * friction * eps).sqrt());
                 }
                 (p + next_v.clone(), next_v)
+            }
+            Dynamics::Psgld {
+                rms_decay, floor, ..
+            } => {
+                let sq = || grad_u.clone() * grad_u.clone();
+                let next_v = match adapt {
+                    Adapt::Start => sq(),
+                    Adapt::Average => v.mul_scalar(rms_decay) + sq().mul_scalar(1.0 - rms_decay),
+                    Adapt::Hold => v,
+                };
+                let pre = next_v.clone().sqrt().add_scalar(floor).recip();
+                let mut next = p - (grad_u * pre.clone()).mul_scalar(0.5 * eps);
+                if let Some(z) = noise {
+                    next = next + scaled(z * pre.sqrt(), eps.sqrt());
+                }
+                (next, next_v)
             }
         }
     }
@@ -506,6 +562,7 @@ impl HostUpdate for HostChain {
                 slot.grad,
                 ChainFactors { decay, ..f },
                 eps,
+                self.l.adapt(t, total),
                 noisy.then_some(&*z),
             );
         }
@@ -555,7 +612,10 @@ impl TensorUpdate for TensorChains {
                 None => Factors::Fixed(decay),
             };
             let (p, v) = (slot.params.clone(), slot.momenta.clone());
-            let (np, nv) = self.l.update_tensor(p, v, slot.grad, factors, eps, z);
+            let adapt = self.l.adapt(t, total);
+            let (np, nv) = self
+                .l
+                .update_tensor(p, v, slot.grad, factors, eps, adapt, z);
             (*slot.params, *slot.momenta) = (np, nv);
         }
     }

@@ -30,7 +30,7 @@ fn same_weights(h: &uqbench_engine::TrainOutput, t: &uqbench_engine::TrainOutput
 
 #[test]
 fn the_host_execution_follows_the_tensor_execution_under_sg_mcmc() {
-    // SG-MCMC's updates in place of Adam: SGLD, SGHMC and a cyclical schedule (two
+    // SG-MCMC's updates in place of Adam: SGLD, SGHMC, pSGLD and a cyclical schedule (two
     // cycles over the 8 epochs, so that exploration and sampling steps both occur), full
     // and mini-batches, both heads it takes. The two executions draw the same Langevin
     // normals (draw t·S + j of the replica's stream), so they agree step for step like
@@ -39,6 +39,14 @@ fn the_host_execution_follows_the_tensor_execution_under_sg_mcmc() {
     let dynamics = [
         (Dynamics::Sgld, StepSchedule::Constant),
         (Dynamics::Sghmc { friction: 0.1 }, StepSchedule::Constant),
+        (
+            Dynamics::Psgld {
+                rms_decay: 0.99,
+                floor: 1e-5,
+                adapt: 0.5,
+            },
+            StepSchedule::Constant,
+        ),
         (
             Dynamics::Sgld,
             StepSchedule::Cyclical {
@@ -83,6 +91,14 @@ fn the_host_execution_follows_the_tensor_execution_with_sigma_learned() {
         (Dynamics::Sgld, Batching::Full),
         (
             Dynamics::Sghmc { friction: 0.1 },
+            Batching::Shuffled { size: 16 },
+        ),
+        (
+            Dynamics::Psgld {
+                rms_decay: 0.99,
+                floor: 1e-5,
+                adapt: 0.5,
+            },
             Batching::Shuffled { size: 16 },
         ),
     ] {

@@ -29,6 +29,7 @@
 
 mod draws;
 pub mod langevin;
+mod noise;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -46,7 +47,9 @@ use uqbench_engine::trainer::{self, Batching, Resources};
 use uqbench_metrics::mcmc;
 
 use draws::{ChainDraws, DrawCollector, Draws};
-use langevin::{Dynamics, Langevin, LearnedNoise, StepSchedule};
+use langevin::{Dynamics, Langevin, StepSchedule};
+use noise::LearnedNoise;
+pub use noise::SgNoise;
 
 /// Which SG-MCMC.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -57,6 +60,8 @@ pub enum SgKind {
     Sghmc,
     /// Cyclical SG-MCMC (with SGLD's or SGHMC's dynamics, `dynamics`).
     Cyclical,
+    /// Preconditioned SGLD (Li et al. 2016).
+    Psgld,
 }
 
 /// The dynamics of cyclical SG-MCMC.
@@ -70,47 +75,39 @@ pub enum CyclicalDynamics {
     Sghmc,
 }
 
-/// SG-MCMC's noise sd: a number, `"known"` or `"learn"` (module docs).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(try_from = "NoiseWord", into = "NoiseWord")]
-pub enum SgNoise {
-    /// Fixed: a number, or the problem's known σ.
-    Fixed(Tau),
-    /// σ² sampled with the weights.
-    Learn,
+/// When pSGLD's squared-gradient average V adapts (`precond_adapt`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(try_from = "String", into = "String")]
+pub enum PrecondAdapt {
+    /// During the burn-in, G held after it: SGLD on a fixed metric, exact up to its O(ε)
+    /// bias (the default; `langevin` module docs).
+    #[default]
+    Burnin,
+    /// Every step, as Li et al. (2016) run it without their Γ term: adapts to curvature that
+    /// changes while sampling, at a bias of up to √2 in the sd (measured: `langevin` docs).
+    Always,
 }
 
-/// [`SgNoise`] as written in a spec.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(untagged)]
-enum NoiseWord {
-    Number(f64),
-    Word(String),
-}
-
-impl TryFrom<NoiseWord> for SgNoise {
+impl TryFrom<String> for PrecondAdapt {
     type Error = String;
 
-    fn try_from(w: NoiseWord) -> Result<SgNoise, String> {
-        match w {
-            NoiseWord::Number(v) => Ok(SgNoise::Fixed(Tau::Value(v))),
-            NoiseWord::Word(w) if w == "known" => {
-                Ok(SgNoise::Fixed(Tau::Known(uqbench_core::KnownSigma::Known)))
-            }
-            NoiseWord::Word(w) if w == "learn" => Ok(SgNoise::Learn),
-            NoiseWord::Word(w) => Err(format!(
-                "noise_sd = \"{w}\"; valid: a number, \"known\" or \"learn\""
+    fn try_from(w: String) -> Result<PrecondAdapt, String> {
+        match w.as_str() {
+            "burnin" => Ok(PrecondAdapt::Burnin),
+            "always" => Ok(PrecondAdapt::Always),
+            _ => Err(format!(
+                "precond_adapt = \"{w}\"; valid: \"burnin\" (V adapts in the burn-in, G held \
+                 after it) or \"always\""
             )),
         }
     }
 }
 
-impl From<SgNoise> for NoiseWord {
-    fn from(n: SgNoise) -> NoiseWord {
-        match n {
-            SgNoise::Fixed(Tau::Value(v)) => NoiseWord::Number(v),
-            SgNoise::Fixed(Tau::Known(_)) => NoiseWord::Word("known".into()),
-            SgNoise::Learn => NoiseWord::Word("learn".into()),
+impl From<PrecondAdapt> for String {
+    fn from(a: PrecondAdapt) -> String {
+        match a {
+            PrecondAdapt::Burnin => "burnin".into(),
+            PrecondAdapt::Always => "always".into(),
         }
     }
 }
@@ -153,6 +150,12 @@ pub struct SgMcmcSettings {
     pub exploration: f64,
     /// Cyclical: the dynamics (`sgld`, default, or `sghmc`).
     pub dynamics: CyclicalDynamics,
+    /// pSGLD: the squared gradients' moving-average factor a (unset: 0.99, Li et al.'s).
+    pub rms_decay: Option<f64>,
+    /// pSGLD: λ added to √V in the preconditioner G = 1/(λ + √V) (unset: 1e-5, Li et al.'s).
+    pub precond_floor: Option<f64>,
+    /// pSGLD: when V adapts, `"burnin"` (unset) or `"always"` ([`PrecondAdapt`]).
+    pub precond_adapt: Option<PrecondAdapt>,
     /// R̂ above which a repetition is flagged (1.01).
     pub rhat_threshold: f64,
 }
@@ -171,6 +174,9 @@ impl Default for SgMcmcSettings {
             cycles: 4,
             exploration: 0.8,
             dynamics: CyclicalDynamics::Sgld,
+            rms_decay: None,
+            precond_floor: None,
+            precond_adapt: None,
             rhat_threshold: 1.01,
         }
     }
@@ -194,6 +200,16 @@ struct Prepared {
 
 /// The default step's drift ℓ: a gradient step of ℓ on the mean training loss (SGLD, SGHMC).
 pub const DRIFT: f64 = 2e-3;
+
+/// pSGLD's step ε when `step_size` is unset. Its drift (ε/2)·G·∇U moves each parameter by
+/// about ε/2 per step whatever the gradient's scale (G ≈ 1/|∇U|: RMSprop's step of ε/2), so
+/// the default needs no scaling by N/σ²; measured on E1 (docs/agents.md, "pSGLD").
+pub const PSGLD_STEP: f64 = 1e-3;
+
+/// pSGLD's a and λ when unset: Li et al.'s (2016, §5).
+pub const PSGLD_RMS_DECAY: f64 = 0.99;
+/// See [`PSGLD_RMS_DECAY`].
+pub const PSGLD_FLOOR: f64 = 1e-5;
 
 /// Draws per chain when `draws` is unset and the sampling stage has as many epochs.
 pub const DEFAULT_DRAWS: usize = 100;
@@ -253,6 +269,23 @@ impl SgMcmc {
                 "unset: the prior sets the L2 factor σ²/(N·σ_p²)",
             );
         }
+        if kind != SgKind::Psgld {
+            for (key, set) in [
+                ("rms_decay", c.rms_decay),
+                ("precond_floor", c.precond_floor),
+            ] {
+                if let Some(v) = set {
+                    return bad(key, v.to_string(), "unset: only pSGLD has a preconditioner");
+                }
+            }
+            if let Some(a) = c.precond_adapt {
+                return bad(
+                    "precond_adapt",
+                    format!("{a:?}"),
+                    "unset: only pSGLD has a preconditioner",
+                );
+            }
+        }
         if c.rhat_threshold.is_nan() || c.rhat_threshold <= 1.0 {
             return bad("rhat_threshold", c.rhat_threshold.to_string(), "above 1");
         }
@@ -278,6 +311,7 @@ impl SgMcmc {
             SgKind::Sgld => false,
             SgKind::Sghmc => true,
             SgKind::Cyclical => c.dynamics == CyclicalDynamics::Sghmc,
+            SgKind::Psgld => return PSGLD_STEP,
         };
         // SGLD: θ moves by (ε/2)·scale·g; SGHMC: v settles at (η/α)·scale·g. The cycles' ε₀
         // is their peak, from which the step falls to 0.
@@ -297,6 +331,17 @@ impl SgMcmc {
         let (dynamics, schedule) = match self.kind {
             SgKind::Sgld => (Dynamics::Sgld, StepSchedule::Constant),
             SgKind::Sghmc => (sghmc, StepSchedule::Constant),
+            SgKind::Psgld => (
+                Dynamics::Psgld {
+                    rms_decay: c.rms_decay.unwrap_or(PSGLD_RMS_DECAY),
+                    floor: c.precond_floor.unwrap_or(PSGLD_FLOOR),
+                    adapt: match c.precond_adapt.unwrap_or_default() {
+                        PrecondAdapt::Burnin => c.burnin,
+                        PrecondAdapt::Always => 1.0,
+                    },
+                },
+                StepSchedule::Constant,
+            ),
             SgKind::Cyclical => (
                 match c.dynamics {
                     CyclicalDynamics::Sgld => Dynamics::Sgld,
