@@ -351,6 +351,10 @@ fn agent_tables_refuse_what_they_cannot_do() {
         &["rms_decay", "1", "[0, 1)"],
     );
     assert_clean_error(
+        &with("pSGLD", "precond_floor = 0.0"),
+        &["precond_floor", "0"],
+    );
+    assert_clean_error(
         &with("pSGLD", "precond_adapt = \"sometimes\""),
         &["precond_adapt", "sometimes"],
     );

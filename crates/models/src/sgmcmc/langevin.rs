@@ -310,7 +310,7 @@ impl Langevin {
         {
             if !(0.0..=1.0).contains(&adapt) {
                 return Err(MethodError::invalid(
-                    "the preconditioner's adaptation (burnin)",
+                    "burnin (the preconditioner's adaptation)",
                     adapt,
                     "a fraction in [0, 1]",
                 ));
@@ -322,7 +322,7 @@ impl Langevin {
                     "a fraction in [0, 1)",
                 ));
             }
-            MethodError::positive("floor", floor)?;
+            MethodError::positive("precond_floor", floor)?;
         }
         if let StepSchedule::Cyclical {
             cycles,
